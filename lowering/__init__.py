@@ -1,0 +1,1 @@
+"""lowering: plans become per-rank programs, compiled once by Inductor, run on torch.distributed."""

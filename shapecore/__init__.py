@@ -1,0 +1,86 @@
+"""shapecore: symbolic shape reasoning with PyTorch's vocabulary and Python's semantics.
+
+The public API, importable without torch:
+
+* :func:`parse` — guard text (torch's or Python's syntax) to an expression;
+* :func:`prove` — proved / refuted (with a counterexample) / unknown, under facts and ranges;
+* :class:`Reasoner` — a fact scope with the layered prover and its cache;
+* :class:`ShapeEnv` — PyTorch's ShapeEnv verbs on top of a reasoner;
+* :func:`evaluate`, :func:`holds` — exact evaluation; :func:`torch_str`, :func:`python_str`;
+* the vocabulary (:class:`FloorDiv`, :class:`Mod`, …) and the errors.
+
+Hypothesis strategies for property tests live in :mod:`shapecore.testing` (needs hypothesis).
+"""
+
+from shapecore.env import RuntimeAssert, ShapeEnv, SymbolInfo
+from shapecore.errors import (
+    ConstraintError,
+    DataDependentError,
+    ParseError,
+    ShapecoreError,
+    UnboundSymbolError,
+)
+from shapecore.evaluation import evaluate, holds
+from shapecore.functions import (
+    CeilDiv,
+    CeilToInt,
+    CleanDiv,
+    FloatTrueDiv,
+    FloorDiv,
+    FloorToInt,
+    IntTrueDiv,
+    Max,
+    Min,
+    Mod,
+    ModularIndexing,
+    PythonMod,
+    RoundToInt,
+    ToFloat,
+    TruncToFloat,
+    TruncToInt,
+    int_symbol,
+)
+from shapecore.modular import ModularSet
+from shapecore.parsing import parse
+from shapecore.printing import python_str, torch_str
+from shapecore.proof import Proof
+from shapecore.ranges import ValueRange
+from shapecore.reasoner import Reasoner, prove
+
+__all__ = [
+    "CeilDiv",
+    "CeilToInt",
+    "CleanDiv",
+    "ConstraintError",
+    "DataDependentError",
+    "FloatTrueDiv",
+    "FloorDiv",
+    "FloorToInt",
+    "IntTrueDiv",
+    "Max",
+    "Min",
+    "Mod",
+    "ModularIndexing",
+    "ModularSet",
+    "ParseError",
+    "Proof",
+    "PythonMod",
+    "Reasoner",
+    "RoundToInt",
+    "RuntimeAssert",
+    "ShapeEnv",
+    "ShapecoreError",
+    "SymbolInfo",
+    "ToFloat",
+    "TruncToFloat",
+    "TruncToInt",
+    "UnboundSymbolError",
+    "ValueRange",
+    "evaluate",
+    "holds",
+    "int_symbol",
+    "parse",
+    "prove",
+    "python_str",
+    "torch_str",
+]

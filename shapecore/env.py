@@ -1,0 +1,444 @@
+"""ShapeEnv: PyTorch's verbs over shapecore's reasoner.
+
+The env owns symbols (backed ``s0, s1, …`` with a hint; unbacked ``u0, …`` without one) and
+one :class:`~shapecore.reasoner.Reasoner` whose facts are, in the order they arrive: symbol
+ranges, user facts (:meth:`ShapeEnv.add_fact`), guards recorded by
+:meth:`ShapeEnv.evaluate_expr`, and deferred runtime asserts. Deciding delegates to the
+reasoner; the env adds only bookkeeping: hints, sources, the guard list, and the error for a
+decision that would need an unbacked value.
+
+Differences from torch, on purpose: hints of 0 and 1 are not specialized (create the symbol
+with ``min=0`` to allow them); facts are proofs rather than syntax, so ``Mod`` and
+``PythonMod`` or ``FloorDiv`` and ``CleanDiv`` can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import sympy
+
+from shapecore import functions as F
+from shapecore.errors import ConstraintError, DataDependentError
+from shapecore.evaluation import evaluate, holds
+from shapecore.printing import python_str
+from shapecore.proof import Proof
+from shapecore.ranges import ValueRange, bound
+from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr
+from shapecore.rewrite import substitute
+
+__all__ = ["ShapeEnv", "SymbolInfo", "RuntimeAssert", "JSON_FORMAT", "JSON_VERSION"]
+
+JSON_FORMAT = "shapecore.ShapeEnv"
+JSON_VERSION = 1
+
+FactKind = Literal["range", "fact", "guard", "runtime_assert"]
+
+
+@dataclass(frozen=True)
+class SymbolInfo:
+    """What the env knows about a symbol apart from the facts."""
+
+    name: str
+    kind: Literal["backed", "unbacked"]
+    hint: int | None
+    source: str | None
+    size_like: bool = False
+
+
+@dataclass(frozen=True)
+class RuntimeAssert:
+    """A condition checked when the program runs (usually on unbacked symbols)."""
+
+    expr: sympy.Basic
+    msg: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kind: FactKind
+    expr: sympy.Basic
+    msg: str = ""
+
+
+def _check_bound(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{name} must be an int or None, got {value!r}")
+
+
+class ShapeEnv:
+    """Symbols, their ranges, guards and runtime asserts, with a layered prover behind them.
+
+    >>> env = ShapeEnv()
+    >>> b = env.create_symbol(16, source="x.size()[0]")
+    >>> env.add_fact("Eq(Mod(s0, 4), 0)")
+    >>> env.statically_known_true("s0 >= 4")
+    True
+    """
+
+    def __init__(self, *, timeout_ms: int = 1000) -> None:
+        self._reasoner = Reasoner(timeout_ms=timeout_ms)
+        self._symbols: dict[str, SymbolInfo] = {}
+        self._log: list[_Entry] = []
+        self._backed = 0
+        self._unbacked = 0
+
+    # -- symbols ----------------------------------------------------------------------------
+
+    def _register(self, info: SymbolInfo, lo: int | None, hi: int | None) -> sympy.Symbol:
+        if info.name in self._symbols:
+            raise ConstraintError(f"symbol {info.name} already exists in this ShapeEnv; pick another name")
+        _check_bound("min", lo)
+        _check_bound("max", hi)
+        if lo is not None and hi is not None and lo > hi:
+            raise ConstraintError(f"empty range [{lo}, {hi}] for {info.name}: min must not exceed max")
+        if info.hint is not None and not ((lo is None or lo <= info.hint) and (hi is None or info.hint <= hi)):
+            raise ConstraintError(
+                f"hint {info.hint} for {info.name} is outside its range "
+                f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]; "
+                f"pass min=/max= that include it (sizes 0 and 1 need min=0)"
+            )
+        self._symbols[info.name] = info
+        symbol = F.int_symbol(info.name)
+        if info.hint is not None:
+            self._reasoner.hints[info.name] = info.hint
+        self._constrain(symbol, lo, hi)
+        return symbol
+
+    def create_symbol(
+        self,
+        hint: int,
+        *,
+        name: str | None = None,
+        source: str | None = None,
+        min: int | None = 2,
+        max: int | None = None,
+    ) -> sympy.Symbol:
+        """A backed symbol (``s0``, ``s1``, … unless ``name`` is given) whose example value is ``hint``."""
+        _check_bound("hint", hint)
+        if hint is None:
+            raise TypeError("create_symbol needs an int hint; use create_unbacked_symbol for a value without one")
+        if name is None:
+            while f"s{self._backed}" in self._symbols:
+                self._backed += 1
+            name = f"s{self._backed}"
+        return self._register(SymbolInfo(name, "backed", hint, source), min, max)
+
+    def create_unbacked_symbol(
+        self, *, min: int | None = None, max: int | None = None, size_like: bool = False, source: str | None = None
+    ) -> sympy.Symbol:
+        """An unbacked symbol ``u0, u1, …`` (a data-dependent value: no hint).
+
+        ``size_like`` marks a size (its ``min`` defaults to 0).
+        """
+        while f"u{self._unbacked}" in self._symbols:
+            self._unbacked += 1
+        if size_like and min is None:
+            min = 0
+        return self._register(SymbolInfo(f"u{self._unbacked}", "unbacked", None, source, size_like), min, max)
+
+    @property
+    def symbols(self) -> dict[str, SymbolInfo]:
+        """Every symbol of the env by name, in creation order."""
+        return dict(self._symbols)
+
+    @property
+    def hints(self) -> dict[str, int]:
+        """Hint of every backed symbol (torch's ``var_to_val``)."""
+        return {n: s.hint for n, s in self._symbols.items() if s.hint is not None}
+
+    # -- facts ------------------------------------------------------------------------------
+
+    def _record(self, kind: FactKind, expr: sympy.Basic, msg: str = "") -> None:
+        before = self._reasoner.knowledge.contradiction
+        stored = self._reasoner.add_fact(expr)
+        self._log.append(_Entry(kind, stored, msg))
+        contradiction = self._reasoner.knowledge.contradiction
+        if before is None and contradiction is not None:
+            culprits = ", ".join(str(self._reasoner.knowledge.facts[i]) for i in contradiction)
+            self._log.pop()
+            raise ConstraintError(
+                f"{kind} {stored} contradicts what is already known ({culprits}); "
+                f"nothing was recorded — check the constraint or the example inputs"
+            )
+
+    def _constrain(self, symbol: sympy.Symbol, lo: int | None, hi: int | None) -> None:
+        for fact in ([sympy.Ge(symbol, lo)] if lo is not None else []) + ([sympy.Le(symbol, hi)] if hi is not None else []):
+            self._record("range", fact)
+
+    def _symbol(self, sym: str | sympy.Symbol) -> sympy.Symbol:
+        name = sym if isinstance(sym, str) else sym.name
+        if name not in self._symbols:
+            raise KeyError(f"unknown symbol {name!r}; this env has: {', '.join(self._symbols) or 'none'}")
+        return F.int_symbol(name)
+
+    def constrain_range(self, sym: str | sympy.Symbol, *, min: int | None = None, max: int | None = None) -> None:
+        """Narrow ``sym`` to ``[min, max]`` (either may be None); its hint must stay inside."""
+        symbol = self._symbol(sym)
+        _check_bound("min", min)
+        _check_bound("max", max)
+        hint = self._symbols[symbol.name].hint
+        if hint is not None and ((min is not None and hint < min) or (max is not None and hint > max)):
+            raise ConstraintError(f"range [{min}, {max}] for {symbol} excludes its hint {hint}")
+        self._constrain(symbol, min, max)
+
+    def _check_at_hints(self, what: str, claim: sympy.Basic) -> None:
+        hints = self.hints
+        if claim.free_symbols and all(s.name in hints for s in claim.free_symbols) and not holds(claim, hints):
+            values = ", ".join(f"{s.name}={hints[s.name]}" for s in sorted(claim.free_symbols, key=str))
+            raise ConstraintError(f"{what} {claim} is false for the example values ({values})")
+
+    def add_fact(self, expr: ExprLike) -> None:
+        """Assume ``expr`` (a user constraint such as ``Eq(Mod(batch, 4), 0)``) from now on."""
+        claim = as_claim(expr)
+        self._check_known(claim)
+        self._check_at_hints("fact", claim)
+        self._record("fact", claim)
+
+    def defer_runtime_assert(self, expr: ExprLike, msg: str = "") -> bool:
+        """Record a condition to check at run time; it is assumed from now on.
+
+        Returns True. Raises :class:`ConstraintError` when the facts already refute it.
+        """
+        claim = as_claim(expr)
+        self._check_known(claim)
+        proof = self.prove(claim)
+        if proof.proved:
+            return True
+        if self.prove(sympy.Not(claim)).proved:
+            raise ConstraintError(f"runtime assert {claim} can never hold under the known facts: {msg}")
+        self._record("runtime_assert", claim, msg)
+        return True
+
+    def _check_known(self, claim: sympy.Basic) -> None:
+        for symbol in claim.free_symbols:
+            if symbol.name not in self._symbols:
+                raise KeyError(
+                    f"{claim} mentions {symbol.name}, which this env did not create; "
+                    f"known symbols: {', '.join(self._symbols) or 'none'}"
+                )
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    def prove(self, claim: ExprLike) -> Proof:
+        """Decide ``claim`` under every range, fact, guard and runtime assert so far."""
+        return self._reasoner.prove(claim)
+
+    def statically_known_true(self, expr: ExprLike) -> bool:
+        """True when ``expr`` is proved without recording anything; False otherwise."""
+        return self.prove(expr).proved
+
+    def _unbacked_in(self, expr: sympy.Basic) -> list[sympy.Symbol]:
+        resolved = substitute(expr, self._reasoner.knowledge.replacements)
+        return sorted(
+            (s for s in resolved.free_symbols if self._symbols.get(s.name, None) is None or self._symbols[s.name].hint is None),
+            key=lambda s: s.name,
+        )
+
+    def _data_dependent(self, expr: sympy.Basic, suggestions: list[str]) -> DataDependentError:
+        symbol = self._unbacked_in(expr)[0]
+        info = self._symbols.get(symbol.name)
+        return DataDependentError(str(expr), symbol.name, info.source if info else None, suggestions)
+
+    def size_hint(self, expr: ExprLike) -> int | bool:
+        """The value of ``expr`` at the hints; records nothing.
+
+        Raises :class:`DataDependentError` if it depends on an unbacked symbol.
+        """
+        value = as_expr(expr)
+        resolved = substitute(value, self._reasoner.knowledge.replacements)
+        if self._unbacked_in(value):
+            raise self._data_dependent(value, [])
+        return evaluate(resolved, self.hints)
+
+    def evaluate_expr(self, expr: ExprLike) -> int | bool:
+        """Decide ``expr``: statically when possible, else from the hints, recording a guard.
+
+        A condition returns a bool and records it (or its negation) as a guard when the facts
+        alone do not settle it; an integer expression returns its value and records
+        ``Eq(expr, value)`` unless the value is already fixed.
+        """
+        value = as_expr(expr)
+        self._check_known(value)
+        if value.is_Relational or isinstance(value, (sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom)):
+            return self._evaluate_condition(value)
+        resolved = substitute(value, self._reasoner.knowledge.replacements)
+        if resolved.is_Integer:
+            return int(resolved)
+        number = self.size_hint(value)
+        self._record("guard", sympy.Eq(value, number))
+        return number
+
+    def _evaluate_condition(self, claim: sympy.Basic) -> bool:
+        if self.prove(claim).proved:
+            return True
+        negation = sympy.Not(claim)
+        if self.prove(negation).proved:
+            return False
+        if self._unbacked_in(claim):
+            raise self._data_dependent(claim, [str(claim), str(negation)])
+        result = holds(claim, self.hints)
+        self._record("guard", claim if result else negation)
+        return result
+
+    def guard_or_false(self, expr: ExprLike) -> bool:
+        """``evaluate_expr(expr)``, but False instead of a :class:`DataDependentError`."""
+        try:
+            return bool(self.evaluate_expr(expr))
+        except DataDependentError:
+            return False
+
+    def guard_or_true(self, expr: ExprLike) -> bool:
+        """``evaluate_expr(expr)``, but True instead of a :class:`DataDependentError`."""
+        try:
+            return bool(self.evaluate_expr(expr))
+        except DataDependentError:
+            return True
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _entries(self, *kinds: FactKind) -> list[_Entry]:
+        return [e for e in self._log if e.kind in kinds]
+
+    @property
+    def guards(self) -> list[sympy.Basic]:
+        """Guards recorded by :meth:`evaluate_expr`, in order."""
+        return [e.expr for e in self._entries("guard")]
+
+    @property
+    def facts(self) -> list[sympy.Basic]:
+        """User facts (:meth:`add_fact`), in order."""
+        return [e.expr for e in self._entries("fact")]
+
+    @property
+    def runtime_asserts(self) -> list[RuntimeAssert]:
+        return [RuntimeAssert(e.expr, e.msg) for e in self._entries("runtime_assert")]
+
+    @property
+    def replacements(self) -> dict[sympy.Symbol, sympy.Basic]:
+        """Symbols known equal to an expression of other symbols (``s77 := 8*s6``)."""
+        return dict(self._reasoner.knowledge.replacements)
+
+    @property
+    def divisible(self) -> set[sympy.Basic]:
+        """``Mod(x - r, m)`` terms known to be 0 (torch's ``divisible``), one per congruence."""
+        return {
+            F.Mod(symbol - c.base, c.coeff)
+            for symbol, c in self._reasoner.knowledge.congruences.items()
+            if c.coeff > 1
+        }
+
+    @property
+    def var_to_range(self) -> dict[sympy.Symbol, ValueRange]:
+        """The tightest known range of every symbol (replaced ones through their replacement)."""
+        knowledge = self._reasoner.knowledge
+        result = {}
+        for name in self._symbols:
+            symbol = F.int_symbol(name)
+            if symbol in knowledge.replacements:
+                result[symbol] = bound(knowledge.replacements[symbol], knowledge.ranges)
+            else:
+                result[symbol] = knowledge.range_of(symbol)
+        return result
+
+    # -- guards out -------------------------------------------------------------------------
+
+    def _contract(self) -> list[sympy.Basic]:
+        """Everything inputs must satisfy: ranges, replacements, facts and guards (backed only)."""
+        exprs: list[sympy.Basic] = []
+        for symbol, expression in self.replacements.items():
+            exprs.append(sympy.Eq(symbol, expression))
+        for symbol, r in self.var_to_range.items():
+            if symbol in self._reasoner.knowledge.replacements:
+                continue
+            if not math.isinf(r.lo):
+                exprs.append(sympy.Ge(symbol, int(r.lo)))
+            if not math.isinf(r.hi):
+                exprs.append(sympy.Le(symbol, int(r.hi)))
+        exprs += [e.expr for e in self._entries("fact", "guard")]
+        unique = list(dict.fromkeys(e for e in exprs if e is not sympy.true))
+        return [e for e in unique if not self._unbacked_in(e)]
+
+    def produce_guards(self, sources: Mapping[str | sympy.Symbol, str]) -> list[str]:
+        """Python source of every condition inputs must meet, symbols printed as ``sources``.
+
+        ``sources`` maps a symbol (or its name) to the expression that reads it, e.g.
+        ``{"s0": "x.size()[0]"}``.
+        """
+        names = {(k if isinstance(k, str) else k.name): v for k, v in sources.items()}
+        lines = []
+        for expr in self._contract():
+            missing = sorted(s.name for s in expr.free_symbols if s.name not in names)
+            if missing:
+                raise KeyError(
+                    f"guard {expr} mentions {', '.join(missing)}, which has no source; "
+                    f"pass sources={{{missing[0]!r}: 'x.size()[0]', ...}}"
+                )
+            lines.append(python_str(expr, names))
+        return lines
+
+    def check_guards(self, values: Mapping[str, int]) -> list[sympy.Basic]:
+        """The conditions of :meth:`produce_guards` that ``values`` (name → int) violates."""
+        assignment = dict(values)
+        for symbol, expression in self.replacements.items():
+            if symbol.name not in assignment and all(s.name in assignment for s in expression.free_symbols):
+                assignment[symbol.name] = evaluate(expression, assignment)
+        return [expr for expr in self._contract() if not holds(expr, assignment)]
+
+    # -- JSON -------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """A versioned JSON document from which :meth:`from_json` rebuilds this env exactly.
+
+        ``symbols`` and ``log`` (every range, fact, guard and runtime assert in order) are the
+        content; ``replacements``, ``divisible``, ``ranges``, ``guards`` and
+        ``runtime_asserts`` are derived, for readers.
+        """
+        ranges = {
+            s.name: [None if math.isinf(r.lo) else int(r.lo), None if math.isinf(r.hi) else int(r.hi)]
+            for s, r in self.var_to_range.items()
+        }
+        document: dict[str, Any] = {
+            "format": JSON_FORMAT,
+            "version": JSON_VERSION,
+            "symbols": [asdict(s) for s in self._symbols.values()],
+            "log": [{"kind": e.kind, "expr": str(e.expr), **({"msg": e.msg} if e.msg else {})} for e in self._log],
+            "replacements": {s.name: str(e) for s, e in self.replacements.items()},
+            "divisible": sorted(str(d) for d in self.divisible),
+            "ranges": ranges,
+            "guards": [str(g) for g in self.guards],
+            "runtime_asserts": [{"expr": str(a.expr), "msg": a.msg} for a in self.runtime_asserts],
+        }
+        return json.dumps(document, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str, *, timeout_ms: int = 1000) -> ShapeEnv:
+        """Rebuild the env written by :meth:`to_json`."""
+        document = json.loads(text)
+        if document.get("format") != JSON_FORMAT:
+            raise ValueError(f"not a ShapeEnv document (format {document.get('format')!r}, expected {JSON_FORMAT!r})")
+        if document.get("version") != JSON_VERSION:
+            raise ValueError(
+                f"ShapeEnv JSON version {document.get('version')!r} is not supported; this shapecore reads version {JSON_VERSION}"
+            )
+        env = cls(timeout_ms=timeout_ms)
+        for entry in document["symbols"]:
+            info = SymbolInfo(**entry)
+            env._symbols[info.name] = info
+            if info.hint is not None:
+                env._reasoner.hints[info.name] = info.hint
+        env._backed = sum(1 for s in env._symbols.values() if s.kind == "backed")
+        env._unbacked = sum(1 for s in env._symbols.values() if s.kind == "unbacked")
+        for entry in document["log"]:
+            env._record(entry["kind"], as_claim(entry["expr"]), entry.get("msg", ""))
+        return env
+
+    def __repr__(self) -> str:
+        return (
+            f"ShapeEnv({len(self._symbols)} symbols, {len(self.guards)} guards, "
+            f"{len(self.runtime_asserts)} runtime asserts)"
+        )

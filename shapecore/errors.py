@@ -1,0 +1,63 @@
+"""The exceptions shapecore raises; each message names the culprit and the fix."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ShapecoreError",
+    "ParseError",
+    "UnboundSymbolError",
+    "DataDependentError",
+    "ConstraintError",
+]
+
+
+class ShapecoreError(Exception):
+    """Base class of every error shapecore raises on purpose."""
+
+
+class ParseError(ShapecoreError, ValueError):
+    """Guard text that does not parse: ``line:column: message`` (1-based), with the token."""
+
+    def __init__(self, message: str, *, text: str, line: int, column: int, token: str) -> None:
+        self.message = message
+        self.text = text
+        self.line = line
+        self.column = column
+        self.token = token
+        super().__init__(f"{line}:{column}: {message}")
+
+
+class UnboundSymbolError(ShapecoreError, KeyError):
+    """An expression was evaluated without a value for one of its symbols."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        return f"no value for symbol {self.name!r}: pass it in the assignment"
+
+
+class DataDependentError(ShapecoreError, RuntimeError):
+    """A decision needs the value of an unbacked symbol (no hint) and cannot be made statically.
+
+    Attributes name the expression, the unbacked symbol, where it came from (``source``) and
+    the facts that would settle it (``suggestions``, in guard syntax).
+    """
+
+    def __init__(self, expr: str, symbol: str, source: str | None, suggestions: list[str]) -> None:
+        self.expr = expr
+        self.symbol = symbol
+        self.source = source
+        self.suggestions = suggestions
+        origin = f" (from {source})" if source else ""
+        fixes = " or ".join(f"env.add_fact({s!r})" for s in suggestions)
+        super().__init__(
+            f"cannot decide {expr}: it depends on unbacked symbol {symbol}{origin}, which has no "
+            f"hint, and the known facts do not settle it. Add the fact that holds, e.g. {fixes}, "
+            f"or narrow its range with env.constrain_range({symbol}, min=..., max=...)."
+        )
+
+
+class ConstraintError(ShapecoreError, ValueError):
+    """A range, fact or hint contradicts what is already known."""

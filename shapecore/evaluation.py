@@ -1,0 +1,121 @@
+"""Exact evaluation of expressions and claims under an assignment of integers to symbols.
+
+``evaluate(expr, values)`` computes with Python ints (``Fraction`` for rational coefficients,
+``float`` inside float-valued functions), so its result is the ground truth every analyzer is
+tested against. Boolean connectives are strict: every argument is evaluated, and a zero
+divisor anywhere raises ``ZeroDivisionError``. :func:`holds` is the predicate the reasoner's
+contract is stated in: a claim *holds* under an assignment when it evaluates to ``True``
+without error.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from functools import reduce
+
+import sympy
+
+from shapecore import functions as F
+from shapecore.errors import UnboundSymbolError
+
+__all__ = ["evaluate", "holds", "Value"]
+
+Value = int | Fraction | float | bool
+
+
+def _normalize(value: Value) -> Value:
+    if isinstance(value, Fraction) and value.denominator == 1:
+        return int(value)
+    return value
+
+
+def _symbol(expr: sympy.Symbol, values: Mapping[str, Value]) -> Value:
+    try:
+        return values[expr.name]
+    except KeyError:
+        raise UnboundSymbolError(expr.name) from None
+
+
+def _pow(base: Value, exp: Value) -> Value:
+    if isinstance(exp, int) and exp < 0:
+        return Fraction(1) / Fraction(base) ** -exp
+    return base**exp
+
+
+def _ceildiv(a: Value, b: Value) -> Value:
+    return -((-a) // b)
+
+
+def _modular_indexing(a: Value, b: Value, c: Value) -> Value:
+    return (a // b) % c
+
+
+_NARY: dict[type, Callable[..., Value]] = {
+    sympy.Add: lambda *xs: sum(xs[1:], xs[0]),
+    sympy.Mul: lambda *xs: reduce(operator.mul, xs),
+    sympy.Pow: _pow,
+    F.FloorDiv: operator.floordiv,
+    F.CleanDiv: operator.floordiv,
+    F.CeilDiv: _ceildiv,
+    F.Mod: operator.mod,
+    F.PythonMod: operator.mod,
+    F.ModularIndexing: _modular_indexing,
+    sympy.Max: max,
+    sympy.Min: min,
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
+    sympy.Lt: operator.lt,
+    sympy.Le: operator.le,
+    sympy.Gt: operator.gt,
+    sympy.Ge: operator.ge,
+    sympy.And: lambda *xs: all(xs),
+    sympy.Or: lambda *xs: any(xs),
+    sympy.Not: operator.not_,
+    F.ToFloat: float,
+    F.IntTrueDiv: operator.truediv,
+    F.FloatTrueDiv: lambda a, b: float(a) / float(b),
+    F.TruncToInt: math.trunc,
+    F.FloorToInt: math.floor,
+    F.CeilToInt: math.ceil,
+    F.RoundToInt: round,
+    F.TruncToFloat: lambda x: float(math.trunc(x)),
+}
+
+
+def _evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
+    if expr.is_Symbol:
+        return _symbol(expr, values)
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Rational:
+        return Fraction(int(expr.p), int(expr.q))
+    if expr.is_Float:
+        return float(expr)
+    if expr is sympy.true:
+        return True
+    if expr is sympy.false:
+        return False
+    op = _NARY.get(type(expr))
+    if op is None:
+        raise TypeError(f"cannot evaluate {type(expr).__name__} in {expr}: not in shapecore's vocabulary")
+    return _normalize(op(*(_evaluate(arg, values) for arg in expr.args)))
+
+
+def evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
+    """The value of ``expr`` with each symbol replaced by ``values[name]``, in Python semantics.
+
+    Raises ``ZeroDivisionError`` for a zero divisor and :class:`UnboundSymbolError` for a
+    symbol that ``values`` does not assign.
+    """
+    return _evaluate(expr, values)
+
+
+def holds(claim: sympy.Basic, values: Mapping[str, Value]) -> bool:
+    """Whether ``claim`` evaluates to True under ``values`` (a zero divisor means it does not)."""
+    try:
+        return _evaluate(claim, values) is True
+    except ZeroDivisionError:
+        return False

@@ -1,0 +1,274 @@
+"""The integer vocabulary of shape expressions, with PyTorch's names and Python's semantics.
+
+An expression is a sympy tree over integer symbols (:func:`int_symbol`) built from ``+ - *``,
+integer powers and the functions below; a claim or guard is a relation (``Eq Ne Lt Le Gt Ge``)
+or a boolean combination (``And Or Not``) of expressions.
+
+Semantics, one per operation, exactly Python's on ``int``:
+
+* ``FloorDiv(a, b) = a // b`` (rounds toward -infinity), ``CleanDiv`` is ``FloorDiv`` with a
+  marker saying the division is known to be exact; ``CeilDiv(a, b) = -((-a) // b)``.
+* ``Mod(a, b) = a % b`` (the result has the sign of ``b``); ``PythonMod`` is the same function
+  under torch's other name, so the two can never disagree on a value.
+* ``ModularIndexing(a, b, c) = (a // b) % c``.
+* ``Max``/``Min`` are sympy's.
+* A zero divisor makes the expression undefined: evaluating it raises ``ZeroDivisionError``.
+
+Float-valued functions torch emits (``ToFloat``, ``IntTrueDiv``, ``FloatTrueDiv``,
+``TruncToInt``, ``FloorToInt``, ``CeilToInt``, ``RoundToInt``, ``TruncToFloat``) follow
+Python's float semantics (``float(a)``, ``a / b``, ``math.trunc`` …). They parse, print and
+evaluate; the reasoner treats them as opaque.
+
+Construction folds constants and applies only identities that hold for *every* integer
+(``x // 1 = x``, ``0 % b = 0`` for a nonzero constant ``b``); knowledge-dependent rewriting
+lives in :mod:`shapecore.rewrite`. Printing follows torch: ``FloorDiv`` prints ``(a//b)`` and
+the rest print as calls, so ``str(expr)`` is the text torch would log.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+import sympy
+from sympy.printing.precedence import PRECEDENCE
+
+__all__ = [
+    "FloorDiv",
+    "CleanDiv",
+    "CeilDiv",
+    "Mod",
+    "PythonMod",
+    "ModularIndexing",
+    "Max",
+    "Min",
+    "ToFloat",
+    "IntTrueDiv",
+    "FloatTrueDiv",
+    "TruncToInt",
+    "FloorToInt",
+    "CeilToInt",
+    "RoundToInt",
+    "TruncToFloat",
+    "FLOAT_FUNCTIONS",
+    "int_symbol",
+    "float_symbol",
+    "symbol_for",
+]
+
+Max = sympy.Max
+Min = sympy.Min
+
+
+def int_symbol(name: str) -> sympy.Symbol:
+    """The integer symbol called ``name``: what every size and guard variable is."""
+    return sympy.Symbol(name, integer=True)
+
+
+def float_symbol(name: str) -> sympy.Symbol:
+    """A real-valued symbol, for torch's float inputs (``zf0``, ``zuf0``); opaque to the reasoner."""
+    return sympy.Symbol(name, real=True)
+
+
+FLOAT_SYMBOL_NAME = re.compile(r"zu?f\d+")
+"""torch's names for float-valued symbols; the parser reads these as :func:`float_symbol`."""
+
+
+def symbol_for(name: str) -> sympy.Symbol:
+    """The symbol torch would mean by ``name``: real for ``zf*``/``zuf*``, integer otherwise."""
+    return float_symbol(name) if FLOAT_SYMBOL_NAME.fullmatch(name) else int_symbol(name)
+
+
+def _as_fraction(value: sympy.Basic) -> Fraction | None:
+    if isinstance(value, sympy.Integer):
+        return Fraction(int(value))
+    if isinstance(value, sympy.Rational):
+        return Fraction(int(value.p), int(value.q))
+    return None
+
+
+def _nonzero_constant(value: sympy.Basic) -> bool:
+    return isinstance(value, sympy.Rational) and value != 0
+
+
+class FloorDiv(sympy.Function):
+    """``a // b``: floor division, rounding toward negative infinity."""
+
+    nargs = (2,)
+    precedence = 35
+    is_integer = True
+
+    @classmethod
+    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
+        if divisor.is_zero:
+            raise ZeroDivisionError(f"division by zero in {cls.__name__}({base}, {divisor})")
+        a, b = _as_fraction(base), _as_fraction(divisor)
+        if a is not None and b is not None:
+            return sympy.Integer(math.floor(a / b))
+        if base.is_integer and divisor == 1:
+            return base
+        if base.is_integer and divisor == -1:
+            return -base
+        if base.is_zero and _nonzero_constant(divisor):
+            return sympy.S.Zero
+        return None
+
+    def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
+        base = printer.parenthesize(self.args[0], PRECEDENCE["Atom"] - 0.5)
+        divisor = printer.parenthesize(self.args[1], PRECEDENCE["Atom"] - 0.5)
+        return f"({base}//{divisor})"
+
+
+class CleanDiv(FloorDiv):
+    """``a // b`` where ``b`` is known to divide ``a``: same value as :class:`FloorDiv`."""
+
+
+class CeilDiv(sympy.Function):
+    """``-((-a) // b)``: division rounding toward positive infinity."""
+
+    nargs = (2,)
+    is_integer = True
+
+    @classmethod
+    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
+        if divisor.is_zero:
+            raise ZeroDivisionError(f"division by zero in CeilDiv({base}, {divisor})")
+        a, b = _as_fraction(base), _as_fraction(divisor)
+        if a is not None and b is not None:
+            return sympy.Integer(math.ceil(a / b))
+        if base.is_integer and divisor == 1:
+            return base
+        return None
+
+
+class Mod(sympy.Function):
+    """``a % b`` with Python semantics: the result has the sign of ``b`` (zero included)."""
+
+    nargs = (2,)
+    precedence = 35
+    is_integer = True
+
+    @classmethod
+    def eval(cls, p: sympy.Basic, q: sympy.Basic) -> sympy.Basic | None:
+        if q.is_zero:
+            raise ZeroDivisionError(f"modulo by zero in {cls.__name__}({p}, {q})")
+        a, b = _as_fraction(p), _as_fraction(q)
+        if a is not None and b is not None:
+            return sympy.Rational(a - b * math.floor(a / b))
+        if p.is_integer and q in (1, -1):
+            return sympy.S.Zero
+        if p.is_zero and _nonzero_constant(q):
+            return sympy.S.Zero
+        return None
+
+
+class PythonMod(Mod):
+    """torch's name for Python's ``%``; identical to :class:`Mod` here."""
+
+
+class ModularIndexing(sympy.Function):
+    """``(a // b) % c``, Python semantics."""
+
+    nargs = (3,)
+    precedence = 35
+    is_integer = True
+
+    @classmethod
+    def eval(
+        cls, base: sympy.Basic, divisor: sympy.Basic, modulus: sympy.Basic
+    ) -> sympy.Basic | None:
+        if divisor.is_zero or modulus.is_zero:
+            raise ZeroDivisionError(f"division by zero in ModularIndexing({base}, {divisor}, {modulus})")
+        if all(isinstance(x, sympy.Integer) for x in (base, divisor, modulus)):
+            return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        return None
+
+
+class ToFloat(sympy.Function):
+    """``float(a)``."""
+
+    nargs = (1,)
+    is_real = True
+
+    @classmethod
+    def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
+        if isinstance(number, sympy.Integer):
+            return sympy.Float(int(number))
+        return None
+
+
+class IntTrueDiv(sympy.Function):
+    """``a / b`` on integers: Python's correctly rounded true division, a float."""
+
+    nargs = (2,)
+    precedence = 35
+    is_real = True
+
+    @classmethod
+    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
+        if divisor.is_zero:
+            raise ZeroDivisionError(f"division by zero in IntTrueDiv({base}, {divisor})")
+        if isinstance(base, sympy.Integer) and isinstance(divisor, sympy.Integer):
+            return sympy.Float(int(base) / int(divisor))
+        return None
+
+
+class FloatTrueDiv(sympy.Function):
+    """``float(a) / float(b)``."""
+
+    nargs = (2,)
+    precedence = 35
+    is_real = True
+
+    @classmethod
+    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
+        if divisor.is_zero:
+            raise ZeroDivisionError(f"division by zero in FloatTrueDiv({base}, {divisor})")
+        if isinstance(base, sympy.Number) and isinstance(divisor, sympy.Number):
+            return sympy.Float(float(base) / float(divisor))
+        return None
+
+
+def _float_to_int(name: str, rounding, doc: str) -> type[sympy.Function]:
+    """A unary float → int function class with constant folding through ``rounding``."""
+
+    @classmethod
+    def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
+        if isinstance(number, sympy.Number) and number.is_finite:
+            return sympy.Integer(rounding(float(number)))
+        return None
+
+    return type(name, (sympy.Function,), {"nargs": (1,), "is_integer": True, "eval": eval, "__doc__": doc})
+
+
+TruncToInt = _float_to_int("TruncToInt", math.trunc, "``math.trunc(x)``: float to int, toward zero.")
+FloorToInt = _float_to_int("FloorToInt", math.floor, "``math.floor(x)``: float to int, down.")
+CeilToInt = _float_to_int("CeilToInt", math.ceil, "``math.ceil(x)``: float to int, up.")
+RoundToInt = _float_to_int("RoundToInt", round, "``round(x)``: float to int, half to even.")
+
+
+class TruncToFloat(sympy.Function):
+    """``float(math.trunc(x))``."""
+
+    nargs = (1,)
+    is_real = True
+
+    @classmethod
+    def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
+        if isinstance(number, sympy.Number) and number.is_finite:
+            return sympy.Float(math.trunc(float(number)))
+        return None
+
+
+FLOAT_FUNCTIONS: tuple[type[sympy.Function], ...] = (
+    ToFloat,
+    IntTrueDiv,
+    FloatTrueDiv,
+    TruncToInt,
+    FloorToInt,
+    CeilToInt,
+    RoundToInt,
+    TruncToFloat,
+)
+"""Functions with a float argument or result: evaluated exactly, opaque to the reasoner."""

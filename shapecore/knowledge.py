@@ -1,0 +1,332 @@
+"""Knowledge: what a set of facts implies, in the forms the cheap analyzers use.
+
+Every fact is kept verbatim: z3 and counterexample checks use it as given, since rebuilding
+a formula lets sympy simplify away undefined parts (``A | ~A`` becomes ``True`` even where
+``A`` divides by zero). Facts of the simple shapes torch records are also *digested*, each
+conjunct after canonicalizing, substituting earlier replacements and simplifying (sound, as
+the digest only needs to be *implied* by the facts):
+
+* ``Eq(x, e)`` with ``x`` a symbol of coefficient ±1 not occurring in ``e`` → replacement
+  ``x := e`` (the later-created symbol is replaced, as in torch: ``s77 := 8*s6``); what was
+  known about ``x`` is re-stated as facts about ``e``;
+* ``a*x + b <rel> 0`` in one symbol → a bound on ``x`` (``Ne`` excludes one value);
+* ``a*Mod(p*x + q, m) + b == 0`` → the congruence ``p*x + q ≡ -b/a (mod m)`` solved for ``x``.
+
+Ranges are then tightened by congruences and excluded values at their ends
+(``x ≡ 0 mod 8`` and ``x >= 1`` give ``x >= 8``); a range narrowed to one value becomes a
+replacement. Everything digested is implied by the facts, so analyzers that use it are sound.
+An empty range or an unsolvable congruence records :attr:`Knowledge.contradiction`: the facts
+that cannot hold together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+
+import sympy
+
+from shapecore import functions as F
+from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence
+from shapecore.ranges import UNBOUNDED, ValueRange
+from shapecore.rewrite import Simplifier, canonicalize, substitute
+
+__all__ = ["Knowledge"]
+
+_FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le}
+
+
+def _symbol_order(symbol: sympy.Symbol) -> tuple[int, str]:
+    """Creation order for torch-style names (``s2`` before ``s10``); replace the largest."""
+    digits = symbol.name.lstrip("abcdefghijklmnopqrstuvwxyz_")
+    return (int(digits) if digits.isdigit() else -1, symbol.name)
+
+
+def _linear(expr: sympy.Basic) -> tuple[sympy.Symbol, Fraction, Fraction] | None:
+    """``(x, a, b)`` when ``expr == a*x + b`` with one symbol and rational ``a != 0, b``."""
+    symbols = expr.free_symbols
+    if len(symbols) != 1:
+        return None
+    (x,) = symbols
+    if not x.is_integer:
+        return None
+    a = Fraction(0)
+    b = Fraction(0)
+    for term, coeff in expr.as_coefficients_dict().items():
+        if not coeff.is_Rational:
+            return None
+        c = Fraction(int(coeff.p), int(coeff.q))
+        if term == 1:
+            b += c
+        elif term == x:
+            a += c
+        else:
+            return None
+    return (x, a, b) if a else None
+
+
+def _ceil(value: Fraction) -> int:
+    return math.ceil(value)
+
+
+def _floor(value: Fraction) -> int:
+    return math.floor(value)
+
+
+class Knowledge:
+    """The facts of one scope and their digest: replacements, ranges, congruences.
+
+    ``version`` increases with every change, so caches keyed by it stay valid.
+    """
+
+    def __init__(self) -> None:
+        self.facts: list[sympy.Basic] = []
+        self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
+        self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        self.congruences: dict[sympy.Symbol, ModularSet] = {}
+        self.contradiction: tuple[int, ...] | None = None
+        self.version = 0
+        self._declared: dict[sympy.Symbol, ValueRange] = {}
+        self._excluded: dict[sympy.Symbol, set[int]] = {}
+        self._provenance: dict[sympy.Symbol, set[int]] = {}
+        self._pending: list[tuple[sympy.Basic, set[int]]] = []  # not digestible (yet)
+
+    # -- public ---------------------------------------------------------------------------
+
+    def add(self, fact: sympy.Basic) -> int:
+        """Record ``fact`` (a relation or boolean combination); returns its index.
+
+        A fact with a divisor that is identically zero can never hold: it is kept as given
+        and recorded as a contradiction.
+        """
+        index = len(self.facts)
+        self.facts.append(fact)
+        self.version += 1
+        try:
+            canonical = canonicalize(fact)
+        except ZeroDivisionError:
+            self._contradict({index})
+            return index
+        for conjunct in sympy.And.make_args(canonical):
+            self._digest(conjunct, {index})
+        return index
+
+    def provenance(self, symbols: Iterable[sympy.Symbol]) -> set[int]:
+        """Indices of the facts behind what is known about ``symbols``."""
+        found: set[int] = set()
+        for symbol in symbols:
+            found |= self._provenance.get(symbol, set())
+        return found
+
+    def range_of(self, symbol: sympy.Symbol) -> ValueRange:
+        """The tightest known range of ``symbol`` (unbounded when nothing is known)."""
+        return self.ranges.get(symbol, UNBOUNDED)
+
+    # -- digestion ------------------------------------------------------------------------
+
+    def _contradict(self, sources: set[int]) -> None:
+        if self.contradiction is None:
+            self.contradiction = tuple(sorted(sources))
+
+    def _digest(self, fact: sympy.Basic, sources: set[int]) -> None:
+        """Fold ``fact`` into the digest, or keep it pending until a replacement simplifies it."""
+        try:
+            substituted = substitute(fact, self.replacements)
+        except ZeroDivisionError:  # a divisor is zero wherever the facts so far hold
+            substituted = sympy.false
+        if substituted is sympy.false:
+            self._contradict(sources | self.provenance(fact.free_symbols))
+        elif not self._fold(substituted, sources):
+            self._pending.append((fact, sources))
+
+    def _fold(self, fact: sympy.Basic, sources: set[int]) -> bool:
+        if fact is sympy.true:
+            return True
+        if fact is sympy.false:
+            self._contradict(sources)
+            return True
+        if not fact.is_Relational:
+            return False
+        lhs, rhs = fact.args
+        try:
+            difference = Simplifier(self.ranges, self.congruences)(lhs - rhs)
+        except ZeroDivisionError:  # a divisor is zero wherever the facts so far hold
+            self._contradict(sources | self.provenance(fact.free_symbols))
+            return True
+        relation = type(fact)
+        if difference.is_Number:
+            holds = {sympy.Eq: difference == 0, sympy.Ne: difference != 0, sympy.Lt: difference < 0,
+                     sympy.Le: difference <= 0, sympy.Gt: difference > 0, sympy.Ge: difference >= 0}[relation]
+            if not holds:
+                self._contradict(sources | self.provenance(fact.free_symbols))
+            return True
+        if relation is sympy.Eq and (self._replace(difference, sources) or self._congruence(difference, sources)):
+            return True
+        linear = _linear(difference)
+        if linear is None:
+            return False
+        self._bound(relation, *linear, sources)
+        return True
+
+    def _replace(self, difference: sympy.Basic, sources: set[int]) -> bool:
+        """Digest ``difference == 0`` as ``x := e`` when some symbol ``x`` can be isolated."""
+        terms = difference.as_coefficients_dict()
+        candidates = [
+            t for t, c in terms.items()
+            if t.is_Symbol and t.is_integer and c in (1, -1) and not any(t in other.free_symbols for other in terms if other != t)
+        ]
+        if not candidates:
+            linear = _linear(difference)
+            if linear is None:
+                return False
+            x, a, b = linear
+            value = -b / a
+            if value.denominator != 1:
+                self._contradict(sources | self.provenance([x]))
+                return True
+            candidates, terms = [x], {x: sympy.Integer(1)}
+            difference = x - int(value)
+        x = max(candidates, key=_symbol_order)
+        expression = -(difference - terms[x] * x) / terms[x]
+        if not expression.is_integer:
+            return False
+        self._add_replacement(x, expression, sources)
+        return True
+
+    def _add_replacement(self, x: sympy.Symbol, expression: sympy.Basic, sources: set[int]) -> None:
+        sources = sources | self._provenance.pop(x, set())
+        for symbol in expression.free_symbols:
+            self._provenance.setdefault(symbol, set()).update(sources)
+        try:
+            self.replacements = {y: substitute(e, {x: expression}) for y, e in self.replacements.items()}
+        except ZeroDivisionError:  # another replacement divides by x, which is now zero
+            self._contradict(sources)
+            return
+        self.replacements[x] = expression
+        self.version += 1
+        known = self._declared.pop(x, UNBOUNDED)
+        congruence = self.congruences.pop(x, None)
+        excluded = self._excluded.pop(x, set())
+        self.ranges.pop(x, None)
+        if not math.isinf(known.lo):
+            self._digest(sympy.Ge(expression, known.lo), sources)
+        if not math.isinf(known.hi):
+            self._digest(sympy.Le(expression, known.hi), sources)
+        if congruence is not None:
+            self._digest(sympy.Eq(F.Mod(expression - congruence.base, congruence.coeff), 0), sources)
+        for value in excluded:
+            self._digest(sympy.Ne(expression, value), sources)
+        waiting = [(f, src) for f, src in self._pending if x in f.free_symbols]
+        if waiting:
+            self._pending = [(f, src) for f, src in self._pending if x not in f.free_symbols]
+            for fact, fact_sources in waiting:
+                self._digest(fact, fact_sources)
+
+    def _congruence(self, difference: sympy.Basic, sources: set[int]) -> bool:
+        """Digest ``a*Mod(p*x + q, m) + b == 0`` as a congruence on ``x``."""
+        terms = difference.as_coefficients_dict()
+        constant = terms.get(sympy.S.One, sympy.S.Zero)
+        others = [(t, c) for t, c in terms.items() if t != 1]
+        if len(others) != 1:
+            return False
+        mod, a = others[0]
+        if not (isinstance(mod, F.Mod) and mod.args[1].is_Integer):
+            return False
+        residue = -constant / a
+        if not residue.is_Integer:  # an integer-valued Mod cannot equal a fraction
+            self._contradict(sources | self.provenance(mod.free_symbols))
+            return True
+        inner = _linear(mod.args[0])
+        if inner is None:
+            return False
+        x, p, q = inner
+        m, r = int(mod.args[1]), int(residue)
+        if not (0 <= r < m if m > 0 else m < r <= 0):
+            self._contradict(sources | self.provenance([x]))
+            return True
+        if p.denominator != 1 or q.denominator != 1:
+            return False
+        solution = solve_linear_congruence(int(p), r - int(q), m)
+        if solution is None:
+            self._contradict(sources | self.provenance([x]))
+            return True
+        self._restrict(x, sources, congruence=solution)
+        return True
+
+    def _bound(self, relation: type, x: sympy.Symbol, a: Fraction, b: Fraction, sources: set[int]) -> None:
+        """Digest ``a*x + b <relation> 0``."""
+        value = -b / a
+        if relation is sympy.Eq:
+            if value.denominator != 1:
+                self._contradict(sources | self.provenance([x]))
+            else:
+                self._restrict(x, sources, lo=int(value), hi=int(value))
+            return
+        if relation is sympy.Ne:
+            if value.denominator == 1:
+                self._restrict(x, sources, exclude=int(value))
+            return
+        if a < 0:
+            relation = _FLIP[relation]
+        if relation is sympy.Ge:
+            self._restrict(x, sources, lo=_ceil(value))
+        elif relation is sympy.Gt:
+            self._restrict(x, sources, lo=_floor(value) + 1)
+        elif relation is sympy.Le:
+            self._restrict(x, sources, hi=_floor(value))
+        elif relation is sympy.Lt:
+            self._restrict(x, sources, hi=_ceil(value) - 1)
+
+    def _restrict(
+        self,
+        x: sympy.Symbol,
+        sources: set[int],
+        *,
+        lo: int | None = None,
+        hi: int | None = None,
+        exclude: int | None = None,
+        congruence: ModularSet | None = None,
+    ) -> None:
+        """Narrow what is known about ``x`` and re-tighten its range."""
+        self._provenance.setdefault(x, set()).update(sources)
+        declared = self._declared.get(x, UNBOUNDED)
+        if lo is not None or hi is not None:
+            declared = declared & ValueRange(-math.inf if lo is None else lo, math.inf if hi is None else hi)
+            self._declared[x] = declared
+        if exclude is not None:
+            self._excluded.setdefault(x, set()).add(exclude)
+        if congruence is not None:
+            old = self.congruences.get(x)
+            merged = congruence if old is None else combine_congruences(old, congruence)
+            if merged is None:
+                self._contradict(self._provenance[x])
+                return
+            self.congruences[x] = merged
+        self.version += 1
+        tightened = self._tighten(x, declared)
+        if tightened.is_empty:
+            self._contradict(self._provenance[x])
+            return
+        self.ranges[x] = tightened
+        if tightened.is_point:
+            self._add_replacement(x, sympy.Integer(int(tightened.lo)), set(self._provenance.get(x, ())))
+
+    def _tighten(self, x: sympy.Symbol, declared: ValueRange) -> ValueRange:
+        congruence = self.congruences.get(x)
+        excluded = self._excluded.get(x, set())
+        lo, hi = declared.lo, declared.hi
+        if congruence is not None and congruence.is_constant:
+            value = congruence.base
+            return ValueRange(value, value) if value in declared and value not in excluded else ValueRange(1, 0)
+        step = congruence.coeff if congruence else 1
+        base = congruence.base if congruence else 0
+        if not math.isinf(lo):
+            lo = lo + (base - lo) % step
+            while lo in excluded:
+                lo += step
+        if not math.isinf(hi):
+            hi = hi - (hi - base) % step
+            while hi in excluded:
+                hi -= step
+        return ValueRange(lo, hi)

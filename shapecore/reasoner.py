@@ -1,0 +1,310 @@
+"""The reasoner: one fact scope, the analyzers asked cheapest first, and a cache.
+
+``Reasoner.prove(claim)`` runs, in order, and stops at the first layer that decides:
+
+1. **rewrite** — canonical form (:func:`shapecore.rewrite.canonicalize`), the scope's
+   replacements, and knowledge-driven simplification (:class:`shapecore.rewrite.Simplifier`);
+2. **ranges** — interval bounds of ``lhs - rhs`` for each relation (:mod:`shapecore.ranges`);
+3. **modular** — residue classes of ``lhs - rhs``, which also tighten the bounds
+   (``d ≡ 1 mod 2`` rules out ``d == 0``; ``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``);
+4. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver, with
+   the scope's timeout; then **search** for a counterexample if z3 gave up.
+
+The cheap layers only ever *prove*; they run only when every divisor in the claim is known to
+be nonzero (so the claim is defined wherever the facts hold). When they show the claim false
+everywhere, the counterexample still comes from search or z3 and is checked by exact
+evaluation. Answers are cached per claim; any new fact starts a new cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+
+import sympy
+from sympy.logic.boolalg import BooleanAtom, BooleanFunction
+
+from shapecore.errors import UnboundSymbolError
+from shapecore.evaluation import holds
+from shapecore.functions import int_symbol
+from shapecore.knowledge import Knowledge
+from shapecore.modular import ModularSet
+from shapecore.parsing import parse
+from shapecore.proof import Proof
+from shapecore.ranges import ValueRange, decide_difference
+from shapecore.rewrite import Simplifier, canonicalize, divisors, substitute
+from shapecore.search import find_counterexample, satisfies
+from shapecore.z3backend import Z3Session
+
+__all__ = ["Reasoner", "prove", "as_expr", "as_claim"]
+
+ExprLike = str | sympy.Basic | int | bool
+_LAYERS = ("rewrite", "ranges", "modular")
+
+
+def as_expr(value: ExprLike) -> sympy.Basic:
+    """``value`` as a sympy expression: text is parsed, numbers and booleans sympified."""
+    if isinstance(value, str):
+        return parse(value)
+    if isinstance(value, bool):
+        return sympy.true if value else sympy.false
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    if isinstance(value, sympy.Basic):
+        return value
+    raise TypeError(f"expected guard text or a sympy expression, got {type(value).__name__}: {value!r}")
+
+
+def as_claim(value: ExprLike) -> sympy.Basic:
+    """``value`` as a relation or boolean combination; integer expressions are rejected."""
+    expr = as_expr(value)
+    if not (expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))):
+        raise TypeError(
+            f"expected a claim such as Eq(Mod(s0, 8), 0) or s0 >= 2, got the integer expression {expr}"
+        )
+    return expr
+
+
+def _tighten(r: ValueRange, residues: ModularSet) -> ValueRange:
+    """``r`` shrunk to the members of the residue class ``residues``."""
+    if residues.is_constant:
+        return ValueRange.point(residues.base) if residues.base in r else ValueRange(1, 0)
+    step, base = residues.coeff, residues.base
+    lo, hi = r.lo, r.hi
+    if not math.isinf(lo):
+        lo = math.ceil(Fraction(lo))
+        lo += (base - lo) % step
+    if not math.isinf(hi):
+        hi = math.floor(Fraction(hi))
+        hi -= (hi - base) % step
+    return ValueRange(lo, hi)
+
+
+class _CheapLayers:
+    """Decides a claim with rewriting, ranges and residue classes, tracking the layer used."""
+
+    def __init__(self, knowledge: Knowledge) -> None:
+        self.simplify = Simplifier(knowledge.ranges, knowledge.congruences)
+        self.layer = 0  # index into _LAYERS of the most expensive layer needed
+
+    def _use(self, layer: str) -> None:
+        self.layer = max(self.layer, _LAYERS.index(layer))
+
+    def decide(self, claim: sympy.Basic) -> bool | None:
+        if claim is sympy.true or claim is sympy.false:
+            return claim is sympy.true
+        if claim.is_Relational:
+            return self._relation(type(claim), claim.args[0] - claim.args[1])
+        if isinstance(claim, sympy.Not):
+            inner = self.decide(claim.args[0])
+            return None if inner is None else not inner
+        if isinstance(claim, (sympy.And, sympy.Or)):
+            values = [self.decide(arg) for arg in claim.args]
+            absorbing = isinstance(claim, sympy.Or)
+            if absorbing in values:
+                return absorbing
+            return None if None in values else not absorbing
+        return None
+
+    def _relation(self, relation: type, difference: sympy.Basic) -> bool | None:
+        simplify = self.simplify
+        d = simplify(difference)
+        for layer in ("modular", "ranges"):
+            if layer in simplify.used:
+                self._use(layer)
+        if d.is_Number:
+            value = Fraction(int(d.p), int(d.q)) if d.is_Rational else float(d)
+            return decide_difference(relation, ValueRange.point(value))
+        bounds = simplify.bounds.bound(d)
+        verdict = decide_difference(relation, bounds)
+        if verdict is not None:
+            self._use("ranges")
+            return verdict
+        residues = simplify.residues.analyze(d)
+        if residues is None or residues == ModularSet(1, 0):
+            return None
+        tightened = _tighten(bounds, residues)
+        if tightened.is_empty:
+            return None
+        verdict = decide_difference(relation, tightened)
+        if verdict is not None:
+            self._use("modular")
+        return verdict
+
+
+class Reasoner:
+    """A fact scope with the layered prover of this module.
+
+    >>> r = Reasoner()
+    >>> r.add_fact("Eq(Mod(s0, 4), 0)"); r.add_fact("Eq(Mod(s1, 2), 0)")
+    >>> r.prove("Eq(Mod(s0*s1, 8), 0)").status
+    'proved'
+    """
+
+    def __init__(self, *, timeout_ms: int = 1000) -> None:
+        self.knowledge = Knowledge()
+        self.timeout_ms = timeout_ms
+        self.hints: dict[str, int] = {}
+        self._cache: dict[object, Proof] = {}
+        self._cache_version = -1
+        self._z3: Z3Session | None = None
+        self._z3_facts = 0
+        self._facts_snapshot: tuple[sympy.Basic, ...] = ()
+        self._snapshot_version = -1
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the facts change."""
+        return self.knowledge.version
+
+    @property
+    def facts(self) -> tuple[sympy.Basic, ...]:
+        if self._snapshot_version != self.knowledge.version:
+            self._facts_snapshot = tuple(self.knowledge.facts)
+            self._snapshot_version = self.knowledge.version
+        return self._facts_snapshot
+
+    def add_fact(self, fact: ExprLike) -> sympy.Basic:
+        """Assume ``fact`` from now on; returns it as parsed and canonicalized."""
+        claim = as_claim(fact)
+        index = self.knowledge.add(claim)
+        return self.knowledge.facts[index]
+
+    def set_range(self, symbol: str | sympy.Symbol, lo: int | None, hi: int | None) -> None:
+        """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
+        sym = int_symbol(symbol) if isinstance(symbol, str) else symbol
+        if lo is not None:
+            self.add_fact(sympy.Ge(sym, lo))
+        if hi is not None:
+            self.add_fact(sympy.Le(sym, hi))
+
+    def prove(self, claim: ExprLike) -> Proof:
+        """Decide ``claim`` under the facts: proved, refuted (with counterexample) or unknown."""
+        if self._cache_version != self.knowledge.version:
+            self._cache = {}
+            self._cache_version = self.knowledge.version
+        found = self._cache.get(claim)
+        if found is None:
+            found = self._cache[claim] = self._prove(claim)
+        return found
+
+    # -- layers -----------------------------------------------------------------------------
+
+    def _used(self, indices: Iterable[int]) -> tuple[sympy.Basic, ...]:
+        facts = self.knowledge.facts
+        return tuple(facts[i] for i in sorted(set(indices)))
+
+    def _proof(self, claim: sympy.Basic, status: str, method: str, **extra: object) -> Proof:
+        return Proof(claim=claim, status=status, method=method, facts=self.facts, **extra)  # type: ignore[arg-type]
+
+    def _prove(self, raw: ExprLike) -> Proof:
+        claim = as_claim(raw)
+        knowledge = self.knowledge
+        if knowledge.contradiction is not None:
+            return self._proof(
+                claim, "proved", "facts", facts_used=self._used(knowledge.contradiction),
+                reason="the facts contradict each other, so every claim follows",
+            )
+        try:
+            verdict, layer, substituted = self._decide_cheaply(claim)
+        except ZeroDivisionError:  # a divisor is zero wherever the facts hold: the claim never holds
+            verdict, layer, substituted = False, 0, claim
+        if verdict is True:
+            symbols = claim.free_symbols | substituted.free_symbols
+            return self._proof(claim, "proved", _LAYERS[layer], facts_used=self._used(knowledge.provenance(symbols)))
+        if verdict is False:
+            witness = find_counterexample(claim, knowledge, self.hints)
+            if witness is not None:
+                return self._proof(claim, "refuted", "search", counterexample=witness)
+        return self._prove_z3(claim)
+
+    def _decide_cheaply(self, claim: sympy.Basic) -> tuple[bool | None, int, sympy.Basic]:
+        """``(verdict, layer index, rewritten claim)`` from rewriting, ranges and residues.
+
+        Runs only when every divisor of ``claim`` is nonzero wherever the facts hold: then the
+        claim is defined there, and rebuilding it (which lets sympy simplify ``A | ~A`` to
+        True) cannot hide a division by zero.
+        """
+        replacements = self.knowledge.replacements
+        nonzero = _CheapLayers(self.knowledge)
+        for divisor in divisors(claim):
+            if nonzero.decide(sympy.Ne(substitute(canonicalize(divisor), replacements), 0)) is not True:
+                return None, 0, claim
+        substituted = substitute(canonicalize(claim), replacements)
+        cheap = _CheapLayers(self.knowledge)
+        return cheap.decide(substituted), cheap.layer, substituted
+
+    def _session(self) -> Z3Session:
+        if self._z3 is None:
+            self._z3 = Z3Session()
+        facts = self.knowledge.facts
+        for fact in facts[self._z3_facts :]:
+            self._z3.add_fact(fact)
+        self._z3_facts = len(facts)
+        return self._z3
+
+    def _prove_z3(self, claim: sympy.Basic) -> Proof:
+        """Ask z3; a model is reported only if exact evaluation confirms it."""
+        answer = self._session().check(claim, self.timeout_ms)
+        if answer.status == "unsat":
+            return self._proof(claim, "proved", "z3", facts_used=self._used(answer.core or ()))
+        if answer.status == "sat":
+            model = dict(answer.model or {})
+            if self._is_counterexample(claim, model):
+                return self._proof(claim, "refuted", "z3", counterexample=model)
+            reason = "z3's model is not a counterexample under exact evaluation (float functions are opaque to z3)"
+        else:
+            reason = f"z3 gave up ({answer.reason}) after at most {self.timeout_ms} ms"
+        witness = find_counterexample(claim, self.knowledge, self.hints)
+        if witness is not None:
+            return self._proof(claim, "refuted", "search", counterexample=witness)
+        return self._proof(claim, "unknown", "none", reason=reason)
+
+    def _is_counterexample(self, claim: sympy.Basic, values: dict[str, int]) -> bool:
+        try:
+            return satisfies(self.knowledge.facts, values) and not holds(claim, values)
+        except UnboundSymbolError:
+            return False
+
+
+_SCOPES: OrderedDict[tuple, Reasoner] = OrderedDict()
+_SCOPES_KEPT = 64
+
+
+def _scope_key(
+    facts: Iterable[ExprLike], ranges: Mapping[str, tuple[int | None, int | None]] | None, timeout_ms: int
+) -> tuple:
+    return (tuple(facts), tuple(sorted((ranges or {}).items())), timeout_ms)
+
+
+def prove(
+    claim: ExprLike,
+    *,
+    facts: Iterable[ExprLike] = (),
+    ranges: Mapping[str, tuple[int | None, int | None]] | None = None,
+    timeout_ms: int = 1000,
+) -> Proof:
+    """Prove ``claim`` from ``facts`` and ``ranges`` (symbol name → ``(lo, hi)``, None = open).
+
+    Free symbols are integers with no sign assumed unless a fact or range says so. Scopes are
+    kept (the last 64), so repeating a query with the same facts is a dictionary lookup.
+
+    >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
+    'proved'
+    """
+    key = _scope_key(facts, ranges, timeout_ms)
+    reasoner = _SCOPES.get(key)
+    if reasoner is None:
+        reasoner = Reasoner(timeout_ms=timeout_ms)
+        for name, (lo, hi) in key[1]:
+            reasoner.set_range(name, lo, hi)
+        for fact in key[0]:
+            reasoner.add_fact(fact)
+        _SCOPES[key] = reasoner
+        if len(_SCOPES) > _SCOPES_KEPT:
+            _SCOPES.popitem(last=False)
+    else:
+        _SCOPES.move_to_end(key)
+    return reasoner.prove(claim)

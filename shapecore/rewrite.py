@@ -1,0 +1,260 @@
+"""Rewriting: one canonical form per operation, then simplification with known facts.
+
+:func:`canonicalize` is purely syntactic and keeps value *and* definedness at every
+assignment: ``PythonMod → Mod``, ``CleanDiv → FloorDiv``, ``CeilDiv(a, b) → -FloorDiv(-a, b)``,
+``ModularIndexing(a, b, c) → Mod(FloorDiv(a, b), c)``.
+
+:func:`simplify` rewrites bottom-up with the residue classes (:mod:`shapecore.modular`) and
+ranges (:mod:`shapecore.ranges`) of symbols. Each rule is an identity over the integers,
+valid wherever its side condition holds (``d`` is a nonzero integer constant, ``g > 0``):
+
+=====================================================  ==========================================
+``FloorDiv(a, d)`` → ``FloorDiv(-a, -d)``              ``d < 0``
+``FloorDiv(a, d)`` → ``(a - a%d) / d``                 ``a`` has a known residue mod ``d``
+``FloorDiv(d*x + y, d)`` → ``x + FloorDiv(y, d)``      ``x`` integer
+``FloorDiv(g*x, g*m)`` → ``FloorDiv(x, m)``            ``g > 0``, ``m`` constant
+``FloorDiv(FloorDiv(x, e), d)`` → ``FloorDiv(x, e*d)``  ``d > 0``
+``FloorDiv(a, d)`` → ``k``                             ``a ∈ [k*d, k*d + d - 1]`` by ranges
+``Mod(a, d)`` → ``r``                                  ``a ≡ r (mod d)`` always
+``Mod(d*x + y, d)`` → ``Mod(y, d)``                    ``x`` integer
+``Mod(g*x, g*m)`` → ``g*Mod(x, m)``                    ``g > 0``, ``m`` constant
+``Mod(Mod(x, e), d)`` → ``Mod(x, d)``                  ``d | e`` (constants)
+``Mod(a, d)`` → ``a - k*d``                            ``a ∈ [k*d, k*d + d - 1]`` by ranges
+``Max(a, b)`` → ``a``, ``Min(a, b)`` → ``b``          ``a - b >= 0`` by ranges
+``c*x + k*FloorDiv(x, m)`` → ``(c*m + k)*FloorDiv(x, m) + c*Mod(x, m)``   (``x = m*(x//m) + x%m``)
+=====================================================  ==========================================
+
+The last rule separates ``x`` from ``x // m`` so that interval arithmetic sees them
+independently (``n - n//3 = 2*(n//3) + n%3``); when ``c*m + k == 0`` it fuses the pair into
+``c*Mod(x, m)`` (``16*s - 128*(s//8) = 16*Mod(s, 8)``). Each rule is property-tested against
+brute-force evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import sympy
+
+from shapecore import functions as F
+from shapecore.modular import ModularSet, _Analyzer
+from shapecore.ranges import ValueRange, _Bounder, _floor_div
+
+__all__ = ["canonicalize", "substitute", "simplify", "divisors", "Simplifier"]
+
+
+def _rebuild(expr: sympy.Basic, visit: Callable[[sympy.Basic], sympy.Basic]) -> sympy.Basic:
+    """``expr`` with ``visit`` applied to each argument, rebuilt only when one changed."""
+    if not expr.args or expr.is_Atom:
+        return expr
+    args = tuple(visit(a) for a in expr.args)
+    if all(new is old for new, old in zip(args, expr.args)):
+        return expr
+    return expr.func(*args)
+
+
+def _canonical_node(expr: sympy.Basic) -> sympy.Basic:
+    cls = type(expr)
+    if cls is F.PythonMod:
+        return F.Mod(*expr.args)
+    if cls is F.CleanDiv:
+        return F.FloorDiv(*expr.args)
+    if cls is F.CeilDiv:
+        a, b = expr.args
+        return -F.FloorDiv(-a, b)
+    if cls is F.ModularIndexing:
+        a, b, c = expr.args
+        return F.Mod(F.FloorDiv(a, b), c)
+    return expr
+
+
+def canonicalize(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` with one function per operation (see the module docstring)."""
+    memo: dict[sympy.Basic, sympy.Basic] = {}
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        found = memo.get(node)
+        if found is None:
+            found = memo[node] = _canonical_node(_rebuild(node, visit))
+        return found
+
+    return visit(expr)
+
+
+def substitute(expr: sympy.Basic, replacements: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
+    """``expr`` with each replaced symbol swapped for its (fully resolved) expression."""
+    if not replacements or not (expr.free_symbols & replacements.keys()):
+        return expr
+    return expr.xreplace(dict(replacements))
+
+
+def divisors(expr: sympy.Basic) -> set[sympy.Basic]:
+    """The non-constant divisors in ``expr``: where it may be undefined."""
+    found: set[sympy.Basic] = set()
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, (F.FloorDiv, F.Mod, F.CeilDiv, F.IntTrueDiv, F.FloatTrueDiv)):
+            if not node.args[1].is_Number:
+                found.add(node.args[1])
+        elif isinstance(node, F.ModularIndexing):
+            found.update(a for a in node.args[1:] if not a.is_Number)
+        elif node.is_Pow and node.exp.is_negative and not node.base.is_Number:
+            found.add(node.base)
+    return found
+
+
+def _split_multiples(expr: sympy.Basic, d: int) -> tuple[sympy.Basic, sympy.Basic]:
+    """``expr = multiple + rest`` where ``multiple`` is ``d`` times an integer expression."""
+    multiple, rest = [], []
+    for term in sympy.Add.make_args(expr):
+        coeff, factor = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % d == 0 and factor.is_integer:
+            multiple.append(term)
+        else:
+            rest.append(term)
+    return sympy.Add(*multiple), sympy.Add(*rest)
+
+
+def _content(expr: sympy.Basic) -> int:
+    """The gcd of the integer coefficients of ``expr``'s terms (0 if one is not an integer)."""
+    g = 0
+    for term in sympy.Add.make_args(expr):
+        coeff, _ = term.as_coeff_Mul()
+        if not coeff.is_Integer:
+            return 0
+        g = math.gcd(g, int(coeff))
+    return g
+
+
+class Simplifier:
+    """Bottom-up rewriting of expressions under known ranges and residue classes.
+
+    ``used`` collects which analyses fired (``"modular"``, ``"ranges"``) so the reasoner can
+    report which layer decided a claim.
+    """
+
+    def __init__(
+        self,
+        ranges: Mapping[sympy.Symbol, ValueRange],
+        congruences: Mapping[sympy.Symbol, ModularSet],
+    ) -> None:
+        self.bounds = _Bounder(ranges)
+        self.residues = _Analyzer(congruences)
+        self.used: set[str] = set()
+        self.memo: dict[sympy.Basic, sympy.Basic] = {}
+
+    def __call__(self, expr: sympy.Basic) -> sympy.Basic:
+        found = self.memo.get(expr)
+        if found is None:
+            found = self.memo[expr] = self._node(_rebuild(expr, self))
+        return found
+
+    def _node(self, expr: sympy.Basic) -> sympy.Basic:
+        if isinstance(expr, F.FloorDiv):
+            return self._floordiv(*expr.args)
+        if isinstance(expr, F.Mod):
+            return self._mod(*expr.args)
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            return self._minmax(expr)
+        if expr.is_Add:
+            return self._separate_floordiv(expr)
+        return expr
+
+    def _period(self, a: sympy.Basic, d: int) -> int | None:
+        """``k`` when the ranges put ``a`` inside ``[k*d, k*d + d - 1]``."""
+        r = self.bounds.bound(a)
+        if math.isinf(r.lo) or math.isinf(r.hi):
+            return None
+        k = _floor_div(r.lo, d)
+        return k if _floor_div(r.hi, d) == k else None
+
+    def _floordiv(self, a: sympy.Basic, d: sympy.Basic) -> sympy.Basic:
+        if not (d.is_Integer and d != 0):
+            return F.FloorDiv(a, d)
+        if d < 0:
+            return self(F.FloorDiv(-a, -d))
+        divisor = int(d)
+        residues = self.residues.analyze(a)
+        if residues is not None and residues.residue(divisor) is not None:
+            self.used.add("modular")
+            return self((a - residues.residue(divisor)) / divisor)
+        multiple, rest = _split_multiples(a, divisor)
+        if multiple != 0:
+            return self(multiple / divisor + F.FloorDiv(rest, d))
+        g = math.gcd(_content(a), divisor)
+        if g > 1:
+            return self(F.FloorDiv(a / g, divisor // g))
+        if isinstance(a, F.FloorDiv) and divisor > 0:
+            return self(F.FloorDiv(a.args[0], a.args[1] * divisor))
+        k = self._period(a, divisor) if divisor > 0 else None
+        if k is not None:
+            self.used.add("ranges")
+            return sympy.Integer(k)
+        return F.FloorDiv(a, d)
+
+    def _mod(self, a: sympy.Basic, d: sympy.Basic) -> sympy.Basic:
+        if not (d.is_Integer and d != 0):
+            return F.Mod(a, d)
+        divisor = int(d)
+        residues = self.residues.analyze(a)
+        if residues is not None:
+            residue = residues.residue(divisor)
+            if residue is not None:
+                self.used.add("modular")
+                return sympy.Integer(residue)
+        multiple, rest = _split_multiples(a, divisor)
+        if multiple != 0:
+            return self(F.Mod(rest, d))
+        g = math.gcd(_content(a), divisor)
+        if g > 1:
+            return self(g * F.Mod(a / g, divisor // g))
+        if isinstance(a, F.Mod) and a.args[1].is_Integer and int(a.args[1]) % divisor == 0:
+            return self(F.Mod(a.args[0], d))
+        k = self._period(a, divisor) if divisor > 0 else None
+        if k is not None:
+            self.used.add("ranges")
+            return self(a - k * divisor)
+        return F.Mod(a, d)
+
+    def _minmax(self, expr: sympy.Basic) -> sympy.Basic:
+        pick_max = isinstance(expr, sympy.Max)
+        for candidate in expr.args:
+            dominates = True
+            for other in expr.args:
+                if other is candidate:
+                    continue
+                r = self.bounds.bound(candidate - other)
+                if not (r.lo >= 0 if pick_max else r.hi <= 0):
+                    dominates = False
+                    break
+            if dominates:
+                self.used.add("ranges")
+                return candidate
+        return expr
+
+    def _separate_floordiv(self, expr: sympy.Basic) -> sympy.Basic:
+        terms = expr.as_coefficients_dict()
+        for node, k in terms.items():
+            if not (isinstance(node, F.FloorDiv) and node.args[1].is_Integer and node.args[1] > 0):
+                continue
+            x, m = node.args
+            x_terms = {t: c for t, c in x.as_coefficients_dict().items() if not t.is_Number}
+            if not x_terms:
+                continue
+            first, first_coeff = next(iter(x_terms.items()))
+            c = terms.get(first, 0) / first_coeff
+            if c == 0 or not c.is_Integer:
+                continue
+            if all(terms.get(t, 0) == c * v for t, v in x_terms.items()):
+                return self(expr - c * x + c * m * node + c * F.Mod(x, m))
+        return expr
+
+
+def simplify(
+    expr: sympy.Basic,
+    ranges: Mapping[sympy.Symbol, ValueRange],
+    congruences: Mapping[sympy.Symbol, ModularSet],
+) -> tuple[sympy.Basic, set[str]]:
+    """``expr`` rewritten with the rules above, and the analyses that fired."""
+    simplifier = Simplifier(ranges, congruences)
+    return simplifier(expr), simplifier.used

@@ -1,0 +1,254 @@
+"""z3 with an integer encoding of Python semantics: the complete (but slowest) layer.
+
+Encoding (each symbol is a z3 ``Int``):
+
+* ``a // d`` and ``a % d`` for a positive integer constant ``d`` are z3's ``div``/``mod``,
+  which round toward -infinity for positive divisors, i.e. Python's semantics; a negative
+  constant uses ``a // d = (-a) // (-d)``.
+* Any other ``FloorDiv(a, b)`` gets a fresh ``Int q`` with the axiom
+  ``(b > 0 → b*q <= a < b*q + b) ∧ (b < 0 → b*q >= a > b*q + b)``; ``Mod(a, b) = a - b*q``.
+  The axiom only constrains the fresh ``q``, so it is asserted once, globally.
+* Every division contributes the definedness condition ``b != 0``; a formula *holds* when it
+  is defined and true (see :func:`shapecore.evaluation.holds`).
+* Rational constants are z3 reals (mixed integer/real arithmetic, exact).
+* ``CleanDiv``, ``PythonMod``, ``CeilDiv`` and ``ModularIndexing`` are encoded through the
+  above node by node, without rebuilding (and so re-simplifying) the sympy tree.
+* Float-valued functions and anything else outside the integer vocabulary become fresh,
+  unconstrained variables: proofs stay
+  sound, and since a model may then be spurious, the reasoner checks every model by exact
+  evaluation before it calls it a counterexample.
+
+:class:`Z3Session` keeps one incremental solver per fact scope: facts are asserted once behind
+tracking literals (for unsat cores), each query adds ``q → ¬holds(claim)`` and checks under
+the assumption ``q``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import operator
+from fractions import Fraction
+
+import sympy
+import z3
+
+from shapecore import functions as F
+
+__all__ = ["Translator", "Z3Session", "Z3Answer", "smtlib_script"]
+
+
+_RELATIONS = {
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
+    sympy.Lt: operator.lt,
+    sympy.Le: operator.le,
+    sympy.Gt: operator.gt,
+    sympy.Ge: operator.ge,
+}
+
+
+class Translator:
+    """sympy → z3 terms, with the shared axioms of division."""
+
+    def __init__(self, ctx: z3.Context | None = None) -> None:
+        self.ctx = ctx or z3.main_ctx()
+        self.axioms: list[z3.BoolRef] = []
+        self._symbols: dict[str, z3.ArithRef] = {}
+        self._reals: dict[str, z3.ArithRef] = {}
+        self._terms: dict[sympy.Basic, tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]] = {}
+        self._fresh = 0
+
+    def symbol(self, name: str) -> z3.ArithRef:
+        found = self._symbols.get(name)
+        if found is None:
+            found = self._symbols[name] = z3.Int(name, self.ctx)
+        return found
+
+    def _real(self, name: str) -> z3.ArithRef:
+        found = self._reals.get(name)
+        if found is None:
+            found = self._reals[name] = z3.Real(name, self.ctx)
+        return found
+
+    @property
+    def symbols(self) -> dict[str, z3.ArithRef]:
+        """The integer symbols translated so far, by name."""
+        return self._symbols
+
+    @property
+    def reals(self) -> dict[str, z3.ArithRef]:
+        """The real (float) symbols translated so far, by name."""
+        return self._reals
+
+    def _fresh_var(self, prefix: str, real: bool = False) -> z3.ArithRef:
+        self._fresh += 1
+        name = f"!{prefix}{self._fresh}"
+        return z3.Real(name, self.ctx) if real else z3.Int(name, self.ctx)
+
+    def holds(self, formula: sympy.Basic) -> z3.BoolRef:
+        """z3 formula true exactly where ``formula`` is defined and true."""
+        value, defined = self.term(formula)
+        return z3.And(*defined, value) if defined else value
+
+    def term(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
+        """``(value, definedness conditions)`` of ``expr``."""
+        found = self._terms.get(expr)
+        if found is None:
+            found = self._terms[expr] = self._translate(expr)
+        return found
+
+    def _args(self, expr: sympy.Basic) -> tuple[list[z3.ExprRef], tuple[z3.BoolRef, ...]]:
+        values, defined = [], []
+        for arg in expr.args:
+            v, d = self.term(arg)
+            values.append(v)
+            defined.extend(d)
+        return values, tuple(dict.fromkeys(defined))
+
+    def _opaque(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
+        _, defined = self._args(expr)
+        return self._fresh_var("opaque", real=not expr.is_integer), defined
+
+    def _translate(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
+        ctx = self.ctx
+        if expr.is_Symbol:
+            return (self.symbol(expr.name) if expr.is_integer else self._real(expr.name)), ()
+        if expr.is_Integer:
+            return z3.IntVal(int(expr), ctx), ()
+        if expr.is_Rational:
+            return z3.RealVal(f"{expr.p}/{expr.q}", ctx), ()
+        if expr is sympy.true:
+            return z3.BoolVal(True, ctx), ()
+        if expr is sympy.false:
+            return z3.BoolVal(False, ctx), ()
+        if isinstance(expr, (F.FloorDiv, F.Mod)):
+            return self._division(expr)
+        if isinstance(expr, (F.CeilDiv, F.ModularIndexing)):
+            return self._composite_division(expr)
+        if expr.is_Pow:
+            if expr.exp.is_Integer and 0 <= expr.exp <= 64:
+                base, defined = self.term(expr.base)
+                result: z3.ExprRef = z3.IntVal(1, ctx)
+                for _ in range(int(expr.exp)):
+                    result = result * base
+                return result, defined
+            return self._opaque(expr)
+        values, defined = self._args(expr)
+        if expr.is_Add:
+            return z3.Sum(*values), defined
+        if expr.is_Mul:
+            return z3.Product(*values), defined
+        if isinstance(expr, (sympy.Max, sympy.Min)):
+            result = values[0]
+            for v in values[1:]:
+                result = z3.If(v > result, v, result) if isinstance(expr, sympy.Max) else z3.If(v < result, v, result)
+            return result, defined
+        if expr.is_Relational:
+            return _RELATIONS[type(expr)](*values), defined
+        if isinstance(expr, sympy.And):
+            return z3.And(*values), defined
+        if isinstance(expr, sympy.Or):
+            return z3.Or(*values), defined
+        if isinstance(expr, sympy.Not):
+            return z3.Not(values[0]), defined
+        return self._opaque(expr)
+
+    def _composite_division(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
+        """``CeilDiv(a, b) = -((-a) // b)`` and ``ModularIndexing(a, b, c) = (a // b) % c``.
+
+        Built node by node, not by rebuilding the sympy tree, so nothing is simplified away.
+        """
+        if isinstance(expr, F.CeilDiv):
+            a, b = expr.args
+            value, defined = self._division(F.FloorDiv(-a, b, evaluate=False))
+            return -value, defined
+        a, b, c = expr.args
+        return self._division(F.Mod(F.FloorDiv(a, b, evaluate=False), c, evaluate=False))
+
+    def _division(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
+        (a, b), defined = self._args(expr)
+        is_mod = isinstance(expr, F.Mod)
+        divisor = expr.args[1]
+        integral = a.is_int() and b.is_int()
+        if divisor.is_Integer and integral:
+            d = int(divisor)
+            if d > 0:
+                return (a % d if is_mod else a / d), defined
+            quotient = (-a) / (-d)
+            return (a - b * quotient if is_mod else quotient), defined
+        q = self._fresh_var("q")
+        self.axioms.append(z3.Implies(b > 0, z3.And(b * q <= a, a < b * q + b)))
+        self.axioms.append(z3.Implies(b < 0, z3.And(b * q >= a, a > b * q + b)))
+        if not divisor.is_Number:
+            defined = tuple(dict.fromkeys(defined + (b != 0,)))
+        return (a - b * q if is_mod else q), defined
+
+
+@dataclass(frozen=True)
+class Z3Answer:
+    """``status`` is ``unsat`` (claim proved), ``sat`` (``model`` given) or ``unknown``."""
+
+    status: str
+    model: dict[str, int | float] | None = None
+    core: tuple[int, ...] | None = None
+    reason: str = ""
+
+
+class Z3Session:
+    """One persistent incremental solver for a growing list of facts."""
+
+    def __init__(self) -> None:
+        self.translator = Translator()
+        self.solver = z3.Solver(ctx=self.translator.ctx)
+        self._tracks: list[z3.BoolRef] = []
+        self._axioms_sent = 0
+        self._queries = 0
+
+    def _flush_axioms(self) -> None:
+        axioms = self.translator.axioms
+        if self._axioms_sent < len(axioms):
+            self.solver.add(*axioms[self._axioms_sent :])
+            self._axioms_sent = len(axioms)
+
+    def add_fact(self, fact: sympy.Basic) -> None:
+        track = z3.Bool(f"!fact{len(self._tracks)}", self.translator.ctx)
+        self.solver.add(z3.Implies(track, self.translator.holds(fact)))
+        self._tracks.append(track)
+
+    def check(self, claim: sympy.Basic, timeout_ms: int) -> Z3Answer:
+        """Is ``facts ∧ ¬holds(claim)`` unsatisfiable (proved) or satisfiable (model)?"""
+        translator = self.translator
+        negated = z3.Not(translator.holds(claim))
+        self._flush_axioms()
+        self._queries += 1
+        query = z3.Bool(f"!query{self._queries}", translator.ctx)
+        self.solver.add(z3.Implies(query, negated))
+        self.solver.set("timeout", int(timeout_ms))
+        result = self.solver.check(*self._tracks, query)
+        if result == z3.unsat:
+            core = {str(t) for t in self.solver.unsat_core()}
+            used = tuple(i for i, t in enumerate(self._tracks) if str(t) in core)
+            return Z3Answer("unsat", core=used)
+        if result == z3.sat:
+            model = self.solver.model()
+            values: dict[str, int | float] = {
+                name: model.eval(var, model_completion=True).as_long()
+                for name, var in translator.symbols.items()
+            }
+            for name, var in translator.reals.items():
+                value = model.eval(var, model_completion=True)
+                values[name] = float(Fraction(value.numerator_as_long(), value.denominator_as_long()))
+            return Z3Answer("sat", model=values)
+        return Z3Answer("unknown", reason=self.solver.reason_unknown())
+
+
+def smtlib_script(facts: list[sympy.Basic], claim: sympy.Basic) -> str:
+    """SMT-LIB2 asserting the facts and the negated claim: ``unsat`` iff the claim follows."""
+    translator = Translator(z3.Context())
+    solver = z3.Solver(ctx=translator.ctx)
+    for fact in facts:
+        solver.add(translator.holds(fact))
+    solver.add(z3.Not(translator.holds(claim)))
+    solver.add(*translator.axioms)
+    return solver.to_smt2()

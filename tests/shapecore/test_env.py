@@ -1,0 +1,166 @@
+"""ShapeEnv: PyTorch's verbs, guards in and out, unbacked symbols, JSON."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import sympy
+from hypothesis import given
+
+from shapecore import ConstraintError, DataDependentError, ShapeEnv, ValueRange, int_symbol, parse
+from shapecore.testing import shape_envs
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, shapecore, shapecore.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_symbols_are_named_like_torch():
+    env = ShapeEnv()
+    assert [env.create_symbol(8), env.create_symbol(4)] == [int_symbol("s0"), int_symbol("s1")]
+    assert env.create_unbacked_symbol() == int_symbol("u0")
+    assert env.create_symbol(3, name="batch") == int_symbol("batch")
+    assert env.hints == {"s0": 8, "s1": 4, "batch": 3}
+    assert env.var_to_range[int_symbol("s0")] == ValueRange(2, float("inf"))
+
+
+def test_bad_symbols_are_explained():
+    env = ShapeEnv()
+    with pytest.raises(ConstraintError, match="hint 1 for s0 is outside its range"):
+        env.create_symbol(1)
+    env.create_symbol(1, min=0)
+    with pytest.raises(ConstraintError, match="already exists"):
+        env.create_symbol(5, name="s0")
+    with pytest.raises(TypeError, match="hint must be an int"):
+        env.create_symbol(2.5)
+
+
+def test_evaluate_expr_decides_statically_or_records_a_guard():
+    env = ShapeEnv()
+    env.create_symbol(16)
+    env.add_fact("Eq(Mod(s0, 4), 0)")
+    assert env.evaluate_expr("s0 >= 4") is True and env.guards == []
+    assert env.evaluate_expr("Eq(Mod(s0, 8), 0)") is True
+    assert env.guards == [parse("Eq(Mod(s0, 8), 0)")]
+    assert env.evaluate_expr("s0 > 100") is False
+    assert env.guards[-1] == parse("s0 <= 100")
+    assert env.evaluate_expr("s0 // 4") == 4
+    assert env.statically_known_true("Eq(s0, 16)")
+
+
+def test_size_hint_records_nothing():
+    env = ShapeEnv()
+    env.create_symbol(6)
+    assert env.size_hint("s0*s0 + 1") == 37
+    assert env.guards == []
+
+
+def test_data_dependent_error_names_expression_symbol_source_and_fix():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    env.create_unbacked_symbol(size_like=True, source="x.nonzero().size(0)")
+    with pytest.raises(DataDependentError) as info:
+        env.evaluate_expr("u0 > 5")
+    error = info.value
+    assert (error.expr, error.symbol, error.source) == ("u0 > 5", "u0", "x.nonzero().size(0)")
+    assert "env.add_fact('u0 > 5')" in str(error) and "u0 <= 5" in str(error)
+    with pytest.raises(DataDependentError):
+        env.size_hint("u0 + 1")
+    assert env.guard_or_false("u0 > 5") is False
+    assert env.guard_or_true("u0 > 5") is True
+    assert env.evaluate_expr("u0 >= 0") is True, "size-like unbacked symbols are nonnegative"
+    env.add_fact("u0 >= 6")
+    assert env.evaluate_expr("u0 > 5") is True
+
+
+def test_runtime_asserts_are_assumed():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    u0 = env.create_unbacked_symbol()
+    assert env.defer_runtime_assert("u0 <= s0", "nonzero count")
+    assert env.runtime_asserts[0].expr == sympy.Le(u0, int_symbol("s0"))
+    assert env.statically_known_true("u0 < s0 + 1")
+    assert env.defer_runtime_assert("u0 <= s0 + 5") and len(env.runtime_asserts) == 1, "implied: not recorded"
+    with pytest.raises(ConstraintError, match="can never hold"):
+        env.defer_runtime_assert("u0 > s0 + 5")
+
+
+def test_constraints_are_checked_against_hints_and_each_other():
+    env = ShapeEnv()
+    env.create_symbol(6, name="batch")
+    with pytest.raises(ConstraintError, match="false for the example values"):
+        env.add_fact("Eq(Mod(batch, 4), 0)")
+    with pytest.raises(ConstraintError, match="excludes its hint"):
+        env.constrain_range("batch", max=5)
+    env.constrain_range("batch", min=3, max=64)
+    assert env.var_to_range[int_symbol("batch")] == ValueRange(3, 64)
+    with pytest.raises(KeyError, match="did not create"):
+        env.add_fact("s9 > 1")
+
+
+def test_derived_dims_become_replacements_and_divisibility():
+    env = ShapeEnv()
+    k = env.create_symbol(8, source="k", max=512)
+    env.create_symbol(64, source="x.size()[0]", max=4096)
+    env.add_fact("Eq(s1, 8*s0)")
+    assert env.replacements == {int_symbol("s1"): 8 * k}
+    assert env.var_to_range[int_symbol("s1")] == ValueRange(16, 4096)
+    env.evaluate_expr("Eq(Mod(16*s1, 128), 0)")
+    assert env.guards == [], "16*8*k is always a multiple of 128"
+    env2 = ShapeEnv()
+    env2.create_symbol(64)
+    env2.add_fact("Eq(16*s0, 128*((s0//8)))")
+    assert env2.divisible == {parse("Mod(s0, 8)")}
+
+
+def test_produce_and_check_guards():
+    env = ShapeEnv()
+    env.create_symbol(16, source="x.size()[0]", max=1024)
+    env.create_symbol(6, source="x.size()[1]")
+    env.add_fact("Eq(Mod(s0, 4), 0)")
+    env.evaluate_expr("s0*s1 > 50")
+    sources = {"s0": "x.size()[0]", "s1": "x.size()[1]"}
+    assert env.produce_guards(sources) == [
+        "x.size()[0] >= 4", "x.size()[0] <= 1024", "x.size()[1] >= 2",
+        "x.size()[0] % 4 == 0", "x.size()[0]*x.size()[1] > 50",
+    ]
+    assert env.check_guards({"s0": 16, "s1": 6}) == []
+    violated = env.check_guards({"s0": 6, "s1": 2})
+    assert parse("Eq(Mod(s0, 4), 0)") in violated and parse("s0*s1 > 50") in violated
+    with pytest.raises(KeyError, match="has no source"):
+        env.produce_guards({"s0": "x.size()[0]"})
+
+
+def test_json_round_trip_is_exact():
+    env = ShapeEnv()
+    env.create_symbol(8, source="k", max=512)
+    env.create_symbol(64, source="x.size()[0]")
+    env.create_unbacked_symbol(size_like=True, source="nz")
+    env.add_fact("Eq(s1, 8*s0)")
+    env.evaluate_expr("s0 > 4")
+    env.defer_runtime_assert("u0 <= s1", "count")
+    text = env.to_json()
+    document = json.loads(text)
+    assert document["format"] == "shapecore.ShapeEnv" and document["version"] == 1
+    assert document["replacements"] == {"s1": "8*s0"}
+    assert document["guards"] == ["s0 > 4"]
+    clone = ShapeEnv.from_json(text)
+    assert clone.to_json() == text
+    assert clone.replacements == env.replacements and clone.var_to_range == env.var_to_range
+    assert clone.guards == env.guards and clone.runtime_asserts == env.runtime_asserts
+
+
+def test_json_version_is_checked():
+    document = json.loads(ShapeEnv().to_json())
+    document["version"] = 99
+    with pytest.raises(ValueError, match="version 99 is not supported"):
+        ShapeEnv.from_json(json.dumps(document))
+
+
+@given(env=shape_envs())
+def test_hints_satisfy_every_guard_and_json_round_trips(env):
+    assert env.check_guards(env.hints) == []
+    assert ShapeEnv.from_json(env.to_json()).to_json() == env.to_json()

@@ -1,0 +1,182 @@
+"""Parsing torch's and Python's guard syntax, printing it back, and parse errors."""
+
+import glob
+import json
+import os
+
+import pytest
+import sympy
+import torch.utils._sympy.functions as T
+from hypothesis import given
+from hypothesis import strategies as st
+
+import shapecore.functions as F
+from shapecore import ParseError, evaluate, int_symbol, parse, python_str
+from shapecore.printing import PYTHON_NAMESPACE
+from shapecore.testing import assignments, claims, int_exprs
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
+
+TORCH_PRINTED = [
+    "Eq(Mod(s0, 8), 0)",
+    "s77 >= ((s77//3))",
+    "2*s0 <= 1024",
+    "Ne(s0 - ((s0//3)), 1)",
+    "Eq(16*s77, 128*((s77//8)))",
+    "Ne((s77//8), 1)",
+    "(s0 > 2) & (s1 < 3)",
+    "Eq(s1, 3) | (s0 > 2)",
+    "ModularIndexing(s0, 2, 4)",
+    "2*Max(3, s0) - Min(2, s1)",
+    "TruncToInt(IntTrueDiv(s0, 2))",
+    "CeilToInt(ToFloat(s0))",
+    "s0/8",
+    "(((s0 + 7)//8))**2",
+]
+
+
+@pytest.mark.parametrize("text", TORCH_PRINTED)
+def test_torch_text_prints_back_the_same(text):
+    assert str(parse(text)) == text
+
+
+@pytest.mark.parametrize(
+    "python, torch_text",
+    [
+        ("s0 % 8 == 0", "Eq(Mod(s0, 8), 0)"),
+        ("a < b and b < c", "(a < b) & (b < c)"),
+        ("2 <= k <= 512", "(2 <= k) & (k <= 512)"),
+        ("not s0 > 2", "s0 <= 2"),
+        ("max(a, b) // 2 != 1", "Ne((Max(a, b)//2), 1)"),
+        ("s0 // 8 * 8 == s0", "Eq(8*((s0//8)), s0)"),
+        ("-s0 // 8", "((-s0)//8)"),
+    ],
+)
+def test_python_syntax(python, torch_text):
+    assert str(parse(python)) == torch_text
+
+
+def test_names_are_integer_symbols():
+    assert parse("s0 + u3").free_symbols == {int_symbol("s0"), int_symbol("u3")}
+    assert all(s.is_integer for s in parse("batch * seq").free_symbols)
+
+
+@pytest.mark.parametrize(
+    "text, line, column, token, words",
+    [
+        ("Eq(Mod(s0, 8)", 1, 3, "(", "never closed"),
+        ("Foo(s0)", 1, 1, "Foo", "unknown function 'Foo'"),
+        ("s0 +* 2", 1, 5, "*", "syntax"),
+        ("s0 / 0", 1, 6, "0", "division by zero"),
+        ("x.size()", 1, 1, "x", "only named functions"),
+        ("(s0 +\n  Bar(1))", 2, 3, "Bar", "unknown function 'Bar'"),
+        ("Eq(s0 > 1, 2)", 1, 4, "s0", "expected an integer expression"),
+        ("s0 + 1 and s1", 1, 1, "s0", "expected a condition"),
+        ("", 1, 1, "", "empty expression"),
+        ("   ", 1, 4, "", "empty expression"),
+        ("1.5j", 1, 1, "1", "unsupported literal"),
+    ],
+)
+def test_parse_errors_name_line_column_and_token(text, line, column, token, words):
+    with pytest.raises(ParseError) as info:
+        parse(text)
+    error = info.value
+    assert (error.line, error.column, error.token) == (line, column, token)
+    assert words in error.message
+    assert str(error).startswith(f"{line}:{column}: ")
+
+
+def test_parse_rejects_non_text():
+    with pytest.raises(TypeError, match="guard text"):
+        parse(3)
+
+
+# -- round trips -------------------------------------------------------------------------------
+
+
+@given(expr=int_exprs(), values=assignments())
+def test_printed_expression_parses_to_the_same_value(expr, values):
+    reparsed = parse(str(expr))
+    try:
+        expected = evaluate(expr, values)
+    except ZeroDivisionError:
+        with pytest.raises(ZeroDivisionError):
+            evaluate(reparsed, values)
+        return
+    assert evaluate(reparsed, values) == expected
+
+
+@given(claim=claims(), values=assignments())
+def test_python_source_computes_the_same_value(claim, values):
+    source = python_str(claim)
+    try:
+        expected = evaluate(claim, values)
+    except ZeroDivisionError:
+        return
+    assert eval(source, dict(PYTHON_NAMESPACE), dict(values)) == expected  # noqa: S307
+
+
+def _torch_trees():
+    """Expressions built with torch's own classes over positive symbols, as torch builds them."""
+    symbols = st.sampled_from(sympy.symbols("s0 s1 s2", integer=True, positive=True))
+    leaves = st.one_of(symbols, st.integers(1, 20).map(sympy.Integer))
+    positive_divisor = st.integers(1, 16).map(sympy.Integer)
+
+    def extend(children):
+        return st.one_of(
+            st.tuples(children, children).map(lambda ab: ab[0] + ab[1]),
+            st.tuples(st.integers(1, 9), children).map(lambda ab: ab[0] * ab[1]),
+            st.tuples(children, positive_divisor).map(lambda ab: T.FloorDiv(*ab)),
+            st.tuples(children, positive_divisor).map(lambda ab: T.Mod(*ab)),
+            st.tuples(children, positive_divisor).map(lambda ab: T.PythonMod(*ab)),
+            st.tuples(children, positive_divisor, positive_divisor).map(lambda t: T.ModularIndexing(*t)),
+            st.tuples(children, children).map(lambda ab: T.Max(*ab)),
+            st.tuples(children, children).map(lambda ab: T.Min(*ab)),
+        )
+
+    exprs = st.recursive(leaves, extend, max_leaves=5)
+    relations = st.sampled_from([sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge])
+    return st.one_of(exprs, st.tuples(relations, exprs, exprs).map(lambda t: t[0](t[1], t[2])))
+
+
+@given(expr=_torch_trees(), values=st.fixed_dictionaries({n: st.integers(1, 100) for n in ("s0", "s1", "s2")}))
+def test_torch_printed_expressions_parse_print_back_and_agree(expr, values):
+    text = str(expr)
+    ours = parse(text)
+    assert str(ours) == text
+    substituted = expr.subs({s: values[s.name] for s in expr.free_symbols})
+    assert evaluate(ours, values) == (bool(substituted) if substituted.is_Boolean else int(substituted))
+
+
+# -- the guard corpus captured from torch 2.13 --------------------------------------------------
+
+
+def _corpus_texts():
+    texts = []
+    for path in sorted(glob.glob(os.path.join(CORPUS, "*.json"))):
+        case = json.load(open(path))
+        texts += [g["str"] for g in case["guards"]]
+        texts += [g["str"] for g in case["runtime_asserts"]]
+        texts += [d["str"] for d in case["divisible"]]
+        texts += [r["str"] for r in case["replacements"]]
+    return texts
+
+
+def test_corpus_exists():
+    assert len(_corpus_texts()) > 50
+
+
+@pytest.mark.parametrize("text", _corpus_texts())
+def test_every_corpus_expression_parses_and_prints_back(text):
+    assert str(parse(text)) == text
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [("Mod(s0)", "Mod() takes 2 arguments, got 1"), ("Not(a > 1, b > 2)", "Not() takes 1 argument, got 2"),
+     ("max()", "max() needs arguments"), ("Mod(s0, base=2)", "no keyword arguments"),
+     ("And(s0, s1 > 2)", "expected a condition")],
+)
+def test_call_errors_are_explained(text, words):
+    with pytest.raises(ParseError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        parse(text)

@@ -1,0 +1,74 @@
+"""Value ranges contain every value the expression takes inside the symbol ranges."""
+
+import math
+
+import pytest
+import sympy
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import shapecore.functions as F
+from shapecore import ValueRange, evaluate, int_symbol
+from shapecore.ranges import UNBOUNDED, bound, decide
+from shapecore.testing import claims, int_exprs
+
+NAMES = ("s0", "s1", "s2")
+
+
+@st.composite
+def boxes(draw):
+    """Symbol ranges (some one-sided) and a point inside them."""
+    ranges, point = {}, {}
+    for name in NAMES:
+        lo = draw(st.integers(-30, 30))
+        hi = lo + draw(st.integers(0, 40))
+        value = draw(st.integers(lo, hi))
+        kind = draw(st.sampled_from(["both", "lo", "hi", "none"]))
+        ranges[int_symbol(name)] = ValueRange(lo if kind in ("both", "lo") else -math.inf,
+                                              hi if kind in ("both", "hi") else math.inf)
+        point[name] = value
+    return ranges, point
+
+
+@given(expr=int_exprs(NAMES, max_leaves=8), box=boxes())
+def test_bound_contains_every_value(expr, box):
+    ranges, point = box
+    try:
+        value = evaluate(expr, point)
+    except ZeroDivisionError:
+        return
+    assert value in bound(expr, ranges)
+
+
+@given(claim=claims(NAMES), box=boxes())
+def test_decide_agrees_with_evaluation(claim, box):
+    ranges, point = box
+    verdict = decide(claim, ranges)
+    assume(verdict is not None)
+    try:
+        assert evaluate(claim, point) is verdict
+    except ZeroDivisionError:
+        pass
+
+
+def test_examples():
+    n = int_symbol("n")
+    ranges = {n: ValueRange(3, 10000)}
+    assert bound(F.FloorDiv(n, 3), ranges) == ValueRange(1, 3333)
+    assert bound(F.Mod(n, 8), ranges) == ValueRange(0, 7)
+    assert bound(F.Mod(n, 20000), ranges) == ValueRange(3, 10000)
+    assert bound(F.Mod(-n, 8), ranges) == ValueRange(0, 7)
+    assert bound(F.Mod(n, -8), ranges) == ValueRange(-7, 0)
+    assert bound(n**2, {n: ValueRange(-3, 2)}) == ValueRange(0, 9)
+    assert bound(sympy.Max(n, 5000), ranges) == ValueRange(5000, 10000)
+    assert bound(F.FloorDiv(7, n), {n: ValueRange(1, math.inf)}) == ValueRange(0, 7)
+    assert bound(F.FloorDiv(-7, n), {n: ValueRange(1, math.inf)}) == ValueRange(-7, -1)
+    assert bound(F.FloorDiv(n, n - n + int_symbol("d")), {}) == UNBOUNDED
+
+
+@pytest.mark.parametrize("a, b", [((0, 5), (2, 3)), ((-4, 4), (-2, 7)), ((-math.inf, 3), (1, 1))])
+def test_interval_arithmetic_is_exact_at_corners(a, b):
+    x, y = ValueRange(*a), ValueRange(*b)
+    assert (x + y).as_tuple() == (a[0] + b[0], a[1] + b[1])
+    assert (-x).as_tuple() == (-a[1], -a[0])
+    assert str(x * y).startswith("[")

@@ -1,0 +1,159 @@
+"""The layered prover: required decisions, soundness against brute force, SMT-LIB, caching."""
+
+import itertools
+
+import pytest
+import sympy
+import z3
+from hypothesis import given
+from hypothesis import strategies as st
+
+import shapecore.functions as F
+from shapecore import Proof, Reasoner, holds, parse, prove
+from shapecore.testing import claims, fact_sets
+
+REQUIRED = [
+    ("Eq(Mod(s0*s1, 8), 0)", ["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"], None, "proved"),
+    ("Eq(Mod(s0*s1, 16), 0)", ["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"], None, "refuted"),
+    ("Eq(8*FloorDiv(s0, 8), s0)", ["Eq(Mod(s0, 8), 0)"], None, "proved"),
+    ("Eq(Mod(8*s0 + 4, 8), 4)", [], None, "proved"),
+    ("Eq(Mod(Mod(s0, 16), 8), Mod(s0, 8))", [], None, "proved"),
+    ("s0 >= 8", ["Eq(Mod(s0, 8), 0)", "s0 >= 1"], None, "proved"),
+    ("Ne(36*u0, 36)", ["u0*u1 > u1", "u1 >= 1"], None, "proved"),
+    ("Eq(FloorDiv(-s0, 8), -FloorDiv(s0 + 7, 8))", [], None, "proved"),
+    ("n - FloorDiv(n, 3) >= 2", [], {"n": (3, 10000)}, "proved"),
+    ("Eq(Mod(u0, 4), 0)", ["Eq(Mod(u0, 8), 0)"], None, "proved"),
+]
+
+
+@pytest.mark.parametrize("claim, facts, ranges, status", REQUIRED, ids=[c for c, *_ in REQUIRED])
+def test_required_decisions(claim, facts, ranges, status):
+    proof = prove(claim, facts=facts, ranges=ranges)
+    assert proof.status == status, str(proof)
+    _check_against_brute_force(proof, facts, ranges)
+
+
+def test_refutation_has_a_checked_counterexample():
+    facts = ["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]
+    proof = prove("Eq(Mod(s0*s1, 16), 0)", facts=facts)
+    values = proof.counterexample
+    assert all(holds(parse(f), values) for f in facts)
+    assert not holds(parse("Eq(Mod(s0*s1, 16), 0)"), values)
+
+
+def test_no_sign_is_assumed():
+    assert prove("s0 >= 0").status == "refuted"
+    assert prove("s0*s0 >= 0").status == "proved"
+    assert prove("Eq(Mod(s0, 8), Mod(s0 + 8, 8))").status == "proved"
+
+
+def test_undefined_claims_never_hold():
+    assert prove("Eq(FloorDiv(s0, s1), FloorDiv(s0, s1))").status == "proved"  # folds structurally
+    assert prove("FloorDiv(s0, s1) <= s0", ranges={"s0": (0, None), "s1": (1, None)}).status == "proved"
+    proof = prove("FloorDiv(s0, s1) <= s0", ranges={"s0": (0, None)})
+    assert proof.status == "refuted" and proof.counterexample["s1"] == 0
+    always_zero = F.ModularIndexing(sympy.Symbol("s1", integer=True), 1, 1)  # canonicalizes to 0
+    assert prove(sympy.Eq(F.FloorDiv(sympy.Symbol("s0", integer=True), always_zero), 0)).status == "refuted"
+
+
+def test_facts_that_contradict_prove_everything_and_say_so():
+    proof = prove("Eq(s0, 12345)", facts=["Eq(Mod(s0, 8), 0)", "Eq(Mod(s0, 4), 1)"])
+    assert proof.status == "proved" and proof.method == "facts"
+    assert "contradict" in proof.reason
+
+
+def test_float_functions_parse_and_may_be_unknown():
+    proof = prove("TruncToInt(IntTrueDiv(s0, 2)) <= s0", ranges={"s0": (0, 100)})
+    assert proof.status in ("proved", "unknown")
+    assert prove("ToFloat(s0) >= 0", ranges={"s0": (0, 100)}).status in ("proved", "unknown")
+
+
+def test_proof_is_not_a_bool():
+    with pytest.raises(TypeError, match="three-valued"):
+        bool(prove("s0 >= s0"))
+
+
+def test_methods_name_the_layer_that_decided():
+    assert prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "modular"
+    assert prove("s0 + 1 > s0").method == "rewrite"
+    assert prove("s0 >= 3", ranges={"s0": (4, None)}).method == "ranges"
+    assert prove("Ne(36*u0, 36)", facts=["u0*u1 > u1", "u1 >= 1"]).method == "z3"
+
+
+def test_facts_used():
+    proof = prove("s0 >= 8", facts=["Eq(Mod(s0, 8), 0)", "s0 >= 1", "s1 >= 5"])
+    assert set(map(str, proof.facts_used)) == {"Eq(Mod(s0, 8), 0)", "s0 >= 1"}
+
+
+def test_cache_makes_repeats_a_lookup_and_new_facts_invalidate_it():
+    r = Reasoner()
+    r.add_fact("s0 >= 1")
+    first = r.prove("s0 >= 0")
+    assert r.prove("s0 >= 0") is first
+    r.add_fact("Eq(Mod(s0, 8), 0)")
+    again = r.prove("s0 >= 0")
+    assert again is not first and again.proved
+    assert r.prove("s0 >= 8").proved
+
+
+@pytest.mark.parametrize("claim, facts, ranges, status", REQUIRED, ids=[c for c, *_ in REQUIRED])
+def test_smtlib_rechecks_the_answer(claim, facts, ranges, status):
+    proof = prove(claim, facts=facts, ranges=ranges)
+    solver = z3.Solver()
+    solver.from_string(proof.to_smtlib())
+    assert str(solver.check()) == ("unsat" if status == "proved" else "sat")
+
+
+def test_reasoner_rejects_integer_expressions_as_claims():
+    with pytest.raises(TypeError, match="expected a claim"):
+        prove("s0 + 1")
+
+
+# -- soundness: property tests against brute force ------------------------------------------------
+
+NAMES = ("s0", "s1")
+BOX = range(-12, 25)
+
+
+def _check_against_brute_force(proof: Proof, facts, ranges=None, names=None):
+    facts = [parse(f) if isinstance(f, str) else f for f in facts]
+    for name, (lo, hi) in (ranges or {}).items():
+        if lo is not None:
+            facts.append(sympy.Ge(sympy.Symbol(name, integer=True), lo))
+        if hi is not None:
+            facts.append(sympy.Le(sympy.Symbol(name, integer=True), hi))
+    claim = proof.claim
+    if proof.status == "refuted":
+        values = proof.counterexample
+        assert all(holds(f, values) for f in facts), f"counterexample {values} breaks a fact"
+        assert not holds(claim, values), f"{claim} holds at the counterexample {values}"
+    if proof.status == "proved":
+        names = sorted({s.name for s in claim.free_symbols.union(*(f.free_symbols for f in facts))})
+        if len(names) > 3:
+            return
+        for point in itertools.product(range(-12, 25), repeat=len(names)):
+            values = dict(zip(names, point))
+            if all(holds(f, values) for f in facts):
+                assert holds(claim, values), f"proved {claim} fails at {values}"
+
+
+@given(claim=claims(NAMES, max_leaves=4), facts=fact_sets(NAMES, max_size=3, max_leaves=3))
+def test_soundness_on_random_claims(claim, facts):
+    if claim in (sympy.true, sympy.false):
+        return
+    proof = prove(claim, facts=facts, timeout_ms=200)
+    _check_against_brute_force(proof, facts)
+
+
+@given(
+    claim=claims(NAMES, max_leaves=4, variable_divisors=False),
+    congruence=st.tuples(st.sampled_from([2, 4, 8]), st.integers(0, 7)),
+    lo=st.integers(-5, 10),
+)
+def test_soundness_with_sharding_style_facts(claim, congruence, lo):
+    if claim in (sympy.true, sympy.false):
+        return
+    m, r = congruence
+    facts = [f"Eq(Mod(s0, {m}), {r % m})", f"s0 >= {lo}", "s1 >= 1"]
+    proof = prove(claim, facts=facts, timeout_ms=200)
+    _check_against_brute_force(proof, facts)
