@@ -11,7 +11,7 @@ Semantics, one per operation, exactly Python's on ``int``:
 * ``Mod(a, b) = a % b`` (the result has the sign of ``b``); ``PythonMod`` is the same function
   under torch's other name, so the two can never disagree on a value.
 * ``ModularIndexing(a, b, c) = (a // b) % c``.
-* ``Max``/``Min`` are sympy's.
+* ``Max``/``Min``: Python's ``max``/``min``; built without comparing symbolic arguments.
 * A zero divisor makes the expression undefined: evaluating it raises ``ZeroDivisionError``.
 
 Float-valued functions torch emits (``ToFloat``, ``IntTrueDiv``, ``FloatTrueDiv``,
@@ -32,6 +32,7 @@ import re
 from fractions import Fraction
 
 import sympy
+from sympy.core.logic import fuzzy_and
 from sympy.printing.precedence import PRECEDENCE
 
 __all__ = [
@@ -57,8 +58,6 @@ __all__ = [
     "symbol_for",
 ]
 
-Max = sympy.Max
-Min = sympy.Min
 
 
 def int_symbol(name: str) -> sympy.Symbol:
@@ -90,6 +89,58 @@ def _as_fraction(value: sympy.Basic) -> Fraction | None:
 
 def _nonzero_constant(value: sympy.Basic) -> bool:
     return isinstance(value, sympy.Rational) and value != 0
+
+
+class _Lattice(sympy.Function):
+    """``Max``/``Min`` that only flatten, drop duplicates and fold numbers (as torch prints them).
+
+    Unlike sympy's, they never compare symbolic arguments at construction: that is the
+    reasoner's job, under the facts, and it keeps ``Max(s0, s0 + 1)`` printing as written.
+    """
+
+    _pick = max
+    precedence = PRECEDENCE["Atom"]  # as torch's Max/Min (LatticeOps) print: never parenthesized
+
+    @classmethod
+    def eval(cls, *args: sympy.Basic) -> sympy.Basic | None:
+        if not args:
+            raise TypeError(f"{cls.__name__}() needs at least one argument")
+        flat: list[sympy.Basic] = []
+        for arg in args:
+            flat.extend(arg.args if type(arg) is cls else (arg,))
+        numbers = [a for a in flat if a.is_Number]
+        unique = list(dict.fromkeys(a for a in flat if not a.is_Number))
+        if numbers:
+            unique.append(cls._pick(numbers))
+        if len(unique) == 1:
+            return unique[0]
+        ordered = tuple(sympy.ordered(unique))
+        return None if ordered == args else cls(*ordered)
+
+    def _eval_is_integer(self) -> bool | None:
+        return fuzzy_and(a.is_integer for a in self.args)
+
+    def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
+        return printer._print_LatticeOp(self)  # sorted arguments, as torch's Max/Min print
+
+    @classmethod
+    def class_key(cls) -> tuple[int, int, str]:
+        return 5, 0, cls.__name__  # torch's Max/Min are not Functions: sort like them
+
+    def _eval_is_real(self) -> bool | None:
+        return fuzzy_and(a.is_real for a in self.args)
+
+
+class Max(_Lattice):
+    """``max(a, b, …)``."""
+
+    _pick = max
+
+
+class Min(_Lattice):
+    """``min(a, b, …)``."""
+
+    _pick = min
 
 
 class FloorDiv(sympy.Function):

@@ -133,7 +133,7 @@ class _Analyzer:
             return self._floordiv(*expr.args)
         if isinstance(expr, F.Mod):
             return self._mod(*expr.args)
-        if isinstance(expr, (sympy.Max, sympy.Min)):
+        if isinstance(expr, (F.Max, F.Min)):
             sets = self._all(expr.args)
             if sets is None:
                 return None

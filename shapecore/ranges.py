@@ -195,10 +195,10 @@ class _Bounder:
             return _floordiv(self.bound(args[0]), self.bound(args[1]))
         if isinstance(expr, F.Mod):
             return _mod(self.bound(args[0]), self.bound(args[1]))
-        if isinstance(expr, sympy.Max):
+        if isinstance(expr, F.Max):
             ranges = [self.bound(a) for a in args]
             return ValueRange(max(r.lo for r in ranges), max(r.hi for r in ranges))
-        if isinstance(expr, sympy.Min):
+        if isinstance(expr, F.Min):
             ranges = [self.bound(a) for a in args]
             return ValueRange(min(r.lo for r in ranges), min(r.hi for r in ranges))
         return UNBOUNDED

@@ -116,12 +116,12 @@ def _split_multiples(expr: sympy.Basic, d: int) -> tuple[sympy.Basic, sympy.Basi
 
 
 def _content(expr: sympy.Basic) -> int:
-    """The gcd of the integer coefficients of ``expr``'s terms (0 if one is not an integer)."""
+    """The gcd of the integer coefficients of ``expr``'s terms (1 if one is not an integer)."""
     g = 0
     for term in sympy.Add.make_args(expr):
         coeff, _ = term.as_coeff_Mul()
         if not coeff.is_Integer:
-            return 0
+            return 1
         g = math.gcd(g, int(coeff))
     return g
 
@@ -154,7 +154,7 @@ class Simplifier:
             return self._floordiv(*expr.args)
         if isinstance(expr, F.Mod):
             return self._mod(*expr.args)
-        if isinstance(expr, (sympy.Max, sympy.Min)):
+        if isinstance(expr, (F.Max, F.Min)):
             return self._minmax(expr)
         if expr.is_Add:
             return self._separate_floordiv(expr)
@@ -217,7 +217,7 @@ class Simplifier:
         return F.Mod(a, d)
 
     def _minmax(self, expr: sympy.Basic) -> sympy.Basic:
-        pick_max = isinstance(expr, sympy.Max)
+        pick_max = isinstance(expr, F.Max)
         for candidate in expr.args:
             dominates = True
             for other in expr.args:

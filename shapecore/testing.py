@@ -61,8 +61,8 @@ def int_exprs(
             st.tuples(children, constant_divisor).map(lambda ab: F.CleanDiv(*ab)),
             st.tuples(children, divisor).map(lambda ab: F.CeilDiv(*ab)),
             st.tuples(children, constant_divisor, constant_divisor).map(lambda abc: F.ModularIndexing(*abc)),
-            st.tuples(children, children).map(lambda ab: sympy.Max(*ab)),
-            st.tuples(children, children).map(lambda ab: sympy.Min(*ab)),
+            st.tuples(children, children).map(lambda ab: F.Max(*ab)),
+            st.tuples(children, children).map(lambda ab: F.Min(*ab)),
             children.map(lambda a: a**2),
         )
 

@@ -139,10 +139,10 @@ class Translator:
             return z3.Sum(*values), defined
         if expr.is_Mul:
             return z3.Product(*values), defined
-        if isinstance(expr, (sympy.Max, sympy.Min)):
+        if isinstance(expr, (F.Max, F.Min)):
             result = values[0]
             for v in values[1:]:
-                result = z3.If(v > result, v, result) if isinstance(expr, sympy.Max) else z3.If(v < result, v, result)
+                result = z3.If(v > result, v, result) if isinstance(expr, F.Max) else z3.If(v < result, v, result)
             return result, defined
         if expr.is_Relational:
             return _RELATIONS[type(expr)](*values), defined

@@ -67,4 +67,4 @@ def test_examples():
     assert modular_set(F.FloorDiv(s0, 2), known) == ModularSet(2, 0)
     assert modular_set(s0 / 4, known) == ModularSet(1, 0)
     assert modular_set(s0 / 8, known) is None
-    assert modular_set(sympy.Max(s0, 4 * s1 + 2), known) == ModularSet(2, 0)
+    assert modular_set(F.Max(s0, 4 * s1 + 2), known) == ModularSet(2, 0)

@@ -60,7 +60,7 @@ def test_examples():
     assert bound(F.Mod(-n, 8), ranges) == ValueRange(0, 7)
     assert bound(F.Mod(n, -8), ranges) == ValueRange(-7, 0)
     assert bound(n**2, {n: ValueRange(-3, 2)}) == ValueRange(0, 9)
-    assert bound(sympy.Max(n, 5000), ranges) == ValueRange(5000, 10000)
+    assert bound(F.Max(n, 5000), ranges) == ValueRange(5000, 10000)
     assert bound(F.FloorDiv(7, n), {n: ValueRange(1, math.inf)}) == ValueRange(0, 7)
     assert bound(F.FloorDiv(-7, n), {n: ValueRange(1, math.inf)}) == ValueRange(-7, -1)
     assert bound(F.FloorDiv(n, n - n + int_symbol("d")), {}) == UNBOUNDED

@@ -50,7 +50,12 @@ def test_simplify_preserves_value(expr, known):
 
 
 @given(expr=int_exprs(NAMES, max_leaves=8), values=st.fixed_dictionaries({n: st.integers(-40, 40) for n in NAMES}))
-def test_canonicalize_preserves_value_and_definedness(expr, values):
+def test_canonicalize_preserves_value_where_defined(expr, values):
+    """The reasoner relies on exactly this: canonical forms agree wherever the input is defined.
+
+    (Constant folding such as ``Mod(x, 1) = 0`` or sympy's ``0*x = 0`` may drop an undefined
+    part, so the canonical form can be defined where the input is not.)
+    """
     try:
         canonical = canonicalize(expr)
     except ZeroDivisionError:  # a divisor folded to zero: undefined everywhere
@@ -60,11 +65,7 @@ def test_canonicalize_preserves_value_and_definedness(expr, values):
     try:
         expected = evaluate(expr, values)
     except ZeroDivisionError:
-        try:
-            evaluate(canonical, values)
-        except ZeroDivisionError:
-            return
-        raise AssertionError(f"{canonical} is defined where {expr} is not")
+        return
     assert evaluate(canonical, values) == expected
     assert not {type(n) for n in sympy.preorder_traversal(canonical)} & {F.PythonMod, F.CleanDiv, F.CeilDiv, F.ModularIndexing}
 
@@ -79,7 +80,7 @@ def test_rules():
     assert simplify(F.FloorDiv(F.FloorDiv(s0, 2), 3), {}, {})[0] == F.FloorDiv(s0, 6)
     assert simplify(16 * s0 - 128 * F.FloorDiv(s0, 8), {}, {})[0] == 16 * F.Mod(s0, 8)
     assert simplify(n - F.FloorDiv(n, 3), {}, {})[0] == 2 * F.FloorDiv(n, 3) + F.Mod(n, 3)
-    assert simplify(sympy.Max(n, 2), ranges, {}) == (n, {"ranges"})
+    assert simplify(F.Max(n, 2), ranges, {}) == (n, {"ranges"})
     assert simplify(F.FloorDiv(s0, 8) * 8, {}, {s0: ModularSet(8, 0)}) == (s0, {"modular"})
 
 
