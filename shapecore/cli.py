@@ -8,6 +8,7 @@ Every subcommand has ``--help`` with examples. Exit codes: 0 success (``prove``:
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -101,19 +102,39 @@ def _run_prove(args: argparse.Namespace) -> int:
     return {"proved": EXIT_OK, "refuted": EXIT_NEGATIVE}.get(proof.status, EXIT_UNKNOWN)
 
 
-def build_parser() -> argparse.ArgumentParser:
+PLUGIN_GROUP = "shapecore.commands"
+"""Entry-point group through which other packages (``lowering``'s ``demo``) add subcommands.
+
+An entry point ``name = "module:register"`` names a function ``register(subparsers)`` that
+adds the subcommand ``name`` with ``set_defaults(run=...)``. It is imported only when that
+subcommand runs, so ``shapecore`` itself never imports what sits above it (or torch).
+"""
+
+
+def _plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; plugin subcommands are loaded only when ``command`` names them."""
     parser = argparse.ArgumentParser(
         prog="shapecore",
         description="Symbolic shape reasoning: prove, simplify and check PyTorch shape guards.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _prove_parser(sub)
+    for name, entry_point in sorted(_plugins().items()):
+        if name == command:
+            entry_point.load()(sub)
+        else:
+            sub.add_parser(name, help=f"(from {entry_point.value.split(':')[0]}; see shapecore {name} --help)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     try:
         return args.run(args)
