@@ -10,6 +10,7 @@ without error.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -27,16 +28,9 @@ Value = int | Fraction | float | bool
 
 
 def _normalize(value: Value) -> Value:
-    if isinstance(value, Fraction) and value.denominator == 1:
+    if type(value) is Fraction and value.denominator == 1:
         return int(value)
     return value
-
-
-def _symbol(expr: sympy.Symbol, values: Mapping[str, Value]) -> Value:
-    try:
-        return values[expr.name]
-    except KeyError:
-        raise UnboundSymbolError(expr.name) from None
 
 
 def _pow(base: Value, exp: Value) -> Value:
@@ -85,23 +79,47 @@ _NARY: dict[type, Callable[..., Value]] = {
 }
 
 
-def _evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
+Evaluator = Callable[[Mapping[str, Value]], Value]
+
+
+def _constant(value: Value) -> Evaluator:
+    return lambda values: value
+
+
+def _lookup(name: str) -> Evaluator:
+    def symbol(values: Mapping[str, Value]) -> Value:
+        try:
+            return values[name]
+        except KeyError:
+            raise UnboundSymbolError(name) from None
+
+    return symbol
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _compile(expr: sympy.Basic) -> Evaluator:
+    """A closure computing ``expr`` from an assignment; built once per expression (cached)."""
     if expr.is_Symbol:
-        return _symbol(expr, values)
+        return _lookup(expr.name)
     if expr.is_Integer:
-        return int(expr)
+        return _constant(int(expr))
     if expr.is_Rational:
-        return Fraction(int(expr.p), int(expr.q))
+        return _constant(Fraction(int(expr.p), int(expr.q)))
     if expr.is_Float:
-        return float(expr)
-    if expr is sympy.true:
-        return True
-    if expr is sympy.false:
-        return False
+        return _constant(float(expr))
+    if expr is sympy.true or expr is sympy.false:
+        return _constant(expr is sympy.true)
     op = _NARY.get(type(expr))
     if op is None:
         raise TypeError(f"cannot evaluate {type(expr).__name__} in {expr}: not in shapecore's vocabulary")
-    return _normalize(op(*(_evaluate(arg, values) for arg in expr.args)))
+    parts = tuple(_compile(arg) for arg in expr.args)
+    if len(parts) == 1:
+        (a,) = parts
+        return lambda values: _normalize(op(a(values)))
+    if len(parts) == 2:
+        a, b = parts
+        return lambda values: _normalize(op(a(values), b(values)))
+    return lambda values: _normalize(op(*[p(values) for p in parts]))
 
 
 def evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
@@ -110,12 +128,12 @@ def evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
     Raises ``ZeroDivisionError`` for a zero divisor and :class:`UnboundSymbolError` for a
     symbol that ``values`` does not assign.
     """
-    return _evaluate(expr, values)
+    return _compile(expr)(values)
 
 
 def holds(claim: sympy.Basic, values: Mapping[str, Value]) -> bool:
     """Whether ``claim`` evaluates to True under ``values`` (a zero divisor means it does not)."""
     try:
-        return _evaluate(claim, values) is True
+        return _compile(claim)(values) is True
     except ZeroDivisionError:
         return False

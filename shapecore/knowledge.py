@@ -30,7 +30,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence
 from shapecore.ranges import UNBOUNDED, ValueRange
-from shapecore.rewrite import Simplifier, canonicalize, substitute
+from shapecore.rewrite import Simplifier, canonicalize, substitute, symbols_of
 
 __all__ = ["Knowledge"]
 
@@ -82,6 +82,7 @@ class Knowledge:
 
     def __init__(self) -> None:
         self.facts: list[sympy.Basic] = []
+        self.symbols: frozenset[sympy.Symbol] = frozenset()  # every symbol the facts mention
         self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
         self.ranges: dict[sympy.Symbol, ValueRange] = {}
         self.congruences: dict[sympy.Symbol, ModularSet] = {}
@@ -102,6 +103,7 @@ class Knowledge:
         """
         index = len(self.facts)
         self.facts.append(fact)
+        self.symbols |= symbols_of(fact)
         self.version += 1
         try:
             canonical = canonicalize(fact)

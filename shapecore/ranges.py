@@ -100,6 +100,8 @@ def _floor_div(x: Bound, y: Bound) -> Bound:
         return x
     if y == INF:
         return 0 if x >= 0 else -1
+    if type(x) is int and type(y) is int:
+        return x // y
     return math.floor(Fraction(x) / Fraction(y))
 
 

@@ -34,7 +34,7 @@ from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange, decide_difference
-from shapecore.rewrite import Simplifier, canonicalize, divisors, substitute
+from shapecore.rewrite import Simplifier, canonicalize, divisors, needs_rewriting, substitute, symbols_of
 from shapecore.search import find_counterexample, satisfies
 from shapecore.z3backend import Z3Session
 
@@ -42,6 +42,9 @@ __all__ = ["Reasoner", "prove", "as_expr", "as_claim"]
 
 ExprLike = str | sympy.Basic | int | bool
 _LAYERS = ("rewrite", "ranges", "modular")
+_PROBE_BUDGET = 2  # points tried before any analysis
+_QUICK_SEARCH_BUDGET = 48  # points tried before z3
+_SEARCH_BUDGET = 512  # points tried when the claim is known false, or z3 gave up
 
 
 def as_expr(value: ExprLike) -> sympy.Basic:
@@ -110,7 +113,7 @@ class _CheapLayers:
 
     def _relation(self, relation: type, difference: sympy.Basic) -> bool | None:
         simplify = self.simplify
-        d = simplify(difference)
+        d = simplify(difference) if needs_rewriting(difference) else difference
         for layer in ("modular", "ranges"):
             if layer in simplify.used:
                 self._use(layer)
@@ -207,18 +210,23 @@ class Reasoner:
                 claim, "proved", "facts", facts_used=self._used(knowledge.contradiction),
                 reason="the facts contradict each other, so every claim follows",
             )
+        # Most false claims fail at the first points tried: cheaper than any analysis.
+        witness = find_counterexample(claim, knowledge, self.hints, budget=_PROBE_BUDGET)
+        if witness is not None:
+            return self._proof(claim, "refuted", "search", counterexample=witness)
         try:
             verdict, layer, substituted = self._decide_cheaply(claim)
         except ZeroDivisionError:  # a divisor is zero wherever the facts hold: the claim never holds
             verdict, layer, substituted = False, 0, claim
         if verdict is True:
-            symbols = claim.free_symbols | substituted.free_symbols
+            symbols = symbols_of(claim) | symbols_of(substituted)
             return self._proof(claim, "proved", _LAYERS[layer], facts_used=self._used(knowledge.provenance(symbols)))
-        if verdict is False:
-            witness = find_counterexample(claim, knowledge, self.hints)
-            if witness is not None:
-                return self._proof(claim, "refuted", "search", counterexample=witness)
-        return self._prove_z3(claim)
+        # A few well-chosen points refute most false claims faster than z3 can.
+        budget = _SEARCH_BUDGET if verdict is False else _QUICK_SEARCH_BUDGET
+        witness = find_counterexample(claim, knowledge, self.hints, budget=budget)
+        if witness is not None:
+            return self._proof(claim, "refuted", "search", counterexample=witness)
+        return self._prove_z3(claim, searched=budget)
 
     def _decide_cheaply(self, claim: sympy.Basic) -> tuple[bool | None, int, sympy.Basic]:
         """``(verdict, layer index, rewritten claim)`` from rewriting, ranges and residues.
@@ -228,8 +236,9 @@ class Reasoner:
         True) cannot hide a division by zero.
         """
         replacements = self.knowledge.replacements
-        nonzero = _CheapLayers(self.knowledge)
-        for divisor in divisors(claim):
+        claim_divisors = divisors(claim)
+        nonzero = _CheapLayers(self.knowledge) if claim_divisors else None
+        for divisor in claim_divisors:
             if nonzero.decide(sympy.Ne(substitute(canonicalize(divisor), replacements), 0)) is not True:
                 return None, 0, claim
         substituted = substitute(canonicalize(claim), replacements)
@@ -245,8 +254,12 @@ class Reasoner:
         self._z3_facts = len(facts)
         return self._z3
 
-    def _prove_z3(self, claim: sympy.Basic) -> Proof:
-        """Ask z3; a model is reported only if exact evaluation confirms it."""
+    def _prove_z3(self, claim: sympy.Basic, *, searched: int) -> Proof:
+        """Ask z3; a model is reported only if exact evaluation confirms it.
+
+        ``searched`` is the search budget already spent on ``claim``; if z3 gives up, a
+        larger search runs.
+        """
         answer = self._session().check(claim, self.timeout_ms)
         if answer.status == "unsat":
             return self._proof(claim, "proved", "z3", facts_used=self._used(answer.core or ()))
@@ -257,7 +270,9 @@ class Reasoner:
             reason = "z3's model is not a counterexample under exact evaluation (float functions are opaque to z3)"
         else:
             reason = f"z3 gave up ({answer.reason}) after at most {self.timeout_ms} ms"
-        witness = find_counterexample(claim, self.knowledge, self.hints)
+        witness = None
+        if searched < _SEARCH_BUDGET:
+            witness = find_counterexample(claim, self.knowledge, self.hints, budget=_SEARCH_BUDGET)
         if witness is not None:
             return self._proof(claim, "refuted", "search", counterexample=witness)
         return self._proof(claim, "unknown", "none", reason=reason)

@@ -32,6 +32,7 @@ brute-force evaluation.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 
@@ -41,7 +42,7 @@ from shapecore import functions as F
 from shapecore.modular import ModularSet, _Analyzer
 from shapecore.ranges import ValueRange, _Bounder, _floor_div
 
-__all__ = ["canonicalize", "substitute", "simplify", "divisors", "Simplifier"]
+__all__ = ["canonicalize", "substitute", "simplify", "divisors", "needs_rewriting", "symbols_of", "Simplifier"]
 
 
 def _rebuild(expr: sympy.Basic, visit: Callable[[sympy.Basic], sympy.Basic]) -> sympy.Basic:
@@ -69,8 +70,39 @@ def _canonical_node(expr: sympy.Basic) -> sympy.Basic:
     return expr
 
 
+_NONCANONICAL = frozenset({F.PythonMod, F.CleanDiv, F.CeilDiv, F.ModularIndexing})
+_BINARY_DIVISIONS = (F.FloorDiv, F.Mod, F.CeilDiv, F.IntTrueDiv, F.FloatTrueDiv)
+_REWRITABLE = frozenset({F.FloorDiv, F.CleanDiv, F.Mod, F.PythonMod, F.CeilDiv, F.ModularIndexing, F.Max, F.Min})
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _survey(expr: sympy.Basic) -> tuple[frozenset[type], frozenset[sympy.Basic], frozenset[sympy.Symbol]]:
+    """The node types in ``expr``, its non-constant divisors and its symbols, in one walk (cached)."""
+    kinds: set[type] = set()
+    found: set[sympy.Basic] = set()
+    symbols: set[sympy.Symbol] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        kinds.add(type(node))
+        if node.is_Symbol:
+            symbols.add(node)
+        elif isinstance(node, _BINARY_DIVISIONS):
+            if not node.args[1].is_Number:
+                found.add(node.args[1])
+        elif isinstance(node, F.ModularIndexing):
+            found.update(a for a in node.args[1:] if not a.is_Number)
+        elif node.is_Pow and node.exp.is_negative and not node.base.is_Number:
+            found.add(node.base)
+        stack.extend(node.args)
+    return frozenset(kinds), frozenset(found), frozenset(symbols)
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def canonicalize(expr: sympy.Basic) -> sympy.Basic:
-    """``expr`` with one function per operation (see the module docstring)."""
+    """``expr`` with one function per operation (see the module docstring); cached."""
+    if not (_survey(expr)[0] & _NONCANONICAL):
+        return expr
     memo: dict[sympy.Basic, sympy.Basic] = {}
 
     def visit(node: sympy.Basic) -> sympy.Basic:
@@ -82,25 +114,26 @@ def canonicalize(expr: sympy.Basic) -> sympy.Basic:
     return visit(expr)
 
 
+def symbols_of(expr: sympy.Basic) -> frozenset[sympy.Symbol]:
+    """``expr.free_symbols``, cached (sympy recomputes it on every call)."""
+    return _survey(expr)[2]
+
+
 def substitute(expr: sympy.Basic, replacements: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
     """``expr`` with each replaced symbol swapped for its (fully resolved) expression."""
-    if not replacements or not (expr.free_symbols & replacements.keys()):
+    if not replacements or not (symbols_of(expr) & replacements.keys()):
         return expr
     return expr.xreplace(dict(replacements))
 
 
-def divisors(expr: sympy.Basic) -> set[sympy.Basic]:
+def divisors(expr: sympy.Basic) -> frozenset[sympy.Basic]:
     """The non-constant divisors in ``expr``: where it may be undefined."""
-    found: set[sympy.Basic] = set()
-    for node in sympy.preorder_traversal(expr):
-        if isinstance(node, (F.FloorDiv, F.Mod, F.CeilDiv, F.IntTrueDiv, F.FloatTrueDiv)):
-            if not node.args[1].is_Number:
-                found.add(node.args[1])
-        elif isinstance(node, F.ModularIndexing):
-            found.update(a for a in node.args[1:] if not a.is_Number)
-        elif node.is_Pow and node.exp.is_negative and not node.base.is_Number:
-            found.add(node.base)
-    return found
+    return _survey(expr)[1]
+
+
+def needs_rewriting(expr: sympy.Basic) -> bool:
+    """Whether :class:`Simplifier` could change ``expr`` (it has divisions, Max or Min)."""
+    return bool(_survey(expr)[0] & _REWRITABLE)
 
 
 def _split_multiples(expr: sympy.Basic, d: int) -> tuple[sympy.Basic, sympy.Basic]:

@@ -17,6 +17,7 @@ import sympy
 
 from shapecore.evaluation import evaluate, holds
 from shapecore.knowledge import Knowledge
+from shapecore.rewrite import symbols_of
 
 __all__ = ["find_counterexample", "satisfies"]
 
@@ -54,14 +55,13 @@ def find_counterexample(
     facts = knowledge.facts
     budget = max(4, min(budget, 50_000 // (len(facts) + 1)))
     replaced = knowledge.replacements
-    mentioned = set(claim.free_symbols)
-    for fact in facts:
-        mentioned |= fact.free_symbols
-    for expression in replaced.values():
-        mentioned |= expression.free_symbols
+    claim_symbols = symbols_of(claim)
+    relevant = set(claim_symbols)
+    for r in claim_symbols & replaced.keys():
+        relevant |= symbols_of(replaced[r])
+    mentioned = knowledge.symbols | claim_symbols
     free = sorted((s for s in mentioned if s not in replaced), key=lambda s: s.name)
-    in_claim = [s for s in free if s in claim.free_symbols or any(
-        s in replaced[r].free_symbols for r in claim.free_symbols if r in replaced)]
+    in_claim = [s for s in free if s in relevant]
     fixed: dict[str, int] = {}
     for symbol in free:
         if symbol not in in_claim:
