@@ -1,0 +1,109 @@
+"""Placements: DTensor's ``Shard(d)`` / ``Replicate()`` / ``Partial()``, one per mesh axis.
+
+A plan stores ``torch.distributed.tensor`` placement objects unchanged, so it plugs into
+DTensor. This module adds what planning needs on top: a short text form used in tables and
+JSON (``R``, ``S(0)``, ``P``, ``P(max)``; a tuple prints as ``S(0),R``), a total order for
+deterministic output, and the per-dim view of a placement tuple (which mesh axes shard a dim
+and into how many pieces).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from torch.distributed.tensor import Partial, Placement, Replicate, Shard
+
+__all__ = [
+    "Placements",
+    "Partial",
+    "Placement",
+    "Replicate",
+    "Shard",
+    "format_placement",
+    "format_placements",
+    "parse_placement",
+    "parse_placements",
+    "placement_key",
+    "shard_axes",
+    "shard_factor",
+    "sharded_dims",
+    "has_partial",
+    "replicated",
+]
+
+Placements = tuple[Placement, ...]
+
+_SHARD = re.compile(r"S\((\d+)\)")
+_PARTIAL = re.compile(r"P(?:\((\w+)\))?")
+
+
+def format_placement(p: Placement) -> str:
+    """``R``, ``S(d)``, ``P`` (sum) or ``P(op)``."""
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    if isinstance(p, Replicate):
+        return "R"
+    if isinstance(p, Partial):
+        return "P" if p.reduce_op == "sum" else f"P({p.reduce_op})"
+    raise TypeError(f"unsupported placement {p!r}: plans use Shard, Replicate and Partial only")
+
+
+def format_placements(ps: Sequence[Placement] | None) -> str:
+    """``S(0),R`` for a tuple; ``-`` for None (a non-tensor)."""
+    return "-" if ps is None else ",".join(format_placement(p) for p in ps)
+
+
+def parse_placement(text: str) -> Placement:
+    """Inverse of :func:`format_placement`."""
+    text = text.strip()
+    if text == "R":
+        return Replicate()
+    if m := _SHARD.fullmatch(text):
+        return Shard(int(m.group(1)))
+    if m := _PARTIAL.fullmatch(text):
+        return Partial(m.group(1) or "sum")
+    raise ValueError(f"not a placement: {text!r} (expected R, S(<dim>), P or P(<reduce op>))")
+
+
+def parse_placements(text: str) -> Placements | None:
+    """Inverse of :func:`format_placements`."""
+    if text == "-":
+        return None
+    return tuple(parse_placement(part) for part in text.split(","))
+
+
+def placement_key(p: Placement) -> tuple[int, int, str]:
+    """Total order: R < S(0) < S(1) < … < P."""
+    if isinstance(p, Replicate):
+        return (0, 0, "")
+    if isinstance(p, Shard):
+        return (1, p.dim, "")
+    if isinstance(p, Partial):
+        return (2, 0, p.reduce_op)
+    raise TypeError(f"unsupported placement {p!r}")
+
+
+def shard_axes(ps: Sequence[Placement], dim: int) -> tuple[int, ...]:
+    """Mesh axes that shard tensor dim ``dim``, outermost first."""
+    return tuple(a for a, p in enumerate(ps) if isinstance(p, Shard) and p.dim == dim)
+
+
+def shard_factor(ps: Sequence[Placement], mesh_shape: Sequence[int], dim: int) -> int:
+    """Number of pieces dim ``dim`` is split into."""
+    return math.prod(mesh_shape[a] for a in shard_axes(ps, dim))
+
+
+def sharded_dims(ps: Sequence[Placement]) -> tuple[int, ...]:
+    """Tensor dims sharded on some axis, ascending."""
+    return tuple(sorted({p.dim for p in ps if isinstance(p, Shard)}))
+
+
+def has_partial(ps: Sequence[Placement]) -> bool:
+    return any(isinstance(p, Partial) for p in ps)
+
+
+def replicated(ndim: int) -> Placements:
+    """``(Replicate(),) * ndim``."""
+    return (Replicate(),) * ndim

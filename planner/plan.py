@@ -1,0 +1,552 @@
+"""Plan: what the planner decided, and everything the lowering and a reader need to trust it.
+
+The contract (names and meanings the lowering relies on):
+
+* ``mesh`` — the :class:`~planner.mesh.Mesh` the plan is for. Every placement is a tuple of
+  ``torch.distributed.tensor`` placements (``Shard(d)``, ``Replicate()``, ``Partial()``), one
+  per mesh axis, in mesh-axis order.
+* ``placements[name]`` — placement of the output of FX node ``name``, for every node whose
+  value is one tensor (placeholders, ops, ``getitem`` of a multi-output op). Nodes that yield
+  no tensor (SymInt arithmetic, ``sym_size``) are absent.
+* ``tuple_placements[name]`` — for a node that yields a tuple or list (``native_layer_norm``,
+  ``split``, ``chunk``, SDPA variants): one entry per element, ``None`` for a non-tensor
+  element. Such nodes are not in ``placements``; each ``getitem`` that reads them is, with the
+  placement of the element it selects.
+* Operands: operand ``k`` of a node is the ``k``-th tensor-valued FX node met when flattening
+  ``(args, kwargs)`` in order (see :func:`planner.graph.tensor_operands`); a node reading one
+  producer twice has two operands. The graph's ``output`` node is a consumer like any other.
+* ``redistributions`` — one :class:`Redistribution` per operand whose producer's placement
+  differs from what the consumer's strategy needs (an operand absent from the list is used in
+  its producer's placement). Each carries the ordered :class:`CollectiveStep` list (one mesh
+  axis per step) and its cost. ``operand_placements(consumer, k)`` answers for any operand.
+* ``param_placements`` — parameter/buffer fully qualified name → placements.
+  ``input_placements`` — one entry per flattened user input (``None`` for non-tensors);
+  ``output_placements`` — one per flattened graph output, after its redistribution.
+  In a joint training graph the gradient of a parameter is delivered in that parameter's
+  placement, and a tangent input in the placement of the output it belongs to.
+* ``guards`` — torch-syntax conditions over the trace's symbol names that inputs must satisfy
+  for the plan to be valid: the user's constraints (translated to trace symbols) and, under
+  ``divisibility="assume"``, the obligations that were assumed rather than proved.
+* ``proofs`` — one :class:`ShardProof` per (node, dim, mesh axes) the plan shards: the
+  symbolic size, the obligation ``Eq(Mod(size, m), 0)`` and how it is justified (a proof's
+  method, ``guard``, or ``uneven`` when padding was accepted).
+* ``pruned`` — each candidate strategy that was dropped, and why.
+* ``cost`` (expected seconds and bytes per device), ``batch_costs`` (cost at each batch point
+  beside that point's own optimum: the regret), ``stats`` (solver statistics).
+
+JSON (``to_json``/``from_json``) is versioned and deterministic: keys sorted, floats printed
+by ``repr`` after rounding to 12 significant digits, wall-clock timings left out unless asked
+for, so the same inputs give byte-identical JSON in separate processes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from planner.mesh import Mesh
+from planner.placements import Placement, Placements, format_placements, parse_placement, parse_placements
+
+__all__ = [
+    "PLAN_FORMAT",
+    "PLAN_VERSION",
+    "CollectiveKind",
+    "CollectiveStep",
+    "Redistribution",
+    "ShardProof",
+    "PrunedStrategy",
+    "Alternative",
+    "Decision",
+    "MemoryBreakdown",
+    "CostBreakdown",
+    "BatchCost",
+    "SolverStats",
+    "Plan",
+]
+
+PLAN_FORMAT = "planner.Plan"
+PLAN_VERSION = 1
+
+CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk"]
+
+
+def _num(x: float) -> float:
+    """Round to 12 significant digits so JSON text does not depend on summation order noise."""
+    return float(f"{x:.12g}")
+
+
+@dataclass(frozen=True)
+class CollectiveStep:
+    """One change of one mesh axis's placement.
+
+    ``kind`` and the tensor dims involved:
+
+    * ``all_gather``: ``S(d) → R``, gathers along dim ``d``;
+    * ``all_reduce``: ``P → R``;
+    * ``reduce_scatter``: ``P → S(d)``, scatters along dim ``d``;
+    * ``all_to_all``: ``S(d) → S(e)``, splits dim ``e`` and concatenates dim ``d``;
+    * ``chunk``: ``R → S(d)``, a local slice (no communication).
+
+    ``cost`` is the expected seconds of this step at the plan's batch distribution.
+    """
+
+    axis: int
+    kind: CollectiveKind
+    src: Placement
+    dst: Placement
+    cost: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axis": self.axis,
+            "kind": self.kind,
+            "src": format_placements((self.src,)),
+            "dst": format_placements((self.dst,)),
+            "cost": _num(self.cost),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CollectiveStep:
+        return cls(d["axis"], d["kind"], parse_placement(d["src"]), parse_placement(d["dst"]), d["cost"])
+
+
+@dataclass(frozen=True)
+class Redistribution:
+    """Operand ``operand`` of ``consumer`` moves from ``src`` (its producer's placement) to ``dst``."""
+
+    consumer: str
+    operand: int
+    producer: str
+    src: Placements
+    dst: Placements
+    steps: tuple[CollectiveStep, ...]
+    cost: float
+
+    @property
+    def collectives(self) -> tuple[CollectiveKind, ...]:
+        return tuple(s.kind for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumer": self.consumer,
+            "operand": self.operand,
+            "producer": self.producer,
+            "src": format_placements(self.src),
+            "dst": format_placements(self.dst),
+            "steps": [s.to_dict() for s in self.steps],
+            "cost": _num(self.cost),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Redistribution:
+        return cls(
+            d["consumer"],
+            d["operand"],
+            d["producer"],
+            parse_placements(d["src"]),  # type: ignore[arg-type]
+            parse_placements(d["dst"]),  # type: ignore[arg-type]
+            tuple(CollectiveStep.from_dict(s) for s in d["steps"]),
+            d["cost"],
+        )
+
+    def __str__(self) -> str:
+        steps = ", ".join(f"{s.kind}@{s.axis}" for s in self.steps)
+        return f"{self.producer} -> {self.consumer}[{self.operand}]: {format_placements(self.src)} => {format_placements(self.dst)} ({steps})"
+
+
+@dataclass(frozen=True)
+class ShardProof:
+    """Why dim ``dim`` of ``node``'s output (or of operand ``operand`` as its consumer needs it) may be split.
+
+    ``status`` is ``proved`` (``method`` names the shapecore layer that proved it), ``guard``
+    (assumed; the obligation is in the plan's guards) or ``uneven`` (refuted or unknown and
+    accepted with padding under ``divisibility="uneven"``).
+    """
+
+    node: str
+    dim: int
+    size: str
+    mesh_axes: tuple[str, ...]
+    obligation: str
+    status: Literal["proved", "guard", "uneven"]
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "dim": self.dim,
+            "size": self.size,
+            "mesh_axes": list(self.mesh_axes),
+            "obligation": self.obligation,
+            "status": self.status,
+            "method": self.method,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ShardProof:
+        return cls(d["node"], d["dim"], d["size"], tuple(d["mesh_axes"]), d["obligation"], d["status"], d["method"])
+
+
+@dataclass(frozen=True)
+class PrunedStrategy:
+    """A candidate strategy of ``node`` that was dropped before solving, and why."""
+
+    node: str
+    strategy: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "strategy": self.strategy, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PrunedStrategy:
+        return cls(d["node"], d["strategy"], d["reason"])
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another strategy of a node and how much more the plan would cost with it alone changed."""
+
+    strategy: str
+    delta: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "delta": _num(self.delta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Alternative:
+        return cls(d["strategy"], d["delta"])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The strategy chosen for one node: its rule, its cost, and the runners-up.
+
+    ``strategy`` is ``outputs <- operands`` in placement text; ``compute`` the node's expected
+    compute seconds; ``incoming`` the expected seconds of redistributing its operands;
+    ``alternatives`` the other surviving strategies with the change in total plan cost if only
+    this node switched (cheapest first); ``shared_with`` the nodes that share its variables
+    (identical layers, merged followers).
+    """
+
+    node: str
+    op: str
+    strategy: str
+    rule: str
+    provider: str
+    compute: float
+    incoming: float
+    alternatives: tuple[Alternative, ...] = ()
+    shared_with: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "op": self.op,
+            "strategy": self.strategy,
+            "rule": self.rule,
+            "provider": self.provider,
+            "compute": _num(self.compute),
+            "incoming": _num(self.incoming),
+            "alternatives": [a.to_dict() for a in self.alternatives],
+            "shared_with": self.shared_with,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Decision:
+        return cls(
+            d["node"], d["op"], d["strategy"], d["rule"], d["provider"], d["compute"], d["incoming"],
+            tuple(Alternative.from_dict(a) for a in d["alternatives"]), d["shared_with"],
+        )
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per device at the largest batch point."""
+
+    parameters: float = 0.0
+    gradients: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.parameters + self.gradients + self.optimizer + self.activations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k.name: _num(getattr(self, k.name)) for k in fields(self)}
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """Expected seconds per step (at the batch distribution) and bytes per device."""
+
+    compute: float = 0.0
+    communication: float = 0.0
+    memory: MemoryBreakdown = field(default_factory=MemoryBreakdown)
+    memory_budget: float | None = None
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.communication
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compute": _num(self.compute),
+            "communication": _num(self.communication),
+            "memory": self.memory.to_dict(),
+            "memory_budget": self.memory_budget,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CostBreakdown:
+        return cls(d["compute"], d["communication"], MemoryBreakdown(**d["memory"]), d["memory_budget"])
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """The plan's cost at one batch point beside the optimum solved for that point alone."""
+
+    values: Mapping[str, int]
+    weight: float
+    cost: float
+    optimum: float | None = None
+
+    @property
+    def regret(self) -> float | None:
+        """``cost / optimum`` (1.0 is optimal)."""
+        if self.optimum is None:
+            return None
+        return self.cost / self.optimum if self.optimum > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "values": dict(sorted(self.values.items())),
+            "weight": _num(self.weight),
+            "cost": _num(self.cost),
+            "optimum": None if self.optimum is None else _num(self.optimum),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BatchCost:
+        return cls(d["values"], d["weight"], d["cost"], d["optimum"])
+
+
+@dataclass(frozen=True)
+class SolverStats:
+    """How the plan was found. ``build_seconds``/``solve_seconds`` are wall-clock and are not
+    part of the default JSON (they would break byte-identical output)."""
+
+    solver: str
+    status: str
+    graph_nodes: int
+    decision_nodes: int
+    variables: int
+    constraints: int
+    objective: float
+    bound: float | None
+    gap: float | None
+    clusters: int = 0
+    clustered_nodes: int = 0
+    merged_followers: int = 0
+    build_seconds: float = 0.0
+    solve_seconds: float = 0.0
+
+    def to_dict(self, *, timings: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("build_seconds", "solve_seconds") and not timings:
+                continue
+            out[f.name] = _num(value) if isinstance(value, float) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SolverStats:
+        return cls(**d)
+
+
+def _placements_map(d: Mapping[str, Placements]) -> dict[str, str]:
+    return {k: format_placements(v) for k, v in sorted(d.items())}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Placements per node, redistributions per edge, and the guards and proofs they rely on."""
+
+    mesh: Mesh
+    placements: dict[str, Placements]
+    tuple_placements: dict[str, tuple[Placements | None, ...]]
+    redistributions: tuple[Redistribution, ...]
+    param_placements: dict[str, Placements]
+    input_placements: tuple[Placements | None, ...]
+    output_placements: tuple[Placements | None, ...]
+    guards: tuple[str, ...]
+    proofs: tuple[ShardProof, ...]
+    pruned: tuple[PrunedStrategy, ...]
+    decisions: dict[str, Decision]
+    cost: CostBreakdown
+    batch_costs: tuple[BatchCost, ...]
+    stats: SolverStats
+    dims: dict[str, str] = field(default_factory=dict)
+    divisibility: str = "prove"
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def operand_placements(self, consumer: str, operand: int, producer_placements: Placements | None = None) -> Placements:
+        """Placements operand ``operand`` of ``consumer`` must have (after any redistribution).
+
+        Without a redistribution that is the producer's placement, which the caller passes
+        as ``producer_placements`` (the plan does not store the graph's edges).
+        """
+        for r in self.redistributions:
+            if r.consumer == consumer and r.operand == operand:
+                return r.dst
+        if producer_placements is None:
+            raise KeyError(
+                f"operand {operand} of {consumer} is not redistributed; pass its producer's placements "
+                f"(plan.placements[producer]) to read them"
+            )
+        return producer_placements
+
+    @property
+    def worst_regret(self) -> float | None:
+        regrets = [b.regret for b in self.batch_costs if b.regret is not None]
+        return max(regrets) if regrets else None
+
+    def explain(self, node: str) -> str:
+        """Why ``node`` got its placement: its rule, cost, redistributions, proofs and runners-up."""
+        if node not in self.decisions:
+            known = ", ".join(sorted(self.decisions)[:20])
+            raise KeyError(f"no decision recorded for node {node!r}; nodes with decisions include: {known}")
+        d = self.decisions[node]
+        lines = [f"{node} ({d.op}): {d.strategy}  [rule {d.rule} from {d.provider}]"]
+        lines.append(f"  compute {d.compute:.4g} s, incoming redistribution {d.incoming:.4g} s (expected per step)")
+        if d.shared_with:
+            lines.append(f"  shares its decision with: {d.shared_with}")
+        for r in self.redistributions:
+            if r.consumer == node:
+                lines.append(f"  operand {r.operand} from {r.producer}: {format_placements(r.src)} => {format_placements(r.dst)} "
+                             f"via {', '.join(f'{s.kind} on {self.mesh.axis_names[s.axis]}' for s in r.steps) or 'nothing'} "  # type: ignore[index]
+                             f"({r.cost:.4g} s)")
+        for p in self.proofs:
+            if p.node == node:
+                lines.append(f"  dim {p.dim} (size {p.size}) split over {'x'.join(p.mesh_axes)}: {p.obligation} {p.status} ({p.method})")
+        if d.alternatives:
+            lines.append("  alternatives (change in total expected cost if only this node switched):")
+            for a in d.alternatives:
+                lines.append(f"    {a.strategy}: {a.delta:+.4g} s")
+        else:
+            lines.append("  no other strategy survived pruning")
+        for p in self.pruned:
+            if p.node == node:
+                lines.append(f"  pruned {p.strategy}: {p.reason}")
+        return "\n".join(lines)
+
+    # -- text -------------------------------------------------------------------------------
+
+    def __str__(self) -> str:
+        mesh = self.mesh
+        out = [f"Plan on mesh {mesh} ({self.stats.solver}: {self.stats.status}, objective {self.stats.objective:.6g} s"
+               + (f", gap {self.stats.gap:.3g}" if self.stats.gap else "") + ")"]
+        rows = [("node", "op", "placement", "rule", "compute s", "reshard in s")]
+        for name, d in self.decisions.items():
+            placed = self.placements.get(name)
+            text = format_placements(placed) if placed is not None else " | ".join(
+                format_placements(p) for p in self.tuple_placements.get(name, ())
+            )
+            rows.append((name, d.op, text, d.rule, f"{d.compute:.3g}", f"{d.incoming:.3g}" if d.incoming else ""))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for r in rows:
+            out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if self.param_placements:
+            out.append("parameters:")
+            for fqn, ps in sorted(self.param_placements.items()):
+                out.append(f"  {fqn}: {format_placements(ps)}")
+        out.append("inputs: " + "; ".join(format_placements(p) for p in self.input_placements))
+        out.append("outputs: " + "; ".join(format_placements(p) for p in self.output_placements))
+        if self.redistributions:
+            out.append(f"redistributions ({len(self.redistributions)}):")
+            for r in self.redistributions:
+                out.append(f"  {r}  {r.cost:.3g} s")
+        out.append("guards: " + ("; ".join(self.guards) if self.guards else "none"))
+        by_status: dict[str, int] = {}
+        for p in self.proofs:
+            by_status[p.status] = by_status.get(p.status, 0) + 1
+        out.append("sharded dims: " + (", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
+                   + f"; {len(self.pruned)} strategies pruned")
+        c = self.cost
+        out.append(f"cost: compute {c.compute:.4g} s + communication {c.communication:.4g} s = {c.total:.4g} s expected per step; "
+                   f"memory {c.memory.total / 2**30:.3f} GiB per device"
+                   + (f" (budget {c.memory_budget / 2**30:.3f} GiB)" if c.memory_budget else ""))
+        for b in self.batch_costs:
+            point = ", ".join(f"{k}={v}" for k, v in sorted(b.values.items()))
+            regret = f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum is not None else ""
+            out.append(f"  at {point} (weight {b.weight:.3g}): {b.cost:.4g} s{regret}")
+        return "\n".join(out)
+
+    # -- JSON -------------------------------------------------------------------------------
+
+    def to_dict(self, *, timings: bool = False) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
+            "mesh": self.mesh.to_dict(),
+            "divisibility": self.divisibility,
+            "dims": dict(sorted(self.dims.items())),
+            "placements": _placements_map(self.placements),
+            "tuple_placements": {k: [format_placements(p) for p in v] for k, v in sorted(self.tuple_placements.items())},
+            "redistributions": [r.to_dict() for r in self.redistributions],
+            "param_placements": _placements_map(self.param_placements),
+            "input_placements": [format_placements(p) for p in self.input_placements],
+            "output_placements": [format_placements(p) for p in self.output_placements],
+            "guards": list(self.guards),
+            "proofs": [p.to_dict() for p in self.proofs],
+            "pruned": [p.to_dict() for p in self.pruned],
+            "decisions": [d.to_dict() for d in self.decisions.values()],
+            "cost": self.cost.to_dict(),
+            "batch_costs": [b.to_dict() for b in self.batch_costs],
+            "stats": self.stats.to_dict(timings=timings),
+        }
+
+    def to_json(self, *, timings: bool = False, indent: int | None = 1) -> str:
+        """Versioned, deterministic JSON; ``timings=True`` adds the wall-clock build/solve seconds."""
+        return json.dumps(self.to_dict(timings=timings), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """Read a plan written by :meth:`to_json`."""
+        d = json.loads(text)
+        if d.get("format") != PLAN_FORMAT:
+            raise ValueError(f"not a plan document (format {d.get('format')!r}, expected {PLAN_FORMAT!r})")
+        if d.get("version") != PLAN_VERSION:
+            raise ValueError(f"plan JSON version {d.get('version')!r} is not supported; this planner reads version {PLAN_VERSION}")
+
+        def pmap(m: Mapping[str, str]) -> dict[str, Placements]:
+            return {k: parse_placements(v) for k, v in m.items()}  # type: ignore[misc]
+
+        decisions = [Decision.from_dict(x) for x in d["decisions"]]
+        return cls(
+            mesh=Mesh.from_dict(d["mesh"]),
+            placements=pmap(d["placements"]),
+            tuple_placements={k: tuple(parse_placements(p) for p in v) for k, v in d["tuple_placements"].items()},
+            redistributions=tuple(Redistribution.from_dict(r) for r in d["redistributions"]),
+            param_placements=pmap(d["param_placements"]),
+            input_placements=tuple(parse_placements(p) for p in d["input_placements"]),
+            output_placements=tuple(parse_placements(p) for p in d["output_placements"]),
+            guards=tuple(d["guards"]),
+            proofs=tuple(ShardProof.from_dict(p) for p in d["proofs"]),
+            pruned=tuple(PrunedStrategy.from_dict(p) for p in d["pruned"]),
+            decisions={x.node: x for x in decisions},
+            cost=CostBreakdown.from_dict(d["cost"]),
+            batch_costs=tuple(BatchCost.from_dict(b) for b in d["batch_costs"]),
+            stats=SolverStats.from_dict(d["stats"]),
+            dims=dict(d["dims"]),
+            divisibility=d["divisibility"],
+        )
+
+    def without_timings(self) -> Plan:
+        """This plan with wall-clock seconds zeroed (what ``from_json(to_json())`` gives back)."""
+        return replace(self, stats=replace(self.stats, build_seconds=0.0, solve_seconds=0.0))
