@@ -1,0 +1,207 @@
+"""``launch``: run ``fn(rank)`` in ``world_size`` local processes with torch.distributed set up.
+
+Contract:
+
+* each rank runs in its own process with the default process group initialized (``backend``,
+  rendezvous through a TCP store that the caller's process owns on 127.0.0.1 and a port the OS
+  picked, so two launches never race for a port) and the torchrun environment variables set
+  (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``);
+* the return values come back in rank order (they must be picklable);
+* when a rank raises, the other ranks get a short grace period to report, then every process
+  still running is killed and the exception that was raised first (the root cause: the others
+  are usually peers losing their connection to the failed rank) is re-raised in the caller,
+  with the rank's traceback text as its ``__cause__``;
+* after ``timeout`` seconds every process still running is killed and :class:`LaunchTimeout`
+  names the ranks that had not finished;
+* no process is left behind: each rank leads its own process group (so helpers it started,
+  such as compile workers, die with it) and is killed with its parent.
+
+Processes are forked from a ``forkserver`` that has imported torch once, so a launch costs
+milliseconds rather than an interpreter start and a torch import per rank.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["launch", "LaunchTimeout", "RankFailure"]
+
+T = TypeVar("T")
+
+_HOST = "127.0.0.1"
+_GRACE_SECONDS = 1.0
+_PRELOAD = ["torch", "torch.distributed", "torch._inductor.compile_fx", "lowering"]
+
+
+class LaunchTimeout(TimeoutError):
+    """Some ranks did not finish within the launch's timeout (they have been killed)."""
+
+
+class RankFailure(RuntimeError):
+    """A rank failed in a way that cannot be re-raised as its own exception (it died, or its
+    exception could not be sent back)."""
+
+
+class _RemoteTraceback(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no-op elsewhere)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: str, port: int,
+               timeout: float, conn: multiprocessing.connection.Connection) -> None:
+    os.setpgrp()
+    _die_with_parent()
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR=_HOST, MASTER_PORT=str(port))
+    raised_at = None
+    try:
+        import torch.distributed as dist
+
+        delta = datetime.timedelta(seconds=timeout)
+        store = dist.TCPStore(_HOST, port, is_master=False, timeout=delta)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=delta)
+        try:
+            result = fn(rank)
+        except BaseException:
+            raised_at = time.time()  # before tearing down the group makes the peers fail too
+            raise
+        finally:
+            dist.destroy_process_group()
+        try:
+            message = ("ok", pickle.dumps(result))
+        except Exception as error:  # noqa: BLE001 - reported to the caller with the culprit named
+            raise TypeError(f"the return value of rank {rank} ({type(result).__name__}) is not picklable: {error}") from error
+    except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
+        text = "".join(traceback.format_exception(error))
+        try:
+            payload = pickle.dumps(error)
+            pickle.loads(payload)
+        except Exception:  # noqa: BLE001 - unpicklable exceptions travel as text
+            payload = None
+        message = ("error", (raised_at or time.time(), payload, f"{type(error).__name__}: {error}", text))
+    conn.send(message)
+    conn.close()
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+def _kill(process: multiprocessing.process.BaseProcess) -> None:
+    if process.pid is None:
+        return
+    for target in (lambda sig: os.killpg(process.pid, sig), lambda sig: os.kill(process.pid, sig)):
+        try:
+            target(signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    process.join()
+
+
+def _failure(rank: int, report: tuple[float, bytes | None, str, str]) -> tuple[float, BaseException]:
+    raised_at, payload, summary, text = report
+    error: BaseException
+    if payload is not None:
+        error = pickle.loads(payload)
+        error.__cause__ = _RemoteTraceback(f"\n--- traceback of rank {rank} ---\n{text}")
+        error.add_note(f"(raised on rank {rank})")
+    else:
+        error = RankFailure(f"rank {rank} raised {summary}\n--- traceback of rank {rank} ---\n{text}")
+    return raised_at, error
+
+
+def launch(fn: Callable[[int], T], world_size: int, backend: str = "gloo", timeout: float = 300.0) -> list[T]:
+    """Run ``fn(rank)`` on ``world_size`` processes with the default process group initialized.
+
+    ``fn`` must be picklable (a module-level function or a ``functools.partial`` of one).
+    Returns the ranks' return values in rank order; re-raises the exception raised first; raises :class:`LaunchTimeout` after ``timeout`` seconds. Every process it
+    started has ended when it returns or raises.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    import torch.distributed as dist
+
+    store = dist.TCPStore(_HOST, 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+    ctx = _context()
+    processes, connections = [], []
+    try:
+        for rank in range(world_size):
+            receiver, sender = ctx.Pipe(duplex=False)
+            process = ctx.Process(target=_rank_main, name=f"rank{rank}",
+                                  args=(fn, rank, world_size, backend, store.port, timeout, sender))
+            process.start()
+            sender.close()
+            processes.append(process)
+            connections.append(receiver)
+        return _collect(processes, connections, time.monotonic() + timeout)
+    finally:
+        for process in processes:
+            _kill(process)
+        for receiver in connections:
+            receiver.close()
+        del store
+
+
+def _collect(processes: list[Any], connections: list[Any], deadline: float) -> list[Any]:
+    results: dict[int, Any] = {}
+    failures: dict[int, tuple[float, BaseException]] = {}
+    pending = set(range(len(processes)))
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            if failures:
+                break
+            ranks = ", ".join(str(r) for r in sorted(pending))
+            raise LaunchTimeout(f"rank(s) {ranks} of {len(processes)} did not finish in time; they were killed "
+                                "(raise launch(..., timeout=...) if they need longer)")
+        waitables = {connections[r]: r for r in pending} | {processes[r].sentinel: r for r in pending}
+        for ready in multiprocessing.connection.wait(list(waitables), timeout=remaining):
+            rank = waitables[ready]
+            if rank not in pending:
+                continue
+            try:
+                kind, body = connections[rank].recv()
+            except EOFError:  # the process ended without sending anything
+                processes[rank].join()
+                kind, body = "died", processes[rank].exitcode
+            if kind == "ok":
+                results[rank] = pickle.loads(body)
+            elif kind == "error":
+                failures[rank] = _failure(rank, body)
+            else:
+                failures[rank] = (time.time(), RankFailure(f"rank {rank} exited with code {body} "
+                                                           "without returning a result"))
+            pending.discard(rank)
+        if failures and pending:
+            deadline = min(deadline, time.monotonic() + _GRACE_SECONDS)
+    if failures:
+        raise min(failures.items(), key=lambda item: (item[1][0], item[0]))[1][1]
+    return [results[r] for r in range(len(processes))]

@@ -1,0 +1,91 @@
+"""launch: results in rank order, a rank's exception re-raised, timeouts kill everything."""
+
+import functools
+import os
+import subprocess
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lowering.launch import LaunchTimeout, RankFailure, launch
+
+
+def _sum_of_ranks(rank: int) -> dict:
+    value = torch.tensor([float(rank)])
+    dist.all_reduce(value)
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": value.item(),
+            "env": (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["MASTER_ADDR"])}
+
+
+def test_results_come_back_in_rank_order_with_the_group_initialized():
+    results = launch(_sum_of_ranks, 3, timeout=60)
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert all(r["world"] == 3 and r["sum"] == 3.0 for r in results)
+    assert [r["env"] for r in results] == [(str(i), "3", "127.0.0.1") for i in range(3)]
+
+
+class _Odd(ValueError):
+    pass
+
+
+def _rank_one_raises_while_rank_zero_waits(rank: int) -> int:
+    if rank == 1:
+        raise _Odd("rank one refuses")
+    dist.barrier()  # would wait forever for rank 1
+    return rank
+
+
+def test_the_failed_rank_exception_is_reraised_with_its_traceback_and_nobody_hangs():
+    start = time.monotonic()
+    with pytest.raises(_Odd, match="rank one refuses") as info:
+        launch(_rank_one_raises_while_rank_zero_waits, 2, timeout=60)
+    assert time.monotonic() - start < 30
+    assert "_rank_one_raises_while_rank_zero_waits" in str(info.value.__cause__)
+    assert "(raised on rank 1)" in info.value.__notes__
+
+
+def _record_pids_and_hang(directory: str, rank: int) -> None:
+    helper = subprocess.Popen(["sleep", "600"])
+    with open(os.path.join(directory, f"{rank}.pids"), "w") as f:
+        f.write(f"{os.getpid()} {helper.pid}")
+    time.sleep(600)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has exited; only its parent has to reap it
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_timeout_kills_every_rank_and_the_processes_they_started(tmp_path):
+    with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0, 1 of 2"):
+        launch(functools.partial(_record_pids_and_hang, str(tmp_path)), 2, timeout=8)
+    pids = [int(p) for rank in range(2) for p in (tmp_path / f"{rank}.pids").read_text().split()]
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)]
+
+
+def _exit_without_result(rank: int) -> None:
+    if rank == 0:
+        os._exit(7)
+
+
+def test_a_rank_that_dies_is_reported_with_its_exit_code():
+    with pytest.raises(RankFailure, match="rank 0 exited with code 7"):
+        launch(_exit_without_result, 2, timeout=60)
+
+
+def _unpicklable(rank: int):
+    return lambda: rank
+
+
+def test_an_unpicklable_result_is_named():
+    with pytest.raises(TypeError, match="return value of rank 0 .* not picklable"):
+        launch(_unpicklable, 1, timeout=60)
