@@ -1,0 +1,192 @@
+"""Placement changes on local tensors, through ``torch.distributed._functional_collectives``.
+
+One function per change of one mesh axis, as the planner's :class:`~planner.CollectiveStep`
+describes it:
+
+=================  ==============  ================================================
+kind               placement       local operation on the axis's group
+=================  ==============  ================================================
+``all_gather``     ``S(d) → R``    ``all_gather_single`` along ``d``
+``all_reduce``     ``P → R``       ``all_reduce``
+``reduce_scatter`` ``P → S(d)``    ``reduce_scatter_single`` along ``d``
+``all_to_all``     ``S(d) → S(e)`` ``all_to_all_single`` on ``e``'s pieces, joined on ``d``
+``chunk``          ``R → S(d)``    this rank's slice (no communication)
+=================  ==============  ================================================
+
+The same functions run eagerly (``gather_outputs``) and under tracing (``lower``): traced, each
+collective is a ``_c10d_functional`` op followed by ``wait_tensor``, which Inductor lowers.
+
+Nesting follows DTensor (and :mod:`planner.mesh`): when several axes shard one dim, the
+lower-numbered axis is the outer split. A step may only remove the innermost split of a dim
+and only add a split inside the existing ones; :func:`apply_step` refuses any other order
+(it would scramble the data while keeping every shape right).
+
+``Partial("avg")`` is reduced as a sum divided by the group size: gloo has no ``AVG``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from torch.distributed.tensor import Partial, Placement, Replicate, Shard
+
+from lowering.errors import LoweringError
+from lowering.mesh_groups import MeshGroups
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Step", "StepLike", "apply_step", "apply_steps", "gather_steps", "local_shard"]
+
+Placements = tuple[Placement, ...]
+
+
+class StepLike(Protocol):
+    """What :func:`apply_step` reads from a step (:class:`planner.CollectiveStep` fits)."""
+
+    axis: int
+    kind: str
+    src: Placement
+    dst: Placement
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step the lowering itself decides on (gathering outputs); same fields as the planner's."""
+
+    axis: int
+    kind: str
+    src: Placement
+    dst: Placement
+
+
+_KINDS = {
+    "all_gather": (Shard, Replicate),
+    "all_reduce": (Partial, Replicate),
+    "reduce_scatter": (Partial, Shard),
+    "all_to_all": (Shard, Shard),
+    "chunk": (Replicate, Shard),
+}
+
+
+def _ready(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    return t.wait() if isinstance(t, AsyncCollectiveTensor) else t
+
+
+def _reduce_op(p: Partial) -> tuple[str, bool]:
+    """(the collective's reduce op, whether to divide by the group size afterwards)."""
+    return ("sum", True) if p.reduce_op == "avg" else (p.reduce_op, False)
+
+
+def _check_order(state: Sequence[Placement], step: StepLike, where: str) -> None:
+    axis = step.axis
+    if isinstance(step.src, Shard):
+        inner = [a for a in range(axis + 1, len(state)) if state[a] == step.src]
+        if inner:
+            raise LoweringError(f"{where}: {step.kind} on mesh axis {axis} removes the split of dim {step.src.dim} "
+                                f"while axis {inner[0]} still splits it inside; gather the inner axis first")
+    if isinstance(step.dst, Shard):
+        inner = [a for a in range(axis + 1, len(state)) if state[a] == step.dst]
+        if inner:
+            raise LoweringError(f"{where}: {step.kind} on mesh axis {axis} splits dim {step.dst.dim} outside the "
+                                f"split by axis {inner[0]}; only innermost splits can be added")
+
+
+def _validate(state: Sequence[Placement], step: StepLike, where: str) -> None:
+    if step.kind not in _KINDS:
+        raise LoweringError(f"{where}: unknown collective kind {step.kind!r}; expected one of {', '.join(_KINDS)}")
+    src_type, dst_type = _KINDS[step.kind]
+    if not (isinstance(step.src, src_type) and isinstance(step.dst, dst_type)):
+        raise LoweringError(f"{where}: a {step.kind} step cannot go from {step.src} to {step.dst}")
+    if not 0 <= step.axis < len(state):
+        raise LoweringError(f"{where}: step on mesh axis {step.axis} of a {len(state)}-axis mesh")
+    if state[step.axis] != step.src:
+        raise LoweringError(f"{where}: {step.kind} on mesh axis {step.axis} expects {step.src} there, "
+                            f"but the tensor is {state[step.axis]} at that point")
+    if step.kind == "all_to_all" and step.src == step.dst:
+        raise LoweringError(f"{where}: all_to_all from {step.src} to itself")
+    _check_order(state, step, where)
+
+
+def _chunk(x: torch.Tensor, dim: int, pieces: int, index: int) -> torch.Tensor:
+    size = x.size(dim) // pieces
+    return x.narrow(dim, index * size, size).contiguous()
+
+
+def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, group: str) -> torch.Tensor:
+    """Split ``split_dim`` into ``pieces`` sent one per rank; join the received pieces on ``gather_dim``."""
+    from torch.distributed._functional_collectives import all_to_all_single
+
+    size = x.size(split_dim) // pieces
+    # (pieces, ...rest) where rest is x with split_dim shrunk: piece j goes to rank j.
+    outgoing = x.unflatten(split_dim, (pieces, size)).movedim(split_dim, 0).contiguous()
+    incoming = _ready(all_to_all_single(outgoing, None, None, group))
+    # Piece j came from rank j, which holds the j-th split of gather_dim: put it in place.
+    return incoming.movedim(0, gather_dim).flatten(gather_dim, gather_dim + 1)
+
+
+def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshGroups,
+               where: str = "redistribution") -> tuple[torch.Tensor, Placements]:
+    """``x`` (placed as ``state``) after ``step``, and the new placements.
+
+    Raises :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
+    """
+    from torch.distributed import _functional_collectives as funcol
+
+    _validate(state, step, where)
+    axis, group, pieces = step.axis, groups.group_name(step.axis), groups.axis_size(step.axis)
+    if step.kind == "all_gather":
+        y = _ready(funcol.all_gather_single(x, step.src.dim, group))
+    elif step.kind == "all_reduce":
+        op, divide = _reduce_op(step.src)
+        y = _ready(funcol.all_reduce(x, op, group))
+        y = y / pieces if divide else y
+    elif step.kind == "reduce_scatter":
+        op, divide = _reduce_op(step.src)
+        y = _ready(funcol.reduce_scatter_single(x, op, step.dst.dim, group))
+        y = y / pieces if divide else y
+    elif step.kind == "all_to_all":
+        y = _all_to_all(x, step.src.dim, step.dst.dim, pieces, group)
+    else:
+        y = _chunk(x, step.dst.dim, pieces, groups.coordinate[axis])
+    new_state = list(state)
+    new_state[axis] = step.dst
+    return y, tuple(new_state)
+
+
+def apply_steps(x: torch.Tensor, steps: Sequence[StepLike], src: Placements, dst: Placements,
+                groups: MeshGroups, where: str = "redistribution") -> torch.Tensor:
+    """``x`` moved from ``src`` to ``dst`` by ``steps``, which must end exactly at ``dst``."""
+    state = tuple(src)
+    for step in steps:
+        x, state = apply_step(x, step, state, groups, where)
+    if state != tuple(dst):
+        raise LoweringError(f"{where}: the steps end at {state}, not at the target {tuple(dst)}")
+    return x
+
+
+def gather_steps(placements: Placements) -> list[Step]:
+    """Steps that make ``placements`` fully replicated: innermost axes first."""
+    steps = []
+    for axis in reversed(range(len(placements))):
+        p = placements[axis]
+        if isinstance(p, Shard):
+            steps.append(Step(axis, "all_gather", p, Replicate()))
+        elif isinstance(p, Partial):
+            steps.append(Step(axis, "all_reduce", p, Replicate()))
+    return steps
+
+
+def local_shard(x: torch.Tensor, placements: Placements, groups: MeshGroups) -> torch.Tensor:
+    """This rank's piece of the full tensor ``x`` placed as ``placements`` (no communication)."""
+    for axis, p in enumerate(placements):
+        if isinstance(p, Partial):
+            raise ValueError(f"cannot cut a full tensor into a Partial placement (mesh axis {axis}); "
+                             "only Shard and Replicate describe pieces of a given tensor")
+        if isinstance(p, Shard):
+            x = _chunk(x, p.dim, groups.axis_size(axis), groups.coordinate[axis])
+    return x

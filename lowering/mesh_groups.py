@@ -1,0 +1,81 @@
+"""MeshGroups: one process group per mesh axis for this rank, under a rank-independent name.
+
+Ranks are laid out on the mesh in row-major order, as ``torch.distributed``'s ``DeviceMesh``
+does (``init_device_mesh`` builds the groups: every rank joins the creation of every slice's
+group). This rank's group along axis ``a`` is registered a second time under the name
+``shapecore:<shape>:<axis name>`` (e.g. ``shapecore:2x2:dp``), which is the same on every rank.
+Lowered graphs refer to groups by that name, so all ranks compile the same graph text and
+share one compile cache entry.
+
+Groups are created once per process and mesh; creating them is a collective over the default
+group (every rank must ask for the same meshes in the same order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from planner.mesh import Mesh
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+__all__ = ["MeshGroups", "mesh_groups"]
+
+
+@dataclass(frozen=True)
+class MeshGroups:
+    """This rank's view of a mesh: its coordinate and the group name of each axis."""
+
+    mesh: Mesh
+    device_mesh: DeviceMesh
+    coordinate: tuple[int, ...]
+    group_names: tuple[str, ...]
+
+    def group_name(self, axis: int) -> str:
+        return self.group_names[axis]
+
+    def axis_size(self, axis: int) -> int:
+        return self.mesh.shape[axis]
+
+
+_CACHE: dict[tuple[Any, tuple[int, ...], tuple[str, ...]], MeshGroups] = {}
+
+
+def _alias(mesh: Mesh, axis: int) -> str:
+    assert mesh.axis_names is not None
+    return f"shapecore:{'x'.join(map(str, mesh.shape))}:{mesh.axis_names[axis]}"
+
+
+def mesh_groups(mesh: Mesh) -> MeshGroups:
+    """The groups of ``mesh`` for this rank (created on first use; a collective).
+
+    The default process group must be initialized and its size must equal the mesh size.
+    """
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import _register_process_group
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "torch.distributed is not initialized: call torch.distributed.init_process_group first "
+            "(torchrun does it through env://), or run under lowering.launch"
+        )
+    world = dist.get_world_size()
+    if world != mesh.size:
+        raise ValueError(f"mesh {mesh} has {mesh.size} devices but the process group has {world} ranks; "
+                         f"launch {mesh.size} processes or plan for a mesh of {world}")
+    assert mesh.axis_names is not None
+    key = (dist.distributed_c10d._get_default_group(), mesh.shape, mesh.axis_names)
+    if key not in _CACHE:
+        device_mesh = init_device_mesh("cpu", mesh.shape, mesh_dim_names=mesh.axis_names)
+        names = []
+        for axis in range(mesh.ndim):
+            name = _alias(mesh, axis)
+            _register_process_group(name, device_mesh.get_group(axis))
+            names.append(name)
+        coordinate = device_mesh.get_coordinate()
+        assert coordinate is not None
+        _CACHE[key] = MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(names))
+    return _CACHE[key]

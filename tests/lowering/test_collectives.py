@@ -1,0 +1,115 @@
+"""Placement changes on local tensors, eagerly and compiled by Inductor with dynamic shapes (gloo)."""
+
+import functools
+
+import pytest
+import torch
+from torch.distributed.tensor import Partial, Replicate, Shard
+
+from lowering.collectives import Step, apply_steps, gather_steps, local_shard
+from lowering.errors import LoweringError
+from lowering.launch import launch
+from lowering.mesh_groups import mesh_groups
+from planner.mesh import Mesh
+
+MESH = Mesh((2, 2), ("dp", "tp"))
+R, P, S0, S1 = Replicate(), Partial(), Shard(0), Shard(1)
+
+# (source placements, steps, target placements): every kind, on both axes, nested splits included.
+CASES = [
+    ((S0, R), [Step(0, "all_gather", S0, R)], (R, R)),
+    ((S0, S0), [Step(1, "all_gather", S0, R), Step(0, "all_gather", S0, R)], (R, R)),
+    ((R, R), [Step(0, "chunk", R, S1), Step(1, "chunk", R, S1)], (S1, S1)),
+    ((P, R), [Step(0, "all_reduce", P, R)], (R, R)),
+    ((R, P), [Step(1, "reduce_scatter", P, S1)], (R, S1)),
+    ((S0, P), [Step(1, "reduce_scatter", P, S0)], (S0, S0)),
+    ((S0, S1), [Step(1, "all_to_all", S1, S0)], (S0, S0)),
+    ((S0, R), [Step(0, "all_to_all", S0, S1)], (S1, R)),
+    ((R, S1), [Step(1, "all_to_all", S1, S0)], (R, S0)),
+    ((P, S0), [Step(1, "all_gather", S0, R), Step(0, "reduce_scatter", P, S0)], (S0, R)),
+]
+
+
+def _source_piece(x, placements, groups):
+    """This rank's piece of ``x`` placed as ``placements``; a Partial axis holds (coordinate + 1) * x."""
+    scale = 1
+    for axis, p in enumerate(placements):
+        if isinstance(p, Partial):
+            scale *= groups.coordinate[axis] + 1
+    plain = tuple(R if isinstance(p, Partial) else p for p in placements)
+    return local_shard(x, plain, groups) * scale
+
+
+def _partial_total(placements):
+    total = 1
+    for axis, p in enumerate(placements):
+        if isinstance(p, Partial):
+            total *= sum(c + 1 for c in range(MESH.shape[axis]))
+    return total
+
+
+def _run_cases(rank):
+    groups = mesh_groups(MESH)
+    x = torch.arange(8 * 12, dtype=torch.float32).reshape(8, 12)
+    for src, steps, dst in CASES:
+        moved = apply_steps(_source_piece(x, src, groups), steps, src, dst, groups)
+        expected = local_shard(x, dst, groups) * _partial_total(src)
+        torch.testing.assert_close(moved, expected, msg=f"{src} -> {dst}")
+        back = apply_steps(moved, gather_steps(dst), dst, (R, R), groups)
+        torch.testing.assert_close(back, x * _partial_total(src), msg=f"gathering {dst}")
+    return len(CASES)
+
+
+def test_every_kind_of_step_moves_the_data_where_the_target_placement_says():
+    assert launch(_run_cases, 4, timeout=120) == [len(CASES)] * 4
+
+
+def _wrong_nesting(rank):
+    groups = mesh_groups(MESH)
+    x = torch.zeros(8, 4)
+    with pytest.raises(LoweringError, match="axis 1 still splits it inside"):
+        apply_steps(local_shard(x, (S0, S0), groups), [Step(0, "all_gather", S0, R)], (S0, S0), (R, S0), groups)
+    with pytest.raises(LoweringError, match="splits dim 1 outside the split by axis 1"):
+        apply_steps(local_shard(x, (S0, S1), groups), [Step(0, "all_to_all", S0, S1)], (S0, S1), (S1, S1), groups)
+    with pytest.raises(LoweringError, match="expects S\\(1\\) there"):
+        apply_steps(x, [Step(0, "all_gather", S1, R)], (S0, R), (R, R), groups)
+    with pytest.raises(LoweringError, match="end at"):
+        apply_steps(x, [], (S0, R), (R, R), groups)
+    return True
+
+
+def test_steps_that_would_scramble_nested_splits_or_do_not_fit_are_refused():
+    assert launch(_wrong_nesting, 4, timeout=120) == [True] * 4
+
+
+def _compiled_steps(rank):
+    from torch._inductor.compile_fx import compile_fx
+
+    groups = mesh_groups(Mesh((2,), ("tp",)))
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(gm)
+        return compile_fx(gm, example_inputs)
+
+    def program(x):
+        y = apply_steps(x, [Step(0, "all_to_all", S0, S1)], (S0,), (S1,), groups)       # (2b, 4)
+        y = apply_steps(y.relu(), [Step(0, "all_gather", S1, R)], (S1,), (R,), groups)  # (2b, 8)
+        y = apply_steps(y * 2, [Step(0, "chunk", R, S0)], (R,), (S0,), groups)          # (b, 8)
+        y = apply_steps(y + 1, [Step(0, "reduce_scatter", P, S1)], (P,), (S1,), groups)  # (b, 4)
+        return apply_steps(y, [Step(0, "all_reduce", P, R)], (P,), (R,), groups)
+
+    compiled = torch.compile(program, backend=backend, dynamic=True, fullgraph=True)
+    for b in (3, 5, 8):
+        x = torch.randn(b, 8, generator=torch.Generator().manual_seed(b * 10 + rank))
+        torch.testing.assert_close(compiled(x), program(x))
+    ops = {str(n.target) for n in compiles[0].graph.nodes if n.op == "call_function"}
+    return len(compiles), sorted(op for op in ops if "c10d_functional" in op)
+
+
+def test_functional_collectives_compile_once_with_dynamic_shapes_on_gloo():
+    results = launch(_compiled_steps, 2, timeout=240)
+    for compiles, ops in results:
+        assert compiles == 1
+        assert ops == [f"_c10d_functional.{op}" for op in
+                       ("all_gather_into_tensor", "all_reduce", "all_to_all_single", "reduce_scatter_tensor", "wait_tensor")]
