@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import sympy
 
@@ -30,12 +29,26 @@ from shapecore import functions as F
 __all__ = ["ModularSet", "modular_set", "solve_linear_congruence", "combine_congruences"]
 
 
-@dataclass(frozen=True, slots=True)
 class ModularSet:
-    """``{coeff*k + base}``; ``coeff == 0`` is the constant ``base``."""
+    """``{coeff*k + base}``; ``coeff == 0`` is the constant ``base``.
 
-    coeff: int
-    base: int
+    Immutable by convention (a plain slotted class, cheap to build on every analyzer step).
+    """
+
+    __slots__ = ("coeff", "base")
+
+    def __init__(self, coeff: int, base: int) -> None:
+        self.coeff = coeff
+        self.base = base
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModularSet) and self.coeff == other.coeff and self.base == other.base
+
+    def __hash__(self) -> int:
+        return hash((self.coeff, self.base))
+
+    def __repr__(self) -> str:
+        return f"ModularSet(coeff={self.coeff!r}, base={self.base!r})"
 
     @classmethod
     def of(cls, coeff: int, base: int) -> ModularSet:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from fractions import Fraction
 
 import sympy
@@ -30,12 +29,27 @@ Bound = int | Fraction | float
 INF = math.inf
 
 
-@dataclass(frozen=True, slots=True)
 class ValueRange:
-    """The closed interval ``[lo, hi]``; ``lo`` may be ``-inf`` and ``hi`` may be ``inf``."""
+    """The closed interval ``[lo, hi]``; ``lo`` may be ``-inf`` and ``hi`` may be ``inf``.
 
-    lo: Bound
-    hi: Bound
+    Immutable by convention (a plain slotted class: built on every analyzer step, where a
+    frozen dataclass's ``__init__`` costs twice as much).
+    """
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, lo: Bound, hi: Bound) -> None:
+        self.lo = lo
+        self.hi = hi
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ValueRange) and self.lo == other.lo and self.hi == other.hi
+
+    def __hash__(self) -> int:
+        return hash((self.lo, self.hi))
+
+    def __repr__(self) -> str:
+        return f"ValueRange(lo={self.lo!r}, hi={self.hi!r})"
 
     @classmethod
     def point(cls, value: Bound) -> ValueRange:

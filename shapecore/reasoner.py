@@ -86,10 +86,15 @@ def _tighten(r: ValueRange, residues: ModularSet) -> ValueRange:
 
 
 class _CheapLayers:
-    """Decides a claim with rewriting, ranges and residue classes, tracking the layer used."""
+    """Decides a claim with ranges and residue classes, tracking the layer used.
 
-    def __init__(self, knowledge: Knowledge) -> None:
+    With ``rewrite``, each ``lhs - rhs`` is first simplified (:class:`Simplifier`), which
+    decides more but builds new sympy expressions; without, the analyzers read it as is.
+    """
+
+    def __init__(self, knowledge: Knowledge, *, rewrite: bool = True) -> None:
         self.simplify = Simplifier(knowledge.ranges, knowledge.congruences)
+        self.rewrite = rewrite
         self.layer = 0  # index into _LAYERS of the most expensive layer needed
 
     def _use(self, layer: str) -> None:
@@ -113,13 +118,20 @@ class _CheapLayers:
 
     def _relation(self, relation: type, difference: sympy.Basic) -> bool | None:
         simplify = self.simplify
-        d = simplify(difference) if needs_rewriting(difference) else difference
+        d = simplify(difference) if self.rewrite and needs_rewriting(difference) else difference
         for layer in ("modular", "ranges"):
             if layer in simplify.used:
                 self._use(layer)
         if d.is_Number:
             value = Fraction(int(d.p), int(d.q)) if d.is_Rational else float(d)
             return decide_difference(relation, ValueRange.point(value))
+        if relation is sympy.Eq or relation is sympy.Ne:
+            # (In)equalities are mostly settled by residues alone: d ≡ 0 mod m facts.
+            residues = simplify.residues.analyze(d)
+            if residues is not None and (residues.coeff == 0 or residues.base != 0):
+                self._use("modular")
+                is_zero = residues.coeff == 0 and residues.base == 0  # else d can never be 0
+                return is_zero if relation is sympy.Eq else not is_zero
         bounds = simplify.bounds.bound(d)
         verdict = decide_difference(relation, bounds)
         if verdict is not None:
@@ -210,17 +222,28 @@ class Reasoner:
                 claim, "proved", "facts", facts_used=self._used(knowledge.contradiction),
                 reason="the facts contradict each other, so every claim follows",
             )
-        # Most false claims fail at the first points tried: cheaper than any analysis.
-        witness = find_counterexample(claim, knowledge, self.hints, budget=_PROBE_BUDGET)
-        if witness is not None:
-            return self._proof(claim, "refuted", "search", counterexample=witness)
         try:
-            verdict, layer, substituted = self._decide_cheaply(claim)
+            prepared = self._prepare(claim)
         except ZeroDivisionError:  # a divisor is zero wherever the facts hold: the claim never holds
-            verdict, layer, substituted = False, 0, claim
-        if verdict is True:
-            symbols = symbols_of(claim) | symbols_of(substituted)
-            return self._proof(claim, "proved", _LAYERS[layer], facts_used=self._used(knowledge.provenance(symbols)))
+            prepared = sympy.false
+        verdict = None
+        if prepared is not None:
+            for rewrite in (False, True):
+                cheap = _CheapLayers(knowledge, rewrite=rewrite)
+                try:
+                    verdict = cheap.decide(prepared)
+                except ZeroDivisionError:
+                    verdict = False
+                if verdict is True:
+                    symbols = symbols_of(claim) | symbols_of(prepared)
+                    used = self._used(knowledge.provenance(symbols))
+                    return self._proof(claim, "proved", _LAYERS[cheap.layer], facts_used=used)
+                if verdict is False or rewrite or not needs_rewriting(prepared):
+                    break
+                # Before rewriting (which builds expressions): most false claims fail at once.
+                witness = find_counterexample(claim, knowledge, self.hints, budget=_PROBE_BUDGET)
+                if witness is not None:
+                    return self._proof(claim, "refuted", "search", counterexample=witness)
         # A few well-chosen points refute most false claims faster than z3 can.
         budget = _SEARCH_BUDGET if verdict is False else _QUICK_SEARCH_BUDGET
         witness = find_counterexample(claim, knowledge, self.hints, budget=budget)
@@ -228,22 +251,21 @@ class Reasoner:
             return self._proof(claim, "refuted", "search", counterexample=witness)
         return self._prove_z3(claim, searched=budget)
 
-    def _decide_cheaply(self, claim: sympy.Basic) -> tuple[bool | None, int, sympy.Basic]:
-        """``(verdict, layer index, rewritten claim)`` from rewriting, ranges and residues.
+    def _prepare(self, claim: sympy.Basic) -> sympy.Basic | None:
+        """``claim`` canonicalized and substituted, or None if it may be undefined.
 
-        Runs only when every divisor of ``claim`` is nonzero wherever the facts hold: then the
-        claim is defined there, and rebuilding it (which lets sympy simplify ``A | ~A`` to
-        True) cannot hide a division by zero.
+        The cheap layers may only read a claim that is defined wherever the facts hold, i.e.
+        every divisor is nonzero there: rebuilding it (which lets sympy simplify ``A | ~A`` to
+        True) then cannot hide a division by zero.
         """
         replacements = self.knowledge.replacements
         claim_divisors = divisors(claim)
-        nonzero = _CheapLayers(self.knowledge) if claim_divisors else None
-        for divisor in claim_divisors:
-            if nonzero.decide(sympy.Ne(substitute(canonicalize(divisor), replacements), 0)) is not True:
-                return None, 0, claim
-        substituted = substitute(canonicalize(claim), replacements)
-        cheap = _CheapLayers(self.knowledge)
-        return cheap.decide(substituted), cheap.layer, substituted
+        if claim_divisors:
+            nonzero = _CheapLayers(self.knowledge)
+            for divisor in claim_divisors:
+                if nonzero.decide(sympy.Ne(substitute(canonicalize(divisor), replacements), 0)) is not True:
+                    return None
+        return substitute(canonicalize(claim), replacements)
 
     def _session(self) -> Z3Session:
         if self._z3 is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 
 import sympy
@@ -25,17 +26,35 @@ _SMALL = (0, 1, 2, 3, 4, 8, -1, -2, 16, 64)
 
 
 def _candidates(knowledge: Knowledge, symbol: sympy.Symbol, hint: int | None) -> list[int]:
+    """Values to try for ``symbol``, best first; memoized per fact-set version."""
+    memo = _MEMO.get(knowledge)
+    if memo is None or memo[0] != knowledge.version:
+        memo = _MEMO[knowledge] = (knowledge.version, {})
+    key = (symbol, hint)
+    found = memo[1].get(key)
+    if found is None:
+        found = memo[1][key] = _fresh_candidates(knowledge, symbol, hint)
+    return found
+
+
+_MEMO: weakref.WeakKeyDictionary[Knowledge, tuple[int, dict]] = weakref.WeakKeyDictionary()
+
+
+def _fresh_candidates(knowledge: Knowledge, symbol: sympy.Symbol, hint: int | None) -> list[int]:
     r = knowledge.range_of(symbol)
+    lo, hi = r.lo, r.hi
     congruence = knowledge.congruences.get(symbol)
     step = congruence.coeff if congruence and congruence.coeff else 1
     base = congruence.base if congruence else 0
     raw: list[int] = [] if hint is None else [hint]
-    if not math.isinf(r.lo):
-        raw += [int(r.lo) + i * step for i in range(3)]
-    if not math.isinf(r.hi):
-        raw += [int(r.hi) - i * step for i in range(2)]
-    raw += [v + (base - v) % step for v in _SMALL]
-    return [v for v in dict.fromkeys(raw) if v in r and (v - base) % step == 0]
+    if lo != -math.inf:
+        lo = int(lo)
+        raw += (lo, lo + step, lo + 2 * step)
+    if hi != math.inf:
+        hi = int(hi)
+        raw += (hi, hi - step)
+    raw += [v + (base - v) % step for v in _SMALL] if step > 1 else _SMALL
+    return [v for v in dict.fromkeys(raw) if lo <= v <= hi and (v - base) % step == 0]
 
 
 def satisfies(facts: Sequence[sympy.Basic], values: Mapping[str, int]) -> bool:
@@ -53,7 +72,7 @@ def find_counterexample(
     """An assignment satisfying ``knowledge.facts`` under which ``claim`` does not hold."""
     hints = hints or {}
     facts = knowledge.facts
-    budget = max(4, min(budget, 50_000 // (len(facts) + 1)))
+    budget = max(1, min(budget, 50_000 // (len(facts) + 1)))
     replaced = knowledge.replacements
     claim_symbols = symbols_of(claim)
     relevant = set(claim_symbols)
