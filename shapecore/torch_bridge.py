@@ -57,6 +57,7 @@ __all__ = [
     "map_expr",
     "to_torch",
     "from_torch",
+    "torch_guards",
     "trace_export",
     "trace_compile",
     "trace_make_fx",
@@ -136,9 +137,9 @@ def _map_atom(node: sympy.Basic, root: sympy.Basic) -> sympy.Basic:
     if isinstance(node, sympy.Symbol):
         if node.is_integer:
             return F.int_symbol(node.name)
-        if node.is_real and F.FLOAT_SYMBOL_NAME.fullmatch(node.name):
+        if F.FLOAT_SYMBOL_NAME.fullmatch(node.name):  # torch's unbacked floats carry no assumptions
             return F.float_symbol(node.name)
-        raise UnmappableExpressionError(node, root, "from torch (a symbol that is neither integer nor a float zf*)")
+        raise UnmappableExpressionError(node, root, "from torch (a symbol neither integer nor named zf<n>/zuf<n>)")
     if isinstance(node, (sympy.Integer, sympy.Rational, sympy.Float)) and node.is_finite:
         return node
     if node is sympy.true or node is sympy.false:
@@ -200,8 +201,8 @@ def _to_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
     import torch.utils._sympy.functions as T
 
     def mod(p: sympy.Basic, q: sympy.Basic) -> sympy.Basic:
-        # torch's Mod assumes a positive divisor (it claims a nonnegative result); PythonMod does not.
-        return T.Mod(p, q) if q.is_positive else T.PythonMod(p, q)
+        # torch's Mod claims a nonnegative result: true of Python's % when the divisor is.
+        return T.Mod(p, q) if q.is_nonnegative else T.PythonMod(p, q)
 
     def ceil_div(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
         # torch's CeilDiv rewrites itself to FloorDiv(a + b - 1, b), exact only for b > 0.
@@ -236,17 +237,28 @@ def _torch_symbols(shape_env: TorchShapeEnv) -> dict[str, sympy.Symbol]:
     return {s.name: s for s in symbols}
 
 
-def to_torch(expr: sympy.Basic, shape_env: TorchShapeEnv | None = None) -> sympy.Basic:
+def to_torch(
+    expr: sympy.Basic,
+    shape_env: TorchShapeEnv | None = None,
+    *,
+    symbols: Mapping[str, sympy.Symbol] | None = None,
+) -> sympy.Basic:
     """shapecore's ``expr`` in ``torch.utils._sympy.functions`` classes, for torch to use.
 
-    Symbols: with ``shape_env``, each is torch's own symbol of that name (a name it does not
-    have raises ``KeyError``); without, ``s<n>`` is ``Symbol(name, integer=True, positive=True)``
-    (torch's backed sizes), ``zf*``/``zuf*`` are real and every other name is integer only.
-    ``Mod`` becomes torch's ``Mod`` when the divisor is positive under those assumptions and
-    ``PythonMod`` otherwise; ``CeilDiv(a, b)`` becomes ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's.
-    Values are preserved.
+    Symbols: torch's own symbol of that name from ``shape_env`` or ``symbols`` (name → torch
+    symbol; a name missing from them raises ``KeyError``); when neither is given, ``s<n>`` is
+    ``Symbol(name, integer=True, positive=True)`` (torch's backed sizes), ``zf*``/``zuf*`` are
+    real and every other name is integer only.
+    ``Mod`` becomes torch's ``Mod`` when its divisor is nonnegative under those assumptions (then
+    Python's ``%`` is nonnegative, as torch's ``Mod`` claims) and ``PythonMod`` otherwise;
+    ``CeilDiv(a, b)`` becomes ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved.
+    torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
+    there (``s0 // (0 // s0)``) raises ``ZeroDivisionError``.
     """
-    known = _torch_symbols(shape_env) if shape_env is not None else None
+    known: dict[str, sympy.Symbol] | None = None
+    if shape_env is not None or symbols is not None:
+        known = _torch_symbols(shape_env) if shape_env is not None else {}
+        known.update(symbols or {})
 
     def leaf(node: sympy.Basic, root: sympy.Basic) -> sympy.Basic:
         if isinstance(node, sympy.Symbol):
@@ -302,17 +314,36 @@ def _unbacked_index(name: str) -> int:
     return int(match.group(1))
 
 
-def _create_symbols(env: ShapeEnv, shape_env: TorchShapeEnv) -> None:
+class _Translator:
+    """torch's expressions over one torch ShapeEnv, as shapecore expressions over integer symbols.
+
+    Float symbols torch specialized (a constant replacement, e.g. a LayerNorm's ``eps`` read as
+    ``zf33``) are substituted by their value first; an expression that still mentions a float
+    symbol is rejected, since shapecore's ShapeEnv holds integer symbols only.
+    """
+
+    def __init__(self, shape_env: TorchShapeEnv) -> None:
+        self.symbols = list(dict.fromkeys([*shape_env.var_to_range, *_torch_hints(shape_env)]))
+        self.floats = {s for s in self.symbols if not s.is_integer}
+        self.fixed = {
+            s: value for s, value in shape_env.replacements.items() if s in self.floats and value.is_Number
+        }
+
+    def __call__(self, what: str, torch_expr: sympy.Basic) -> sympy.Basic:
+        expr = map_expr(torch_expr.xreplace(self.fixed) if self.fixed else torch_expr)
+        floats = sorted(s.name for s in expr.free_symbols if not s.is_integer)
+        if floats:
+            raise ShapecoreError(
+                f"torch's {what} {torch_expr} mentions float symbol {', '.join(floats)}; shapecore's ShapeEnv holds "
+                f"integer symbols only: specialize float inputs (torch._dynamo.config.specialize_float = True)"
+            )
+        return expr
+
+
+def _create_symbols(env: ShapeEnv, shape_env: TorchShapeEnv, symbols: Sequence[sympy.Symbol]) -> None:
     hints = _torch_hints(shape_env)
     sources = _first_sources(shape_env)
     size_like = {s.name for s in getattr(shape_env, "size_like", ())}
-    symbols = list(dict.fromkeys([*shape_env.var_to_range, *hints]))
-    floats = [s.name for s in symbols if not s.is_integer]
-    if floats:
-        raise ShapecoreError(
-            f"torch's ShapeEnv has float symbols ({', '.join(floats)}); shapecore's ShapeEnv holds integer "
-            f"symbols only: specialize float inputs (torch._dynamo.config.specialize_float = True)"
-        )
     unbacked = []
     for symbol in symbols:
         r = shape_env.var_to_range.get(symbol)
@@ -351,6 +382,16 @@ def _add_guard(env: ShapeEnv, guard: sympy.Basic, torch_guard: sympy.Basic) -> N
         )
 
 
+def torch_guards(shape_env: TorchShapeEnv) -> list[sympy.Basic]:
+    """torch's recorded guards (``shape_env.guards``) as shapecore expressions, in order.
+
+    Guards about specialized float symbols (``Eq(zf33, 1.0e-5)``) become ``True`` and are left out.
+    """
+    translate = _Translator(shape_env)
+    mapped = (translate("guard", g.expr) for g in shape_env.guards)
+    return [g for g in mapped if g is not sympy.true]
+
+
 def from_torch(shape_env: TorchShapeEnv, *, timeout_ms: int = 1000) -> ShapeEnv:
     """A shapecore :class:`~shapecore.ShapeEnv` holding what torch's ``shape_env`` knows.
 
@@ -359,23 +400,29 @@ def from_torch(shape_env: TorchShapeEnv, *, timeout_ms: int = 1000) -> ShapeEnv:
     torch's guards through :meth:`~shapecore.ShapeEnv.evaluate_expr` (a guard the earlier
     state already implies is not recorded again; one on an unbacked symbol becomes a runtime
     assert), deferred runtime asserts through :meth:`~shapecore.ShapeEnv.defer_runtime_assert`.
-    Raises :class:`UnmappableExpressionError` for an expression shapecore cannot represent and
+    Float symbols are not created: those torch specialized are replaced by their value, and
+    anything that mentions another one is rejected.
+
+    Raises :class:`UnmappableExpressionError` for an expression shapecore cannot represent,
+    :class:`~shapecore.ShapecoreError` for a float symbol in a guard or fact, and
     :class:`~shapecore.ConstraintError` when torch's state is contradictory for shapecore.
     """
+    translate = _Translator(shape_env)
     env = ShapeEnv(timeout_ms=timeout_ms)
-    _create_symbols(env, shape_env)
+    _create_symbols(env, shape_env, [s for s in translate.symbols if s not in translate.floats])
     for symbol, replacement in shape_env.replacements.items():
-        if replacement != symbol:
-            fact = sympy.Eq(map_expr(symbol), map_expr(replacement))
-            _recording("replacement", sympy.Eq(symbol, replacement), lambda: env.add_fact(fact))
+        if replacement != symbol and symbol not in translate.fixed:
+            torch_fact = sympy.Eq(symbol, replacement, evaluate=False)
+            fact = translate("replacement", torch_fact)
+            _recording("replacement", torch_fact, lambda: env.add_fact(fact))
     for term in shape_env.divisible:
-        fact = sympy.Eq(map_expr(term), 0)
+        fact = sympy.Eq(translate("divisibility", term), 0)
         _recording("divisibility", term, lambda: env.add_fact(fact))
     for guard in shape_env.guards:
-        _add_guard(env, map_expr(guard.expr), guard.expr)
+        _add_guard(env, translate("guard", guard.expr), guard.expr)
     for asserts in shape_env.deferred_runtime_asserts.values():
         for ra in asserts:
-            claim = map_expr(ra.expr)
+            claim = translate("runtime assert", ra.expr)
             _recording("runtime assert", ra.expr, lambda: env.defer_runtime_assert(claim, ra.msg or ""))
     return env
 
@@ -429,7 +476,7 @@ def _traced(gm: GraphModule | None, shape_env: TorchShapeEnv, timeout_ms: int, *
         graph_module=gm,
         torch_env=shape_env,
         env=from_torch(shape_env, timeout_ms=timeout_ms),
-        torch_guards=[map_expr(g.expr) for g in shape_env.guards],
+        torch_guards=torch_guards(shape_env),
         sources=_first_sources(shape_env),
         **extra,
     )
@@ -598,8 +645,9 @@ def trace_make_fx(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout_ms: 
 
     Every input dimension becomes a symbol (duck-sized: equal example sizes share one), and
     tensor inputs of one element read with ``.item()`` give backed symbols sourced ``inputN.item()``.
+    Tensors ``fn`` closes over (a module's parameters) are allowed and become graph constants.
     """
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    gm = make_fx(fn, tracing_mode="symbolic")(*args)
+    gm = make_fx(fn, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
     return _traced(gm, _shape_env_of(_placeholder_values(gm)), timeout_ms)
