@@ -46,6 +46,7 @@ from shapecore.printing import python_str, torch_str
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange
 from shapecore.reasoner import Reasoner, prove
+from shapecore.simplify import Simplified, simplify
 
 __all__ = [
     "CeilDiv",
@@ -70,6 +71,7 @@ __all__ = [
     "RuntimeAssert",
     "ShapeEnv",
     "ShapecoreError",
+    "Simplified",
     "SymbolInfo",
     "ToFloat",
     "TruncToFloat",
@@ -82,5 +84,6 @@ __all__ = [
     "parse",
     "prove",
     "python_str",
+    "simplify",
     "torch_str",
 ]

@@ -1,0 +1,704 @@
+"""Guard simplification: a smaller *equivalent* guard set, and the reason for every change.
+
+Contract. Let ``context`` be the facts and ranges passed to :func:`simplify`. For every integer
+assignment that satisfies ``context``, the input guards all hold (:func:`shapecore.holds`: true
+with no zero divisor) exactly when the output guards ``Simplified.guards`` all hold. No output
+guard is implied by the others plus ``context`` as far as the analyzers below can tell (the
+problem is undecidable in general: when z3 gives up, a guard is kept, never dropped).
+
+Algorithm, cheapest first; each step keeps the set equivalent:
+
+1. **Normalize** — each guard is split into its conjuncts (``And`` holds iff every part does,
+   zero divisors included) and canonicalized; conjuncts equal up to the side they are written
+   on (``s0 >= 2`` and ``2 <= s0``) are duplicates.
+2. **Digest** — every conjunct goes into one :class:`~shapecore.knowledge.Knowledge` with the
+   context. Its digest (replacements ``x := e``, one range and one congruence per symbol) is
+   implied by the input, so its *summary guards* may be added to the set: ``Eq(x, e)``, one
+   range guard per symbol (``x >= 16`` or ``(x >= 2) & (x <= 10)``: only the sides the context
+   does not already give) and the strongest divisibility ``Eq(Mod(x, m), r)``.
+3. **Decide cheaply** — a conjunct is dropped when rewriting, interval bounds and residue
+   classes show it holds wherever the summary guards (and the context) do. The cheap layers see
+   nothing of the digest but its replacements, ranges and congruences, all of which are in the
+   summary guards, so this never relies on the dropped conjunct itself. One that holds nowhere
+   is a contradiction.
+4. **Rewrite single-symbol guards** — a conjunct in one symbol ``x`` (after replacements) that
+   the cheap layers cannot settle is evaluated on ``x``'s admissible values: all of them when
+   there are at most ``2**15``, else a window at the finite end, with z3 proving the guard
+   beyond it. If it holds exactly on a sub-range (or everywhere except a few values) it becomes
+   that range (or those ``Ne``), which feeds back into the digest:
+   ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. Steps 2–4 repeat
+   until the digest stops changing.
+5. **z3 on small groups** — the remaining conjuncts and summary guards are grouped by the
+   symbols they share (a guard can only be implied by guards connected to it through shared
+   symbols, context facts or replacements). Each group gets one incremental solver with every
+   member behind a tracking literal; members are visited most complex first and dropped when
+   the others imply them (the unsat core names which). A group that is unsatisfiable as a whole
+   is a contradiction. Dropping one member at a time, each implied by what is still kept, keeps
+   the set equivalent and leaves no member implied by the rest.
+
+A contradiction is reported as a minimal unsatisfiable subset of the input conjuncts, which is
+then also the output (it accepts nothing, like the input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import sympy
+import z3
+
+from shapecore.errors import ConstraintError
+from shapecore.evaluation import holds
+from shapecore.functions import Mod, int_symbol
+from shapecore.knowledge import Knowledge
+from shapecore.modular import ModularSet
+from shapecore.ranges import UNBOUNDED, ValueRange, bound
+from shapecore.reasoner import ExprLike, _CheapLayers, _tighten, as_claim
+from shapecore.rewrite import canonicalize, divisors, substitute, symbols_of
+from shapecore.z3backend import Translator
+
+__all__ = ["simplify", "Simplified", "Dropped", "Rewrite", "Fate"]
+
+Ranges = Mapping[str, tuple[int | None, int | None]]
+DropKind = Literal["duplicate", "tautology", "merged", "implied", "contradiction"]
+
+_ENUMERATE = 1 << 15  # a single-symbol guard is evaluated at every value when there are at most this many
+_WINDOW = 64  # else at this many values from the finite end of the range
+_FEW = 3  # at most this many failing values become Ne guards
+_ROUNDS = 6  # digest / decide / rewrite rounds at most
+_NEIGHBOURS_FIRST = 24  # in larger groups, try the guards sharing a symbol before the whole group
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """An input guard (conjunct) left out of the result, and why.
+
+    ``kind``: ``duplicate`` (of ``by[0]``), ``tautology`` (holds wherever the facts and ranges
+    do), ``merged`` (into the summary guards ``by``, which it helped build), ``implied`` (by the
+    guards ``by``, all in the result or themselves implied), ``contradiction`` (the set can never
+    hold; see :attr:`Simplified.contradiction`).
+    """
+
+    guard: sympy.Basic
+    kind: DropKind
+    by: tuple[sympy.Basic, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        listed = ", ".join(str(g) for g in self.by)
+        return {
+            "duplicate": f"duplicate of {listed}",
+            "tautology": "tautology: holds wherever the facts and ranges do",
+            "merged": f"merged into {listed}",
+            "implied": f"implied by {listed}" if listed else "implied by the facts and ranges",
+            "contradiction": "the guards can never hold together (see the contradiction)",
+        }[self.kind]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """An input guard replaced by an equivalent one (under the context and the other guards)."""
+
+    guard: sympy.Basic
+    to: sympy.Basic
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Fate:
+    """What became of one input guard (conjunct): ``kept``, ``rewritten`` or ``dropped``."""
+
+    guard: sympy.Basic
+    outcome: Literal["kept", "rewritten", "dropped"]
+    detail: str
+
+
+@dataclass(frozen=True)
+class Simplified:
+    """The result of :func:`simplify`.
+
+    ``guards``: the equivalent set; ``dropped`` and ``rewritten``: what changed and why;
+    ``contradiction``: a minimal set of input guards that can never hold together (then also
+    ``guards``), or None; ``ranges``: the tightest range found per symbol (``None`` = open);
+    ``fates``: every input conjunct in order with what became of it.
+    """
+
+    guards: tuple[sympy.Basic, ...]
+    dropped: tuple[Dropped, ...]
+    rewritten: tuple[Rewrite, ...]
+    contradiction: tuple[sympy.Basic, ...] | None
+    ranges: dict[str, tuple[int | None, int | None]]
+    fates: tuple[Fate, ...] = field(repr=False)
+
+    def to_json(self) -> dict[str, object]:
+        """``{"guards", "dropped", "rewritten", "contradiction", "ranges"}``, guards in torch syntax."""
+        return {
+            "guards": [str(g) for g in self.guards],
+            "dropped": [{"guard": str(d.guard), "reason": d.reason} for d in self.dropped],
+            "rewritten": [{"guard": str(r.guard), "as": str(r.to)} for r in self.rewritten],
+            "contradiction": None if self.contradiction is None else [str(g) for g in self.contradiction],
+            "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()},
+        }
+
+
+# -- normalized guards --------------------------------------------------------------------------
+
+
+def _relation_key(claim: sympy.Basic) -> object:
+    """A key equal for conjuncts that differ only in the side they are written on."""
+    if not claim.is_Relational:
+        return claim
+    lhs, rhs = claim.args
+    if isinstance(claim, (sympy.Le, sympy.Lt)):
+        difference, kind = rhs - lhs, "ge" if isinstance(claim, sympy.Le) else "gt"
+    elif isinstance(claim, (sympy.Ge, sympy.Gt)):
+        difference, kind = lhs - rhs, "ge" if isinstance(claim, sympy.Ge) else "gt"
+    else:
+        difference, kind = lhs - rhs, type(claim).__name__
+        if difference.could_extract_minus_sign():
+            difference = -difference
+    return (kind, difference)
+
+
+@dataclass
+class _Atom:
+    """One input conjunct and what the simplification has made of it so far."""
+
+    index: int
+    expr: sympy.Basic  # as given
+    canonical: sympy.Basic
+    divisors: frozenset[sympy.Basic]  # non-constant divisors of ``expr``: where it is undefined
+    current: sympy.Basic  # ``expr`` or its rewritten form
+    fate: tuple | None = None  # settled: ("duplicate", atom) ("implied", ...) ...
+    rewrite: Rewrite | None = None
+
+
+@dataclass
+class _Candidate:
+    """A member of the output being assembled: an atom still open, or a summary guard."""
+
+    expr: sympy.Basic
+    formula: sympy.Basic  # what z3 encodes (replacements substituted for atoms)
+    extra_divisors: frozenset[sympy.Basic]
+    symbols: frozenset[sympy.Symbol]
+    atom: _Atom | None
+    droppable: bool
+    order: float
+    sources: list[_Atom] | None = None  # a summary guard's: the conjuncts it was derived from
+    kept: bool = True
+    implied_by: list[_Candidate] = field(default_factory=list)
+
+
+def _range_guard(x: sympy.Symbol, lo: int | None, hi: int | None) -> sympy.Basic:
+    if lo is not None and hi is not None:
+        return sympy.And(sympy.Ge(x, lo), sympy.Le(x, hi))
+    return sympy.Ge(x, lo) if lo is not None else sympy.Le(x, hi)
+
+
+def _finite(value: object) -> int | None:
+    return None if isinstance(value, float) and math.isinf(value) else int(value)  # type: ignore[arg-type]
+
+
+def _complexity(expr: sympy.Basic) -> int:
+    return sympy.count_ops(expr)
+
+
+# -- the simplification ------------------------------------------------------------------------
+
+
+class _Simplification:
+    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
+        self.timeout_ms = timeout_ms
+        self.context_facts: list[sympy.Basic] = []
+        for name, (lo, hi) in sorted((ranges or {}).items()):
+            x = int_symbol(name)
+            if lo is not None:
+                self.context_facts.append(sympy.Ge(x, lo))
+            if hi is not None:
+                self.context_facts.append(sympy.Le(x, hi))
+        self.context_facts += [as_claim(f) for f in facts]
+        self.context = Knowledge()
+        for fact in self.context_facts:
+            self.context.add(fact)
+        if self.context.contradiction is not None:
+            culprits = ", ".join(str(self.context.facts[i]) for i in self.context.contradiction)
+            raise ConstraintError(f"the facts and ranges contradict each other ({culprits}); nothing to simplify under them")
+        self.atoms: list[_Atom] = []
+        for guard in guards:
+            claim = as_claim(guard)
+            for conjunct in sympy.And.make_args(claim):
+                self.atoms.append(self._atom(conjunct))
+
+    def _atom(self, conjunct: sympy.Basic) -> _Atom:
+        try:
+            canonical = canonicalize(conjunct)
+        except ZeroDivisionError:
+            canonical = sympy.false
+        found = set(divisors(conjunct))
+        for d in list(found):
+            try:
+                found.add(canonicalize(d))
+            except ZeroDivisionError:
+                found.add(sympy.S.Zero)
+        return _Atom(len(self.atoms), conjunct, canonical, frozenset(found), conjunct)
+
+    # -- main -------------------------------------------------------------------------------
+
+    def run(self) -> Simplified:
+        unique = self._dedupe()
+        self.knowledge = Knowledge()
+        self.owner: list[_Atom | None] = []
+        for fact in self.context_facts:
+            self._learn(fact, None)
+        for atom in unique:
+            self._learn(atom.canonical, atom)
+        for _ in range(_ROUNDS):
+            if self.knowledge.contradiction is not None:
+                return self._contradiction(self._owners(self.knowledge.contradiction))
+            before = self._digest_state()
+            contradiction = self._decide_round(unique)
+            if contradiction is not None:
+                return self._contradiction(contradiction)
+            if self._digest_state() == before:
+                break
+        if self.knowledge.contradiction is not None:
+            return self._contradiction(self._owners(self.knowledge.contradiction))
+        summary = self._summary()
+        contradiction = self._settle_with_z3(unique, summary)
+        if contradiction is not None:
+            return self._contradiction(contradiction)
+        return self._result()
+
+    def _learn(self, fact: sympy.Basic, atom: _Atom | None) -> None:
+        self.knowledge.add(fact)
+        self.owner.append(atom)
+
+    def _owners(self, indices: Iterable[int]) -> list[_Atom]:
+        found = {self.owner[i].index: self.owner[i] for i in indices if self.owner[i] is not None}
+        return [found[k] for k in sorted(found)]
+
+    def _digest_state(self) -> tuple:
+        k = self.knowledge
+        return (dict(k.replacements), dict(k.ranges), dict(k.congruences))
+
+    def _dedupe(self) -> list[_Atom]:
+        first: dict[object, _Atom] = {}
+        unique = []
+        for atom in self.atoms:
+            key = _relation_key(atom.canonical)
+            seen = first.get(key)
+            if seen is not None and seen.divisors >= atom.divisors:
+                atom.fate = ("duplicate", seen)
+                continue
+            first.setdefault(key, atom)
+            unique.append(atom)
+        return unique
+
+    # -- cheap layers -----------------------------------------------------------------------
+
+    def _substituted(self, atom: _Atom, knowledge: Knowledge | None = None) -> tuple[sympy.Basic, frozenset[sympy.Basic]]:
+        """``atom.current`` and its divisors with the digest's replacements substituted.
+
+        Under the replacements (which are summary guards, so in the output) the substituted
+        conjunct holds exactly where the original does. A divisor that becomes 0 makes it
+        hold nowhere: returned as ``false``.
+        """
+        replacements = (knowledge or self.knowledge).replacements
+        expr = atom.canonical if atom.current is atom.expr else canonicalize(atom.current)
+        found = atom.divisors if atom.current is atom.expr else frozenset(divisors(atom.current))
+        try:
+            expr = substitute(expr, replacements)
+            subs = set()
+            for d in found:
+                d = substitute(d, replacements)
+                if d.is_Number:
+                    if d == 0:
+                        return sympy.false, frozenset()
+                    continue
+                subs.add(d)
+        except ZeroDivisionError:
+            return sympy.false, frozenset()
+        return expr, frozenset(subs)
+
+    def _cheap(self, layers: _CheapLayers, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> bool | None:
+        """True: holds wherever the digest does; False: nowhere; None: not settled."""
+        try:
+            undefined_somewhere = False
+            for d in found:
+                nonzero = layers.decide(sympy.Ne(d, 0))
+                if nonzero is False:
+                    return False
+                undefined_somewhere |= nonzero is not True
+            verdict = layers.decide(expr)
+        except ZeroDivisionError:  # a divisor simplified to 0: undefined wherever the digest holds
+            return False
+        if verdict is True and undefined_somewhere:
+            return None
+        return verdict
+
+    def _decide_round(self, unique: list[_Atom]) -> list[_Atom] | None:
+        """Settle what the cheap layers and single-symbol evaluation can; learn the rest again
+        (the digest may take it now that it knows more). Returns a contradiction if found."""
+        layers = _CheapLayers(self.knowledge)
+        for atom in unique:
+            if atom.fate is not None:
+                continue
+            expr, found = self._substituted(atom)
+            verdict = False if expr is sympy.false else self._cheap(layers, expr, found)
+            if verdict is None:
+                verdict = {"summary": True, "never": False}.get(self._try_rewrite(atom, expr, found))  # type: ignore[arg-type]
+            if verdict is True:
+                atom.fate = ("summary",)
+            elif verdict is False:
+                return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical) | symbols_of(expr)))
+        for atom in unique:
+            if atom.fate is None:
+                self._learn(canonicalize(atom.current), atom)
+        return None
+
+    # -- single-symbol rewriting ------------------------------------------------------------
+
+    def _scope(self, x: sympy.Symbol) -> tuple[ValueRange, int]:
+        """``x``'s admissible range (ends moved into its residue class) and the class's step."""
+        residues = self.knowledge.congruences.get(x, ModularSet(1, 0))
+        return _tighten(self.knowledge.range_of(x), residues), residues.coeff or 1
+
+    def _try_rewrite(self, atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> str | None:
+        """Settle or rewrite a conjunct in one symbol from its values; returns ``"summary"``
+        (holds on every admissible value), ``"never"`` (on none) or None (rewritten or left)."""
+        symbols = symbols_of(expr).union(*(symbols_of(d) for d in found))
+        if len(symbols) != 1 or atom.rewrite is not None:
+            return None
+        (x,) = symbols
+        if not x.is_integer:
+            return None
+        scope, step = self._scope(x)
+        if scope.is_empty:
+            return None
+        claim = sympy.And(expr, *(sympy.Ne(d, 0) for d in found)) if found else expr
+        lo, hi = _finite(scope.lo), _finite(scope.hi)
+        if lo is not None and hi is not None and (hi - lo) // step < _ENUMERATE:
+            points, side = range(lo, hi + 1, step), None
+        elif lo is not None:
+            points, side = range(lo, lo + step * _WINDOW, step), "lo"
+        elif hi is not None:
+            points, side = range(hi - step * (_WINDOW - 1), hi + 1, step), "hi"
+        else:
+            return None
+        accepted = [holds(claim, {x.name: v}) for v in points]
+        failing = [v for v, ok in zip(points, accepted) if not ok]
+        if side is not None:
+            # the window is evidence only: the claim must be proved past its last failure
+            far = accepted[len(accepted) // 2 :] if side == "lo" else accepted[: len(accepted) // 2]
+            if not all(far):
+                return None
+            past = sympy.true if not failing else (sympy.Gt(x, max(failing)) if side == "lo" else sympy.Lt(x, min(failing)))
+            if not self._proves_single(x, past, claim):
+                return None
+        if not failing:
+            return "summary"
+        if len(failing) == len(points):
+            return "never"
+        ok = [v for v, good in zip(points, accepted) if good]
+        if not any(ok[0] < v < ok[-1] for v in failing):  # holds exactly on a sub-range
+            lower = ok[0] if ok[0] != points[0] else None
+            upper = ok[-1] if ok[-1] != points[-1] and side != "lo" else None
+            to = _range_guard(x, lower, upper)
+        elif len(failing) <= _FEW:
+            to = sympy.And(*(sympy.Ne(x, v) for v in failing))
+        else:
+            return None
+        where = f"every {x} in [{points[0]}, {points[-1]}]" if side is None else f"{x} in [{points[0]}, {points[-1]}] and proved beyond"
+        shown = ", ".join(str(v) for v in failing[:4]) + (", ..." if len(failing) > 4 else "")
+        atom.rewrite = Rewrite(atom.expr, to, f"evaluated at {where}: fails only for {x} = {shown}")
+        atom.current = to
+        return None
+
+    def _proves_single(self, x: sympy.Symbol, assumption: sympy.Basic, claim: sympy.Basic) -> bool:
+        """Whether ``claim`` holds wherever ``assumption`` and what is known of ``x`` do."""
+        translator = Translator(z3.Context())
+        solver = z3.Solver(ctx=translator.ctx)
+        solver.set("timeout", self.timeout_ms)
+        scope = self.knowledge.range_of(x)
+        residues = self.knowledge.congruences.get(x)
+        var = translator.symbol(x.name)
+        if not math.isinf(scope.lo):
+            solver.add(var >= int(scope.lo))
+        if not math.isinf(scope.hi):
+            solver.add(var <= int(scope.hi))
+        if residues is not None and residues.coeff > 1:
+            solver.add(var % residues.coeff == residues.base)
+        solver.add(translator.holds(assumption))
+        solver.add(z3.Not(translator.holds(claim)))
+        solver.add(*translator.axioms)
+        return solver.check() == z3.unsat
+
+    # -- summary guards ---------------------------------------------------------------------
+
+    def _summary(self) -> dict[object, tuple[sympy.Basic, list[_Atom]]]:
+        """Summary guards by key (``("=", x)``, ``("range", x)``, ``("mod", x)``), with the
+        input conjuncts they were derived from."""
+        k, c = self.knowledge, self.context
+        mentioned = set().union(*(symbols_of(a.canonical) for a in self.atoms)) if self.atoms else set()
+        summary: dict[object, tuple[sympy.Basic, list[_Atom]]] = {}
+        for x, e in k.replacements.items():
+            if x in c.replacements or (x not in mentioned and not (symbols_of(e) & mentioned)):
+                continue
+            summary[("=", x)] = (sympy.Eq(x, e), self._owners(k.provenance([x])))
+        for x, r in k.ranges.items():
+            if x in k.replacements or x in c.replacements:
+                continue
+            residues = k.congruences.get(x, ModularSet(1, 0))
+            given = _tighten(c.range_of(x), residues)
+            lo = _finite(r.lo) if r.lo > given.lo else None
+            hi = _finite(r.hi) if r.hi < given.hi else None
+            if lo is not None or hi is not None:
+                summary[("range", x)] = (_range_guard(x, lo, hi), self._owners(k.provenance([x])))
+            if residues.coeff > 1:
+                known = c.congruences.get(x)
+                if known is None or known.coeff % residues.coeff or known.base % residues.coeff != residues.base:
+                    summary[("mod", x)] = (sympy.Eq(Mod(x, residues.coeff), residues.base), self._owners(k.provenance([x])))
+        return summary
+
+    # -- z3 on groups -----------------------------------------------------------------------
+
+    def _settle_with_z3(self, unique: list[_Atom], summary: dict) -> list[_Atom] | None:
+        """Drop the members each group's others imply; returns a contradiction if one is found."""
+        self.candidates: list[_Candidate] = []
+        self.summary_candidates: dict[object, _Candidate] = {}
+        by_key = {}
+        for key, (guard, sources) in summary.items():
+            cand = _Candidate(guard, guard, frozenset(), symbols_of(guard), None, droppable=key[0] != "=",
+                              order=min((a.index for a in sources), default=math.inf), sources=sources)
+            self.candidates.append(cand)
+            self.summary_candidates[key] = cand
+            by_key[_relation_key(canonicalize(guard))] = cand
+        for atom in unique:
+            if atom.fate is not None and atom.fate[0] != "summary":
+                continue
+            cand = by_key.get(_relation_key(canonicalize(atom.current)))
+            if cand is not None and cand.atom is None:  # the atom is a summary guard as written
+                cand.expr, cand.atom, cand.order = atom.current, atom, min(cand.order, atom.index)
+                atom.fate = ("open", cand)
+                continue
+            if atom.fate is not None:
+                continue
+            expr, found = self._substituted(atom)
+            if expr is sympy.false:
+                return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical)))
+            cand = _Candidate(atom.current, expr, found, symbols_of(expr).union(*(symbols_of(d) for d in found)),
+                              atom, droppable=True, order=atom.index)
+            self.candidates.append(cand)
+            atom.fate = ("open", cand)
+        for group, related in self._groups(self.candidates):
+            contradiction = self._settle_group(group, related)
+            if contradiction is not None:
+                return contradiction
+        return None
+
+    def _groups(self, candidates: list[_Candidate]) -> list[tuple[list[_Candidate], list[sympy.Basic]]]:
+        """Candidates connected through shared symbols (and context facts), with those facts;
+        only groups where something could be implied (an open atom, or a link between symbols)."""
+        parent: dict[sympy.Symbol, sympy.Symbol] = {}
+
+        def find(s: sympy.Symbol) -> sympy.Symbol:
+            while parent.setdefault(s, s) is not s:
+                parent[s] = parent[parent[s]]
+                s = parent[s]
+            return s
+
+        for symbols in [c.symbols for c in candidates] + [symbols_of(f) for f in self.context_facts]:
+            ordered = sorted(symbols, key=str)
+            for s in ordered[1:]:
+                parent[find(s)] = find(ordered[0])
+        members: dict[sympy.Symbol, list[_Candidate]] = {}
+        for cand in candidates:
+            if cand.symbols:
+                members.setdefault(find(min(cand.symbols, key=str)), []).append(cand)
+        facts: dict[sympy.Symbol, list[sympy.Basic]] = {}
+        for fact in self.context_facts:
+            if symbols_of(fact):
+                facts.setdefault(find(min(symbols_of(fact), key=str)), []).append(fact)
+        groups = []
+        for root, group in members.items():
+            related = facts.get(root, [])
+            has_atoms = any(c.sources is None for c in group)
+            linked = any(len(c.symbols) > 1 for c in group) or any(len(symbols_of(f)) > 1 for f in related)
+            if len(group) > 1 and (has_atoms or linked) or has_atoms and related:
+                groups.append((group, related))
+        return groups
+
+    def _settle_group(self, group: list[_Candidate], related: list[sympy.Basic]) -> list[_Atom] | None:
+        """One solver for the group; drop, most complex first, each member the others imply."""
+        translator = Translator(z3.Context())
+        solver = z3.Solver(ctx=translator.ctx)
+        for fact in related:
+            solver.add(translator.holds(fact))
+        tracks, queries = [], []
+        for i, cand in enumerate(group):
+            defined = [translator.holds(sympy.Ne(d, 0)) for d in cand.extra_divisors]
+            member = z3.And(translator.holds(cand.formula), *defined)
+            tracks.append(z3.Bool(f"!member{i}", translator.ctx))
+            queries.append(z3.Bool(f"!query{i}", translator.ctx))
+            solver.add(z3.Implies(tracks[i], member), z3.Implies(queries[i], z3.Not(member)))
+        solver.add(*translator.axioms)
+        solver.set("timeout", self.timeout_ms)
+        index_of = {str(t): i for i, t in enumerate(tracks)}
+        if solver.check(*tracks) == z3.unsat:
+            return self._atoms_behind(group[index_of[str(t)]] for t in solver.unsat_core() if str(t) in index_of)
+        order = sorted(
+            (i for i, c in enumerate(group) if c.droppable),
+            key=lambda i: (group[i].sources is not None, -_complexity(group[i].expr), -group[i].order),
+        )
+        for i in order:
+            others = [j for j, c in enumerate(group) if j != i and c.kept]
+            attempts = [others]
+            if len(others) > _NEIGHBOURS_FIRST:
+                near = [j for j in others if group[j].symbols & group[i].symbols]
+                if len(near) < len(others):
+                    attempts.insert(0, near)
+            for attempt in attempts:
+                if solver.check(*[tracks[j] for j in attempt], queries[i]) == z3.unsat:
+                    group[i].kept = False
+                    group[i].implied_by = [group[index_of[str(t)]] for t in solver.unsat_core() if str(t) in index_of]
+                    break
+        return None
+
+    def _atoms_behind(self, candidates: Iterable[_Candidate]) -> list[_Atom]:
+        """The input conjuncts behind some candidates (a summary guard's are its sources)."""
+        found: dict[int, _Atom] = {}
+        for cand in candidates:
+            for atom in ([cand.atom] if cand.atom is not None else []) + list(cand.sources or ()):
+                found[atom.index] = atom
+        return [found[k] for k in sorted(found)]
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _ranges(self) -> dict[str, tuple[int | None, int | None]]:
+        k = self.knowledge
+        symbols = set().union(*(symbols_of(a.expr) for a in self.atoms), *(symbols_of(f) for f in self.context_facts))
+        result = {}
+        for x in sorted(symbols, key=lambda s: s.name):
+            if not x.is_integer:
+                continue
+            r = bound(k.replacements[x], k.ranges) if x in k.replacements else self._scope(x)[0]
+            result[x.name] = (None if math.isinf(r.lo) else math.ceil(r.lo), None if math.isinf(r.hi) else math.floor(r.hi))
+        return result
+
+    def _implying(self, cand: _Candidate) -> list[_Candidate]:
+        """What implies a dropped candidate, in terms of kept ones where it can tell."""
+        result: dict[int, _Candidate] = {}
+        for other in cand.implied_by:
+            for c in ([other] if other.kept else self._implying(other)):
+                result[id(c)] = c
+        return list(result.values())
+
+    def _summary_by(self, atom: _Atom) -> list[_Candidate]:
+        """The summary guards that imply a conjunct the cheap layers settled."""
+        expr, _ = self._substituted(atom)
+        symbols = symbols_of(atom.canonical) | symbols_of(expr)
+        found: dict[int, _Candidate] = {}
+        for key, cand in self.summary_candidates.items():
+            if key[1] in symbols:
+                for c in ([cand] if cand.kept else self._implying(cand)):
+                    found[id(c)] = c
+        return sorted(found.values(), key=lambda c: c.order)
+
+    def _fate(self, atom: _Atom, context_layers: _CheapLayers) -> Dropped | None:
+        """Why ``atom`` is not in the result as written, or None when it is."""
+        kind, *rest = atom.fate
+        if kind == "duplicate":
+            return Dropped(atom.expr, "duplicate", (rest[0].expr,))
+        if kind == "open":
+            cand = rest[0]
+            if cand.kept:
+                return None
+            via = [self.summary_candidates[("=", x)] for x in symbols_of(atom.canonical) if ("=", x) in self.summary_candidates]
+            by = self._implying(cand) + [c for c in via if c.kept]
+            return Dropped(atom.expr, "implied" if by else "tautology", tuple(dict.fromkeys(c.expr for c in by)))
+        expr, found = self._substituted(atom, self.context)
+        if self._cheap(context_layers, expr, found) is True:
+            return Dropped(atom.expr, "tautology")
+        by = self._summary_by(atom)
+        merged = any(atom in (c.sources or ()) for c in by)
+        return Dropped(atom.expr, "merged" if merged else "implied", tuple(c.expr for c in by))
+
+    def _result(self) -> Simplified:
+        kept = sorted((c for c in self.candidates if c.kept), key=lambda c: c.order)
+        dropped: list[Dropped] = []
+        rewritten: list[Rewrite] = []
+        fates: list[Fate] = []
+        context_layers = _CheapLayers(self.context)
+        for atom in self.atoms:
+            record = self._fate(atom, context_layers)
+            if atom.rewrite is not None and (record is None or record.kind == "merged"):
+                rewritten.append(atom.rewrite)
+                into = [str(g) for g in record.by if g != atom.rewrite.to] if record is not None else []
+                detail = f"as {atom.rewrite.to}: {atom.rewrite.why}" + (f"; merged into {', '.join(into)}" if into else "")
+                fates.append(Fate(atom.expr, "rewritten", detail))
+            elif record is None:
+                fates.append(Fate(atom.expr, "kept", "not implied by the others"))
+            else:
+                dropped.append(record)
+                fates.append(Fate(atom.expr, "dropped", record.reason))
+        return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates))
+
+    def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
+        core = _minimal_unsat(list(culprits), self.context_facts, self.timeout_ms)
+        in_core = {a.index for a in core}
+        dropped, fates = [], []
+        for atom in self.atoms:
+            if atom.index in in_core:
+                fates.append(Fate(atom.expr, "kept", "part of the contradiction"))
+            else:
+                record = Dropped(atom.expr, "contradiction")
+                dropped.append(record)
+                fates.append(Fate(atom.expr, "dropped", record.reason))
+        guards = tuple(a.expr for a in core)
+        return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates))
+
+
+def _minimal_unsat(atoms: list[_Atom], context: list[sympy.Basic], timeout_ms: int) -> list[_Atom]:
+    """A minimal subset of ``atoms`` that cannot hold with ``context`` (deletion-based)."""
+    translator = Translator(z3.Context())
+    solver = z3.Solver(ctx=translator.ctx)
+    solver.set("timeout", timeout_ms)
+    for fact in context:
+        solver.add(translator.holds(fact))
+    tracks = []
+    for i, atom in enumerate(atoms):
+        track = z3.Bool(f"!atom{i}", translator.ctx)
+        defined = [translator.holds(sympy.Ne(d, 0)) for d in atom.divisors if not d.is_Number]
+        solver.add(z3.Implies(track, z3.And(translator.holds(atom.canonical), *defined)))
+        tracks.append(track)
+    solver.add(*translator.axioms)
+    if solver.check(*tracks) != z3.unsat:
+        return atoms
+    keep = list(range(len(atoms)))
+    for i in list(keep):
+        trial = [j for j in keep if j != i]
+        if solver.check(*[tracks[j] for j in trial]) == z3.unsat:
+            keep = trial
+    return [atoms[j] for j in keep]
+
+
+def simplify(
+    guards: Iterable[ExprLike],
+    *,
+    facts: Iterable[ExprLike] = (),
+    ranges: Ranges | None = None,
+    timeout_ms: int = 200,
+) -> Simplified:
+    """An equivalent, smaller guard set under ``facts`` and ``ranges`` (name → ``(lo, hi)``).
+
+    Guards and facts are guard text (torch or Python syntax) or sympy claims. ``timeout_ms``
+    bounds each z3 query; a guard z3 cannot settle in time is kept.
+
+    >>> s = simplify(["Ne(Mod(1, FloorDiv(s0, 2)), 0)"], facts=["s0 > 2"])
+    >>> [str(g) for g in s.guards]
+    ['s0 >= 4']
+    """
+    return _Simplification(guards, facts, ranges, timeout_ms).run()
