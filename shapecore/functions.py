@@ -28,8 +28,11 @@ the rest print as calls, so ``str(expr)`` is the text torch would log.
 from __future__ import annotations
 
 import math
+import operator
 import re
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import sympy
 from sympy.core.logic import fuzzy_and
@@ -53,6 +56,7 @@ __all__ = [
     "RoundToInt",
     "TruncToFloat",
     "FLOAT_FUNCTIONS",
+    "RELATION_OPERATORS",
     "int_symbol",
     "float_symbol",
     "symbol_for",
@@ -249,36 +253,39 @@ class ToFloat(sympy.Function):
         return None
 
 
-class IntTrueDiv(sympy.Function):
+class _TrueDiv(sympy.Function):
+    """Float-valued division; folds when both operands are ``_operand`` numbers."""
+
+    nargs = (2,)
+    precedence = 35
+    is_real = True
+    _operand: type = sympy.Number
+
+    @staticmethod
+    def _divide(base: sympy.Basic, divisor: sympy.Basic) -> float:
+        return float(base) / float(divisor)
+
+    @classmethod
+    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
+        if divisor.is_zero:
+            raise ZeroDivisionError(f"division by zero in {cls.__name__}({base}, {divisor})")
+        if isinstance(base, cls._operand) and isinstance(divisor, cls._operand):
+            return sympy.Float(cls._divide(base, divisor))
+        return None
+
+
+class IntTrueDiv(_TrueDiv):
     """``a / b`` on integers: Python's correctly rounded true division, a float."""
 
-    nargs = (2,)
-    precedence = 35
-    is_real = True
+    _operand = sympy.Integer
 
-    @classmethod
-    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
-        if divisor.is_zero:
-            raise ZeroDivisionError(f"division by zero in IntTrueDiv({base}, {divisor})")
-        if isinstance(base, sympy.Integer) and isinstance(divisor, sympy.Integer):
-            return sympy.Float(int(base) / int(divisor))
-        return None
+    @staticmethod
+    def _divide(base: sympy.Basic, divisor: sympy.Basic) -> float:
+        return int(base) / int(divisor)
 
 
-class FloatTrueDiv(sympy.Function):
+class FloatTrueDiv(_TrueDiv):
     """``float(a) / float(b)``."""
-
-    nargs = (2,)
-    precedence = 35
-    is_real = True
-
-    @classmethod
-    def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
-        if divisor.is_zero:
-            raise ZeroDivisionError(f"division by zero in FloatTrueDiv({base}, {divisor})")
-        if isinstance(base, sympy.Number) and isinstance(divisor, sympy.Number):
-            return sympy.Float(float(base) / float(divisor))
-        return None
 
 
 def _float_to_int(name: str, rounding, doc: str) -> type[sympy.Function]:
@@ -311,6 +318,16 @@ class TruncToFloat(sympy.Function):
             return sympy.Float(math.trunc(float(number)))
         return None
 
+
+RELATION_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
+    sympy.Lt: operator.lt,
+    sympy.Le: operator.le,
+    sympy.Gt: operator.gt,
+    sympy.Ge: operator.ge,
+}
+"""Each relation class and the Python operator it means (works on ints and on z3 terms)."""
 
 FLOAT_FUNCTIONS: tuple[type[sympy.Function], ...] = (
     ToFloat,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import operator
 from fractions import Fraction
 
 import sympy
@@ -36,16 +35,6 @@ import z3
 from shapecore import functions as F
 
 __all__ = ["Translator", "Z3Session", "Z3Answer", "smtlib_script"]
-
-
-_RELATIONS = {
-    sympy.Eq: operator.eq,
-    sympy.Ne: operator.ne,
-    sympy.Lt: operator.lt,
-    sympy.Le: operator.le,
-    sympy.Gt: operator.gt,
-    sympy.Ge: operator.ge,
-}
 
 
 class Translator:
@@ -145,7 +134,7 @@ class Translator:
                 result = z3.If(v > result, v, result) if isinstance(expr, F.Max) else z3.If(v < result, v, result)
             return result, defined
         if expr.is_Relational:
-            return _RELATIONS[type(expr)](*values), defined
+            return F.RELATION_OPERATORS[type(expr)](*values), defined
         if isinstance(expr, sympy.And):
             return z3.And(*values), defined
         if isinstance(expr, sympy.Or):
