@@ -7,7 +7,7 @@ import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from shapecore import evaluate, holds, int_symbol
+from shapecore import Reasoner, evaluate, holds, int_symbol, prove, simplify
 from shapecore import functions as F
 from shapecore.torch_bridge import map_expr, to_torch
 
@@ -145,3 +145,43 @@ def test_graph_sizes_are_expressions_over_the_env_symbols(name):
         assert {s.name for s in expr.free_symbols} <= set(traced.env.symbols)
         if all(s.name in traced.env.hints for s in expr.free_symbols):
             assert evaluate(expr, traced.env.hints) == traced.torch_env.size_hint(size.node.expr)
+
+
+def _ranges(shape_env) -> dict[str, tuple[int | None, int | None]]:
+    from torch.utils._sympy.numbers import int_oo
+
+    return {
+        s.name: (None if r.lower == -int_oo else int(r.lower), None if r.upper == int_oo else int(r.upper))
+        for s, r in shape_env.var_to_range.items()
+        if s.is_integer
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_simplified_guards_are_equivalent_and_never_more(name):
+    traced = CASES[name].trace()
+    ranges = _ranges(traced.torch_env)
+    given, result = traced.torch_guards, simplify(traced.torch_guards, ranges=ranges)
+    assert result.contradiction is None
+    assert len(result.guards) <= len(given)
+    for guard in given:
+        assert _implied(guard, result.guards, ranges), (name, str(guard))
+    for guard in result.guards:
+        assert _implied(guard, given, ranges), (name, str(guard))
+
+
+def _implied(claim: sympy.Basic, facts, ranges) -> bool:
+    """``prove``, and if z3 gives up, ``prove`` again with the facts' replacements substituted.
+
+    The reasoner hands z3 the claim as written; z3 settles ``Eq(Mod(s7*s75*s96, s75 - 1), 0)``
+    under ``Eq(s75 - 1, s7)`` only once ``s75`` is replaced by ``s7 + 1``. Substituting what
+    the facts entail keeps the question the same.
+    """
+    if prove(claim, facts=facts, ranges=ranges).proved:
+        return True
+    scope = Reasoner()
+    for fact in facts:
+        scope.add_fact(fact)
+    for symbol, (lo, hi) in ranges.items():
+        scope.set_range(symbol, lo, hi)
+    return scope.prove(claim.xreplace(scope.knowledge.replacements)).proved
