@@ -21,9 +21,11 @@ Expressions (:func:`map_expr`, :func:`to_torch`) are rebuilt node by node, never
 symbols with torch's names, hints (``backed_var_to_val``), exact ranges (``var_to_range``;
 ``int_oo`` is open), first source and size-likeness; then, through the env's own verbs so that
 contradictions are caught, replacements and divisibility as facts, torch's guards as guards
-and deferred runtime asserts as runtime asserts. Float symbols are rejected
-(shapecore's ShapeEnv holds integers only); state that shapecore finds contradictory raises
-:class:`~shapecore.ConstraintError` naming the torch entry.
+and deferred runtime asserts as runtime asserts. shapecore's ShapeEnv holds integer symbols
+only: a float symbol torch specialized (a module's ``eps`` read as ``zf33 := 1e-5``) is
+replaced by its value, another one is left out, and a guard or fact that still mentions one is
+rejected. State that shapecore finds contradictory raises :class:`~shapecore.ConstraintError`
+naming the torch entry.
 
 The trace helpers :func:`trace_export`, :func:`trace_compile` and :func:`trace_make_fx` run one
 front end and return a :class:`Traced`: the FX graph (``meta["val"]`` symbolic fake tensors),
@@ -613,7 +615,8 @@ def trace_compile(
 ) -> Traced:
     """Run ``torch.compile(fn, dynamic=dynamic, fullgraph=fullgraph)(*args)`` and hand over its shapes.
 
-    A backend records the ATen forward graph AOTAutograd produces and Dynamo's ShapeEnv; the
+    A backend records the ATen forward graph AOTAutograd produces (the first, if Dynamo splits
+    ``fn`` into several graphs) and Dynamo's ShapeEnv; the
     ShapeEnv is copied after the call returns, so it holds every guard of the compile. Use
     ``dynamic=None`` with ``torch._dynamo.mark_dynamic(x, dim, min=..., max=...)`` on the inputs to
     choose the dynamic dimensions. Each call compiles afresh (a new backend misses Dynamo's cache),

@@ -252,7 +252,7 @@ def test_from_torch_copies_symbols_ranges_facts_guards_and_asserts():
     assert env.symbols[n_name].source == "n" and env.symbols["u0"].kind == "unbacked"
     assert env.var_to_range[int_symbol(ones_name)].lo == 0
     assert env.var_to_range[int_symbol("u0")].lo == 3
-    assert {str(a.expr) for a in env.runtime_asserts} <= {"u0 >= 3", f"u0 <= {n_name}"}
+    assert [str(a.expr) for a in env.runtime_asserts] == [f"u0 <= {n_name}"], "u0 >= 3 is in its range already"
     assert env.statically_known_true(f"Eq(Mod({n_name}, 8), 0)") and env.statically_known_true(f"{ones_name} <= 3")
     assert env.statically_known_true(f"u0 <= {n_name}")
     assert env.check_guards(env.hints) == []
@@ -291,6 +291,15 @@ def test_a_guard_false_at_the_hints_is_an_error():
         from_torch(shape_env)
 
 
+def test_a_guard_on_an_unbacked_symbol_becomes_a_runtime_assert():
+    shape_env, n, _ = _torch_env()
+    count = shape_env.create_unbacked_symint()
+    shape_env.guards.append(_guard(sympy.Ge(count.node.expr, 0)))
+    env = from_torch(shape_env)
+    assert [str(a.expr) for a in env.runtime_asserts] == ["u0 >= 0"]
+    assert env.statically_known_true("u0 >= 0")
+
+
 def test_float_symbols_in_guards_are_rejected_and_specialized_ones_substituted():
     shape_env, _, _ = _torch_env()
     eps = shape_env.create_unbacked_symfloat()
@@ -326,6 +335,9 @@ def test_export_constraint_violation_can_be_raised_or_returned():
     spec = {"x": {0: Dim("n", min=3, max=10000)}}
     with pytest.raises(Exception, match="Constraints violated"):
         trace_export(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec)
+    strict = trace_export(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec, strict=True,
+                          on_constraint_violation="return")
+    assert "Constraints violated" in strict.error and strict.torch_guards and list(strict.dims) == ["n"]
     with pytest.raises(ValueError, match="on_constraint_violation"):
         trace_export(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec, on_constraint_violation="ignore")
 
