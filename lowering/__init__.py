@@ -1,1 +1,58 @@
-"""lowering: plans become per-rank programs, compiled once by Inductor, run on torch.distributed."""
+"""lowering: plans become per-rank programs, compiled once by Inductor, run on torch.distributed.
+
+Public API:
+
+* :func:`parallelize` / :class:`ParallelModule` — trace, plan, lower and compile a model on
+  this rank; call it with this rank's inputs (``shard_inputs``/``gather_outputs`` convert);
+* :func:`lower` → :class:`LocalProgram` — a plan's per-rank FX graph, with the collectives it
+  emitted; :func:`compile_program` → :class:`CompiledProgram`;
+* :func:`launch` — run ``fn(rank)`` on local processes with the default group initialized;
+* errors: :class:`GuardViolation`, :class:`RankMismatch`, :class:`LoweringError`,
+  :class:`LaunchTimeout`, :class:`RankFailure`.
+
+Importing this package does not import torch; the submodules do when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lowering.errors import GuardViolation, LoweringError, RankMismatch
+from lowering.launch import LaunchTimeout, RankFailure, launch
+
+if TYPE_CHECKING:
+    from lowering.compile import CompiledProgram, compile_program
+    from lowering.lower import LocalProgram, lower
+    from lowering.parallel import ParallelModule, parallelize
+
+__all__ = [
+    "CompiledProgram",
+    "GuardViolation",
+    "LaunchTimeout",
+    "LocalProgram",
+    "LoweringError",
+    "ParallelModule",
+    "RankFailure",
+    "RankMismatch",
+    "compile_program",
+    "launch",
+    "lower",
+    "parallelize",
+]
+
+_LAZY = {
+    "CompiledProgram": "lowering.compile",
+    "compile_program": "lowering.compile",
+    "LocalProgram": "lowering.lower",
+    "lower": "lowering.lower",
+    "ParallelModule": "lowering.parallel",
+    "parallelize": "lowering.parallel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'lowering' has no attribute {name!r}")

@@ -1,0 +1,105 @@
+"""Inductor compile of a :class:`~lowering.lower.LocalProgram`, and the conditions it relies on.
+
+``compile_program(program)`` hands the local graph and its example inputs (the local symbols
+as SymInts of the program's own ShapeEnv, the local tensors as fake tensors whose sizes are
+polynomials in them) straight to Inductor's ``compile_fx``: no Dynamo, so nothing re-derives
+the shapes and the only symbols Inductor sees are the local ones.
+
+What the compiled code assumes is read back from that ShapeEnv afterwards: every guard
+recorded while tracing and compiling (Inductor guards on size hints, e.g. to pick a
+reduction strategy) and each symbol's range (backed symbols are assumed ``>= 2``). They are
+returned as :attr:`CompiledProgram.guards`, over the local symbol names; the caller checks
+them on every call and compiles again when they fail (Dynamo would do the same through its
+guards). ``values=`` compiles a program specialized to fixed local symbol values instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+from lowering.lower import LocalProgram
+
+__all__ = ["CompiledProgram", "compile_program"]
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """A compiled local program: ``run(symbol_values, tensors)`` returns the flat outputs."""
+
+    run: Callable[[Sequence[int], Sequence[Any]], list[Any]]
+    guards: tuple[sympy.Basic, ...]
+    seconds: float
+    values: Mapping[str, int] | None = None
+
+    def accepts(self, values: Mapping[str, int]) -> list[sympy.Basic]:
+        """The guards that ``values`` (local symbol name -> int) break."""
+        from shapecore import holds
+
+        if self.values is not None:
+            return [] if all(values[k] == v for k, v in self.values.items()) else [
+                sympy.Eq(sympy.Symbol(k, integer=True), v) for k, v in self.values.items() if values[k] != v]
+        return [g for g in self.guards if not holds(g, values)]
+
+
+def _names(program: LocalProgram) -> dict[str, str]:
+    """Local ShapeEnv symbol name -> local symbol name (``s51`` -> ``b0``)."""
+    names = {}
+    for name, value in zip((s.name for s in program.symbols), program.example_inputs):
+        names[value.node.expr.name] = name
+    return names
+
+
+def _assumptions(program: LocalProgram) -> tuple[sympy.Basic, ...]:
+    from shapecore import int_symbol
+    from shapecore.torch_bridge import map_expr
+
+    env = program.shape_env
+    rename = {int_symbol(t): int_symbol(b) for t, b in _names(program).items()}
+    found: list[sympy.Basic] = []
+    for guard in env.guards:
+        found.append(map_expr(guard.expr).xreplace(rename))
+    for torch_symbol, r in env.var_to_range.items():
+        symbol = int_symbol(torch_symbol.name).xreplace(rename)
+        if symbol.name not in {s.name for s in program.symbols}:
+            continue
+        if isinstance(r.lower, sympy.Integer):
+            found.append(sympy.Ge(symbol, int(r.lower)))
+        if isinstance(r.upper, sympy.Integer):
+            found.append(sympy.Le(symbol, int(r.upper)))
+    return tuple(dict.fromkeys(g for g in found if g is not sympy.true))
+
+
+def _static_inputs(program: LocalProgram, values: Mapping[str, int]) -> list[Any]:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from shapecore import evaluate
+
+    with FakeTensorMode():
+        tensors = [torch.empty([int(evaluate(e, values)) for e in i.local_shape], dtype=i.dtype) for i in program.inputs]
+    return [values[s.name] for s in program.symbols] + tensors
+
+
+def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None) -> CompiledProgram:
+    """Compile ``program`` with Inductor: dynamic in the local symbols, or specialized to ``values``."""
+    from torch._inductor.compile_fx import compile_fx
+
+    start = time.perf_counter()
+    if values is None:
+        compiled = compile_fx(program.graph_module, list(program.example_inputs))
+        guards = _assumptions(program)
+    else:
+        compiled = compile_fx(program.graph_module, _static_inputs(program, values))
+        guards = ()
+    seconds = time.perf_counter() - start
+
+    def run(symbol_values: Sequence[int], tensors: Sequence[Any]) -> list[Any]:
+        return list(compiled(*symbol_values, *tensors))
+
+    return CompiledProgram(run, guards, seconds, dict(values) if values is not None else None)
+

@@ -1,0 +1,527 @@
+"""``lower(gm, plan) -> LocalProgram``: the per-rank FX graph of a plan.
+
+The global graph (``meta["val"]`` symbolic fake tensors, as the planner read it) is replayed
+node by node on local fake tensors whose sizes are polynomials in the local symbols of
+:mod:`lowering.localize`, and the replay is traced by ``make_fx`` into the local graph:
+
+* an operand the plan redistributes gets the plan's :class:`~planner.CollectiveStep` list,
+  in order, as functional collectives (:mod:`lowering.collectives`), and nothing else does:
+  :attr:`LocalProgram.collectives` lists what was emitted, edge by edge;
+* shape arguments — the size of ``view``/``reshape``/``_unsafe_view``/``expand``, of the
+  ``new_*`` ops and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``,
+  ``empty_strided``) — become the node's local output shape; ``arange`` split across ranks
+  starts at this rank's offset;
+* a SymInt read off a tensor (``sym_size``, ``sym_numel``, ``sym_stride``) is the *global*
+  value written over the local symbols (``s0 = 4*b0``); SymInt arithmetic on it stays global,
+  so scalars computed from sizes keep their meaning;
+* ops that need a dim whole (``cat``, ``split``, ``softmax`` …) are refused when the plan
+  splits that dim, and every node's local shape is checked against its plan placement, so a
+  plan the lowering cannot honour is a :class:`~lowering.errors.LoweringError` here, never a
+  wrong number later.
+
+The local graph's inputs are the local symbols (ints) followed by the global graph's tensor
+placeholders in order, each as this rank's piece; its outputs are the global graph's outputs
+(flattened) in the plan's output placements.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import sympy
+
+from lowering.collectives import apply_steps
+from lowering.errors import LoweringError
+from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
+from lowering.mesh_groups import MeshGroups, mesh_groups
+from planner.placements import shard_factor
+from planner.plan import Plan, Redistribution
+
+if TYPE_CHECKING:
+    import torch
+    from torch.fx import GraphModule, Node
+
+__all__ = ["EmittedCollective", "LocalInput", "LocalProgram", "lower"]
+
+
+@dataclass(frozen=True)
+class EmittedCollective:
+    """One step of a redistribution as emitted into the local graph."""
+
+    consumer: str
+    operand: int
+    producer: str
+    axis: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class LocalInput:
+    """A tensor placeholder of the global graph: its name, placements, global and local shapes."""
+
+    name: str
+    placements: tuple[Any, ...]
+    global_shape: tuple[sympy.Basic, ...]
+    local_shape: tuple[sympy.Basic, ...]
+    dtype: Any
+
+
+@dataclass
+class LocalProgram:
+    """A plan lowered for this rank: ``graph_module(*symbol_values, *local_tensors)``."""
+
+    graph_module: GraphModule
+    plan: Plan
+    localizer: Localizer
+    inputs: tuple[LocalInput, ...]
+    output_placements: tuple[Any, ...]
+    collectives: tuple[EmittedCollective, ...]
+    example_inputs: list[Any]
+    shape_env: Any
+    groups: MeshGroups
+    symbol_nodes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def symbols(self) -> tuple[LocalSymbol, ...]:
+        return self.localizer.symbols
+
+    def __call__(self, symbol_values: Sequence[int], tensors: Sequence[torch.Tensor]) -> list[Any]:
+        """Run the local graph eagerly (no compile)."""
+        return list(self.graph_module(*symbol_values, *tensors))
+
+
+# -- ops whose arguments need care ---------------------------------------------------------------
+
+
+def _ops() -> tuple[dict[Any, int], dict[Any, tuple[int, ...]]]:
+    """(op -> index of its size argument, op -> indices of dim arguments that must not be split)."""
+    import torch
+
+    aten = torch.ops.aten
+    size_arg = {
+        aten.view.default: 1, aten.reshape.default: 1, aten._unsafe_view.default: 1, aten.expand.default: 1,
+        aten.new_zeros.default: 1, aten.new_ones.default: 1, aten.new_empty.default: 1, aten.new_full.default: 1,
+        aten.zeros.default: 0, aten.ones.default: 0, aten.full.default: 0, aten.empty.memory_format: 0,
+        aten.empty_strided.default: 0,
+    }
+    whole_dim = {
+        aten.cat.default: (1,), aten.split.Tensor: (2,), aten.split_with_sizes.default: (2,), aten.chunk.default: (2,),
+        aten.narrow.default: (1,), aten.select.int: (1,), aten.unbind.int: (1,), aten._softmax.default: (1,),
+        aten.softmax.int: (1,), aten._log_softmax.default: (1,), aten.log_softmax.int: (1,), aten.cumsum.default: (1,),
+        aten.sort.default: (1,), aten.index_select.default: (1,), aten.gather.default: (1,), aten.flip.default: (1,),
+        aten.roll.default: (2,), aten.topk.default: (2,), aten.slice.Tensor: (1,),
+    }
+    return size_arg, whole_dim
+
+
+_DEFAULT_DIM = {"cat": 0, "split": 0, "split_with_sizes": 0, "chunk": 0, "unbind": 0, "slice": 0, "sort": -1,
+                "topk": -1, "roll": None, "flip": None}
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+# -- lowering ----------------------------------------------------------------------------------
+
+
+def _trace_shape_env(gm: GraphModule) -> Any:
+    from torch._guards import detect_fake_mode
+
+    values = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode([v for v in values if v is not None])
+    return None if mode is None else mode.shape_env
+
+
+def _shapecore_env(torch_env: Any, plan: Plan) -> Any:
+    from shapecore import ShapeEnv
+    from shapecore.torch_bridge import from_torch
+
+    env = from_torch(torch_env) if torch_env is not None else ShapeEnv()
+    for guard in plan.guards:
+        env.add_fact(guard)
+    return env
+
+
+class _GlobalShapes:
+    """Global sizes of the trace as shapecore expressions (replacements applied)."""
+
+    def __init__(self, torch_env: Any) -> None:
+        self.torch_env = torch_env
+        self._cache: dict[Any, sympy.Basic] = {}
+
+    def expr(self, value: Any) -> sympy.Basic:
+        if isinstance(value, int):
+            return sympy.Integer(value)
+        raw = value.node.expr
+        if raw not in self._cache:
+            from shapecore.torch_bridge import map_expr
+
+            self._cache[raw] = map_expr(self.torch_env.replace(raw) if self.torch_env is not None else raw)
+        return self._cache[raw]
+
+    def shape(self, tensor: Any) -> tuple[sympy.Basic, ...]:
+        return tuple(self.expr(s) for s in tensor.shape)
+
+
+def _sharded_symbols(gm: GraphModule, plan: Plan, shapes: _GlobalShapes) -> set[str]:
+    found: set[str] = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        placed = plan.placements.get(node.name)
+        values, placements = ([value], [placed]) if placed is not None else (
+            list(value) if isinstance(value, (tuple, list)) else [], list(plan.tuple_placements.get(node.name, ())))
+        for v, ps in zip(values, placements):
+            if ps is None or not _is_tensor(v):
+                continue
+            for d in range(v.dim()):
+                if shard_factor(ps, plan.mesh.shape, d) > 1:
+                    found |= {s.name for s in shapes.expr(v.shape[d]).free_symbols}
+    return found
+
+
+def _all_symbols(gm: GraphModule, shapes: _GlobalShapes) -> set[str]:
+    import torch
+
+    found: set[str] = set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("val")
+        for v in value if isinstance(value, (tuple, list)) else [value]:
+            if _is_tensor(v):
+                for s in v.shape:
+                    found |= {x.name for x in shapes.expr(s).free_symbols}
+            elif isinstance(v, torch.SymInt):
+                found |= {x.name for x in shapes.expr(v).free_symbols}
+    return found
+
+
+def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> LocalProgram:
+    """The local program of ``plan`` for this rank (``groups``: defaults to the plan mesh's groups).
+
+    Raises :class:`~lowering.errors.LoweringError` when the plan cannot be honoured exactly.
+    """
+    if plan.divisibility == "uneven" and any(p.status == "uneven" for p in plan.proofs):
+        uneven = next(p for p in plan.proofs if p.status == "uneven")
+        raise LoweringError(f"the plan splits dim {uneven.dim} of {uneven.node} (size {uneven.size}) unevenly; the "
+                            "lowering needs even splits: plan with divisibility='prove' or 'assume'")
+    groups = groups or mesh_groups(plan.mesh)
+    torch_env = _trace_shape_env(gm)
+    shapes = _GlobalShapes(torch_env)
+    env = _shapecore_env(torch_env, plan)
+    sharded = _sharded_symbols(gm, plan, shapes)
+    multipliers = {name: 1 for name in _all_symbols(gm, shapes)}
+    multipliers.update(choose_multipliers(env, sharded, plan.mesh.size))
+    localizer = Localizer(make_symbols(multipliers, env.hints))
+    program = _Replay(gm, plan, localizer, groups, shapes).trace()
+    if localizer.inexact:
+        warnings.warn("local sizes that are not polynomials in the local symbols (Inductor may guard on them): "
+                      + "; ".join(localizer.inexact.values()), stacklevel=2)
+    return program
+
+
+class _Replay:
+    """Replays the global graph on local fake tensors under ``make_fx``."""
+
+    def __init__(self, gm: GraphModule, plan: Plan, localizer: Localizer, groups: MeshGroups,
+                 shapes: _GlobalShapes) -> None:
+        import torch
+        from torch._dynamo.source import ConstantSource
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+        self.gm, self.plan, self.localizer, self.groups, self.shapes = gm, plan, localizer, groups, shapes
+        self.redistributions: dict[tuple[str, int], Redistribution] = {(r.consumer, r.operand): r for r in plan.redistributions}
+        self.size_arg, self.whole_dim = _ops()
+        self.shape_env = ShapeEnv()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
+        self.local_symbols: dict[str, Any] = {}  # b name -> SymInt of the local env
+        self.torch_names: dict[str, str] = {}  # local env symbol name -> b name
+        for s in localizer.symbols:
+            source = ConstantSource(s.name)
+            symbol = self.shape_env.create_symbol(max(s.hint, 2), source, dynamic_dim=DimDynamic.DYNAMIC)
+            self.local_symbols[s.name] = self.shape_env.create_symintnode(symbol, hint=max(s.hint, 2), source=source)
+            self.torch_names[symbol.name] = s.name
+        self.inputs = self._inputs()
+        self.collectives: list[EmittedCollective] = []
+        self._torch = torch
+
+    # -- sizes ----------------------------------------------------------------------------------
+
+    def _local_shape(self, value: Any, placements: Sequence[Any] | None) -> tuple[sympy.Basic, ...]:
+        shape = self.shapes.shape(value)
+        if placements is None:
+            return tuple(self.localizer.value(e) for e in shape)
+        return tuple(self.localizer.extent(e, shard_factor(placements, self.plan.mesh.shape, d)) for d, e in enumerate(shape))
+
+    def _inputs(self) -> tuple[LocalInput, ...]:
+        inputs = []
+        for node in self.gm.graph.nodes:
+            value = node.meta.get("val")
+            if node.op == "placeholder" and _is_tensor(value):
+                placements = self._placements(node.name)
+                inputs.append(LocalInput(node.name, placements, self.shapes.shape(value),
+                                         self._local_shape(value, placements), value.dtype))
+        return tuple(inputs)
+
+    def _placements(self, name: str) -> tuple[Any, ...]:
+        if name not in self.plan.placements:
+            raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
+        return tuple(self.plan.placements[name])
+
+    def _symint(self, expr: sympy.Basic, values: dict[sympy.Symbol, Any]) -> Any:
+        """``expr`` (over local symbols) evaluated on ``values`` with Python semantics (SymInts traced)."""
+        from torch.utils._sympy.interp import sympy_interp
+        from torch.utils._sympy.reference import PythonReferenceAnalysis
+
+        from shapecore.torch_bridge import to_torch
+
+        if expr.is_Integer:
+            return int(expr)
+        return sympy_interp(PythonReferenceAnalysis, values, to_torch(expr))
+
+    # -- the replay -------------------------------------------------------------------------------
+
+    def trace(self) -> LocalProgram:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        names = [s.name for s in self.localizer.symbols]
+        symbol_keys = [sympy.Symbol(n, integer=True) for n in names]
+        example_symbols = [self.local_symbols[n] for n in names]
+        with self.fake_mode:
+            example_tensors = [
+                self._torch.empty([self._symint(e, dict(zip(symbol_keys, example_symbols))) for e in i.local_shape],
+                                  dtype=i.dtype)
+                for i in self.inputs
+            ]
+
+        def local_program(*flat: Any) -> list[Any]:
+            return self._run(dict(zip(symbol_keys, flat[: len(names)])), list(flat[len(names):]))
+
+        local_gm = make_fx(local_program, tracing_mode="fake")(*example_symbols, *example_tensors)
+        local_gm.graph.eliminate_dead_code()
+        local_gm.recompile()
+        placeholders = [n.name for n in local_gm.graph.nodes if n.op == "placeholder"]
+        return LocalProgram(
+            graph_module=local_gm, plan=self.plan, localizer=self.localizer, inputs=self.inputs,
+            output_placements=tuple(self.plan.output_placements), collectives=tuple(self.collectives),
+            example_inputs=[*example_symbols, *example_tensors], shape_env=self.shape_env, groups=self.groups,
+            symbol_nodes=dict(zip(names, placeholders)),
+        )
+
+    def _run(self, symbols: dict[sympy.Symbol, Any], tensors: list[Any]) -> list[Any]:
+        from torch.fx.node import map_arg
+
+        values: dict[Node, Any] = {}
+        tensor_iter = iter(tensors)
+        self.collectives.clear()
+        cache: dict[sympy.Basic, Any] = {}
+
+        def symint(expr: sympy.Basic) -> Any:
+            if expr not in cache:
+                cache[expr] = self._symint(expr, symbols)
+            return cache[expr]
+
+        for node in self.gm.graph.nodes:
+            value = node.meta.get("val")
+            if node.op == "placeholder":
+                values[node] = next(tensor_iter) if _is_tensor(value) else self._global_scalar(node, value, symint)
+            elif node.op == "get_attr":
+                values[node] = self._attribute(node)
+            elif node.op == "output":
+                return self._outputs(node, values)
+            elif node.op == "call_function":
+                if self._reads_size(node):
+                    values[node] = self._global_scalar(node, value, symint)
+                    continue
+                operands: list[Any] = []
+
+                def fetch(arg: Node) -> Any:
+                    if _is_tensor(arg.meta.get("val")):
+                        k = len(operands)
+                        operands.append(arg)
+                        return self._operand(node, k, arg, values[arg])
+                    return values[arg]
+
+                args, kwargs = map_arg((node.args, node.kwargs), fetch)
+                args = self._localize_arguments(node, list(args), operands, symint)
+                values[node] = node.target(*args, **kwargs)
+                self._check_shape(node, values[node])
+            else:
+                raise LoweringError(f"node {node.name} is a {node.op}; the lowering reads flat aten graphs")
+        raise LoweringError("the graph has no output node")
+
+    def _reads_size(self, node: Node) -> bool:
+        aten = self._torch.ops.aten
+        return node.target in (aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
+                               aten.sym_storage_offset.default)
+
+    def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
+        if isinstance(value, (int, bool, float)) or value is None:
+            return value
+        if isinstance(value, self._torch.SymInt):
+            return symint(self.localizer.value(self.shapes.expr(value)))
+        raise LoweringError(f"node {node.name} ({node.op} {node.target}) yields {type(value).__name__}, which "
+                            "the lowering cannot rebuild from the local symbols")
+
+    def _attribute(self, node: Node) -> Any:
+        from lowering.collectives import local_shard
+
+        tensor = getattr(self.gm, str(node.target))
+        if not _is_tensor(tensor):
+            return tensor
+        return local_shard(tensor, self._placements(node.name), self.groups)
+
+    def _operand(self, consumer: Node, k: int, producer: Node, local: Any) -> Any:
+        r = self.redistributions.get((consumer.name, k))
+        if r is None:
+            return local
+        if r.producer != producer.name:
+            raise LoweringError(f"the plan redistributes operand {k} of {consumer.name} from {r.producer}, but the "
+                                f"graph reads {producer.name} there; the plan was made for another graph")
+        placed = self._producer_placements(producer)
+        if placed is not None and tuple(placed) != tuple(r.src):
+            raise LoweringError(f"{r}: the plan places {producer.name} as {placed}, not {r.src}")
+        for step in r.steps:
+            self.collectives.append(EmittedCollective(consumer.name, k, producer.name, step.axis, step.kind))
+        return apply_steps(local, r.steps, r.src, r.dst, self.groups, where=str(r))
+
+    def _producer_placements(self, producer: Node) -> tuple[Any, ...] | None:
+        placed = self.plan.placements.get(producer.name)
+        return None if placed is None else tuple(placed)
+
+    def _operand_placements(self, consumer: Node, k: int, producer: Node) -> tuple[Any, ...] | None:
+        r = self.redistributions.get((consumer.name, k))
+        return tuple(r.dst) if r is not None else self._producer_placements(producer)
+
+    def _localize_arguments(self, node: Node, args: list[Any], operands: list[Node],
+                            symint: Callable[[sympy.Basic], Any]) -> list[Any]:
+        value = node.meta.get("val")
+        if node.target in self.size_arg and _is_tensor(value):
+            placements = self._placements(node.name)
+            index = self.size_arg[node.target]
+            local = [symint(e) for e in self._local_shape(value, placements)]
+            args[index] = local
+            if node.target == self._torch.ops.aten.empty_strided.default:
+                args[index + 1] = self._dense_strides(value, local)
+        elif node.target == self._torch.ops.aten.arange.default or str(node.target).startswith("aten.arange."):
+            args = self._arange(node, args, symint)
+        if node.target in self.whole_dim and operands:
+            self._check_whole_dims(node, args, operands)
+        return args
+
+    def _dense_strides(self, value: Any, local: list[Any]) -> list[Any]:
+        order = sorted(range(value.dim()), key=lambda d: (self.shapes.expr(value.stride()[d]).sort_key(), -d))
+        strides: list[Any] = [0] * value.dim()
+        running: Any = 1
+        for d in order:
+            strides[d] = running
+            running = running * local[d]
+        return strides
+
+    def _arange(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any]) -> list[Any]:
+        from torch.distributed.tensor import Shard
+
+        placements = self._placements(node.name)
+        axes = [a for a, p in enumerate(placements) if isinstance(p, Shard)]
+        if not axes:
+            return args
+        value = node.meta["val"]
+        start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
+        length = symint(self.localizer.extent(self.shapes.expr(value.shape[0]),
+                                              shard_factor(placements, self.plan.mesh.shape, 0)))
+        piece = 0
+        for a in axes:  # outer axis first: the linear index of this rank's piece
+            piece = piece * self.plan.mesh.shape[a] + self.groups.coordinate[a]
+        first = start + piece * length * step
+        return [first, first + length * step, step]
+
+    def _check_whole_dims(self, node: Node, args: list[Any], operands: list[Node]) -> None:
+        from torch.distributed.tensor import Shard
+
+        short = str(node.target).split(".")[1]
+        for index in self.whole_dim[node.target]:
+            dim = args[index] if index < len(args) else _DEFAULT_DIM.get(short)
+            if dim is None:
+                continue
+            dims = dim if isinstance(dim, (list, tuple)) else [dim]
+            for k, producer in enumerate(operands):
+                placements = self._operand_placements(node, k, producer)
+                ndim = producer.meta["val"].dim()
+                for d in dims:
+                    d = d % ndim if ndim else 0
+                    if placements and any(isinstance(p, Shard) and p.dim == d for p in placements):
+                        if short == "slice" and self._full_slice(node, producer, d):
+                            continue
+                        raise LoweringError(
+                            f"{node.name} ({node.target}) needs dim {d} of {producer.name} whole, but the plan splits "
+                            f"it ({', '.join(map(str, placements))}); the planner's strategy for this op is wrong")
+
+    def _full_slice(self, node: Node, producer: Node, dim: int) -> bool:
+        value = node.meta["val"]
+        return self.shapes.expr(value.shape[dim]) == self.shapes.expr(producer.meta["val"].shape[dim])
+
+    def _check_shape(self, node: Node, local: Any) -> None:
+        value = node.meta.get("val")
+        if _is_tensor(value):
+            self._compare(node.name, value, local, self.plan.placements.get(node.name))
+        elif isinstance(value, (tuple, list)) and node.name in self.plan.tuple_placements:
+            for i, (v, ps) in enumerate(zip(value, self.plan.tuple_placements[node.name])):
+                if _is_tensor(v) and ps is not None:
+                    self._compare(f"{node.name}[{i}]", v, local[i], ps)
+
+    def _compare(self, name: str, value: Any, local: Any, placements: Sequence[Any] | None) -> None:
+        if placements is None:
+            raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
+        expected = self._local_shape(value, placements)
+        actual = tuple(self._local_expr(s) for s in local.shape)
+        if len(actual) != len(expected) or any(not _same(a, e) for a, e in zip(actual, expected)):
+            raise LoweringError(
+                f"node {name}: the local result has shape {list(actual)} but placement "
+                f"{', '.join(map(str, placements))} of global shape {list(self.shapes.shape(value))} needs "
+                f"{list(expected)} (with {self.localizer!r})")
+
+    def _local_expr(self, size: Any) -> sympy.Basic:
+        from shapecore import int_symbol
+        from shapecore.torch_bridge import map_expr
+
+        if isinstance(size, int):
+            return sympy.Integer(size)
+        expr = map_expr(self.shape_env.replace(size.node.expr))
+        return expr.xreplace({int_symbol(t): int_symbol(b) for t, b in self.torch_names.items()})
+
+    def _outputs(self, node: Node, values: dict[Node, Any]) -> list[Any]:
+        from torch.fx.node import Node as FxNode
+        from torch.utils._pytree import tree_flatten
+
+        leaves, _ = tree_flatten(node.args[0])
+        results = []
+        for k, leaf in enumerate(leaves):
+            if isinstance(leaf, FxNode):
+                local = values[leaf]
+                if _is_tensor(leaf.meta.get("val")):
+                    local = self._operand(_Sink(f"output:{k}"), 0, leaf, local)
+                results.append(local)
+            else:
+                results.append(leaf)
+        return results
+
+
+@dataclass(frozen=True)
+class _Sink:
+    """The planner's pseudo-consumer of graph output ``k``."""
+
+    name: str
+
+
+def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
+    if sympy.expand(a - b) == 0:
+        return True
+    from shapecore import prove
+
+    return prove(sympy.Eq(a, b), ranges={s.name: (1, None) for s in (a - b).free_symbols}).proved
+
