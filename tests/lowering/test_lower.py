@@ -1,0 +1,109 @@
+"""lower(): the local graph emits exactly the plan's collectives, has polynomial shapes, and
+computes the single-device result (run eagerly here; compiled runs are in test_parallel)."""
+
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+from lowering.collectives import gather_steps, apply_steps, local_shard
+from lowering.errors import LoweringError
+from lowering.launch import launch
+from lowering.lower import EmittedCollective, lower
+from planner.mesh import Mesh
+from tests.lowering.handmade import handmade_plan
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 8, bias=False)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x))).reshape(x.shape[0] // 2, 2, 8).softmax(-1)
+
+
+def _export(model, batch=8):
+    return torch.export.export(model, (torch.randn(batch, 8),), dynamic_shapes=({0: 4 * Dim("k")},)).graph_module
+
+
+def _names(gm):
+    return [n.name for n in gm.graph.nodes if n.op != "output"]
+
+
+MEGATRON = {  # 2-D: batch on dp, column- then row-parallel on tp
+    "p_fc1_weight": "R,S(0)", "p_fc1_bias": "R,S(0)", "p_fc2_weight": "R,S(1)", "x": "S(0),R",
+    "linear": "S(0),S(1)", "relu": "S(0),S(1)", "linear_1": "S(0),R", "reshape": "S(0),R", "softmax": "S(0),R",
+}
+MEGATRON_MOVES = [("reshape", 0, "linear_1", "S(0),P", "S(0),R", [(1, "all_reduce", "P", "R")])]
+
+
+def _megatron_plan(gm, mesh):
+    placements = dict(MEGATRON, linear_1="S(0),P")
+    return handmade_plan(gm, mesh, placements, redistributions=MEGATRON_MOVES, output_placements=["S(0),R"])
+
+
+def _run_eagerly(program, model, x):
+    """Global output of ``program`` for global input ``x`` (shard, run, gather)."""
+    params = dict(model.named_parameters())
+    tensors = []
+    for i in program.inputs:
+        full = x if i.name == "x" else params[i.name.removeprefix("p_").replace("_", ".", 1)].detach()
+        tensors.append(local_shard(full, i.placements, program.groups))
+    values = program.localizer.local_values({program.symbols[0].of: x.shape[0] // 4})
+    (out,) = program([values[s.name] for s in program.symbols], tensors)
+    placements = program.output_placements[0]
+    return apply_steps(out, gather_steps(placements), placements, (torch.distributed.tensor.Replicate(),) * 2,
+                       program.groups)
+
+
+def _megatron(rank):
+    torch.manual_seed(0)
+    model = MLP()
+    gm = _export(model)
+    program = lower(gm, _megatron_plan(gm, Mesh((2, 2), ("dp", "tp"))))
+    collectives = [str(n.target) for n in program.graph_module.graph.nodes if "c10d_functional" in str(n.target)]
+    shapes = [str(n.meta["val"].shape) for n in program.graph_module.graph.nodes
+              if isinstance(n.meta.get("val"), torch.Tensor)]
+    results = []
+    for batch in (8, 24):
+        x = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
+        results.append(bool(torch.allclose(_run_eagerly(program, model, x), model(x), rtol=1e-4, atol=1e-6)))
+    return program.collectives, collectives, shapes, repr(program.localizer), results
+
+
+def test_the_local_graph_emits_exactly_the_planned_collectives_and_polynomial_shapes():
+    for emitted, ops, shapes, localizer, results in launch(_megatron, 4, timeout=120):
+        assert emitted == (EmittedCollective("reshape", 0, "linear_1", 1, "all_reduce"),)
+        assert ops == ["_c10d_functional.all_reduce.default", "_c10d_functional.wait_tensor.default"]
+        assert localizer.endswith(" = 1*b0)")  # global batch 4*k split in 2 is 2*k: no proof needed
+        assert not [s for s in shapes if "//" in s or "FloorDiv" in s]
+        assert results == [True, True]
+
+
+def _broken(rank, placements, moves, match):
+    gm = _export(MLP())
+    plan = handmade_plan(gm, Mesh((2,), ("tp",)), placements, redistributions=moves, output_placements=["R"])
+    with pytest.raises(LoweringError, match=match):
+        lower(gm, plan)
+    return True
+
+
+TP = {"p_fc1_weight": "S(0)", "p_fc1_bias": "S(0)", "p_fc2_weight": "S(1)", "x": "R", "linear": "S(1)",
+      "relu": "S(1)", "linear_1": "P", "reshape": "R", "softmax": "R"}
+
+
+@pytest.mark.parametrize("placements, moves, match", [
+    # relu claims a whole tensor while its operand is split and nothing gathers it.
+    (dict(TP, relu="R"), [], r"node relu: the local result has shape \[4\*b0, 8\] but placement R"),
+    # softmax needs its last dim whole.
+    (dict(TP, reshape="S(2)", softmax="S(2)"), [("reshape", 0, "linear_1", "P", "S(1)", [(0, "reduce_scatter", "P", "S(1)")])],
+     r"softmax .* needs dim 2 of reshape whole"),
+    # the redistribution starts from a placement the producer does not have.
+    (TP, [("reshape", 0, "linear_1", "R", "R", [])], r"places linear_1 as \(Partial\(sum\),\), not"),
+])
+def test_a_plan_the_lowering_cannot_honour_is_refused_with_the_node_named(placements, moves, match):
+    import functools
+
+    assert launch(functools.partial(_broken, placements=placements, moves=moves, match=match), 2, timeout=120) == [True, True]
