@@ -638,7 +638,10 @@ def trace_compile(
     backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler)
     torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=fullgraph)(*args)
     if not graphs:
-        raise ShapecoreError(f"torch.compile produced no graph for {getattr(fn, '__name__', fn)!r}")
+        raise ShapecoreError(
+            f"torch.compile produced no graph for {getattr(fn, '__name__', fn)!r}: it has no tensor operations, "
+            f"or Dynamo hit its recompile limit for it (torch._dynamo.reset() clears Dynamo's caches)"
+        )
     gm = graphs[0]
     return _traced(gm, _shape_env_of(_placeholder_values(gm)), timeout_ms)
 
