@@ -11,6 +11,7 @@ kind               placement       local operation on the axis's group
 ``reduce_scatter`` ``P → S(d)``    ``reduce_scatter_single`` along ``d``
 ``all_to_all``     ``S(d) → S(e)`` ``all_to_all_single`` on ``e``'s pieces, joined on ``d``
 ``chunk``          ``R → S(d)``    this rank's slice (no communication)
+``to_partial``     ``R → P``       kept on coordinate 0, zeros elsewhere (local)
 =================  ==============  ================================================
 
 The same functions run eagerly (``gather_outputs``) and under tracing (``lower``): traced, each
@@ -68,6 +69,7 @@ _KINDS = {
     "reduce_scatter": (Partial, Shard),
     "all_to_all": (Shard, Shard),
     "chunk": (Replicate, Shard),
+    "to_partial": (Replicate, Partial),
 }
 
 
@@ -109,12 +111,28 @@ def _validate(state: Sequence[Placement], step: StepLike, where: str) -> None:
                             f"but the tensor is {state[step.axis]} at that point")
     if step.kind == "all_to_all" and step.src == step.dst:
         raise LoweringError(f"{where}: all_to_all from {step.src} to itself")
+    if step.kind == "to_partial" and step.dst.reduce_op != "sum":
+        raise LoweringError(f"{where}: to_partial can only make sum partials, not {step.dst}")
     _check_order(state, step, where)
 
 
-def _chunk(x: torch.Tensor, dim: int, pieces: int, index: int) -> torch.Tensor:
+def _chunk(x: torch.Tensor, dim: int, pieces: int, index: int | torch.Tensor) -> torch.Tensor:
+    """Piece ``index`` of ``pieces`` along ``dim``; a tensor ``index`` keeps traced graphs rank-independent."""
+    import torch
+
     size = x.size(dim) // pieces
+    if isinstance(index, torch.Tensor):
+        return x.unflatten(dim, (pieces, size)).index_select(dim, index.view(1)).flatten(dim, dim + 1)
     return x.narrow(dim, index * size, size).contiguous()
+
+
+def _keep_on_first(x: torch.Tensor, index: int | torch.Tensor) -> torch.Tensor:
+    """``x`` where ``index`` is 0, zeros elsewhere (a tensor ``index`` keeps traced graphs rank-independent)."""
+    import torch
+
+    if isinstance(index, torch.Tensor):
+        return x * (index == 0).to(x.dtype)
+    return x if index == 0 else torch.zeros_like(x)
 
 
 def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, group: str) -> torch.Tensor:
@@ -130,10 +148,12 @@ def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, g
 
 
 def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshGroups,
-               where: str = "redistribution") -> tuple[torch.Tensor, Placements]:
+               where: str = "redistribution", coordinate: torch.Tensor | None = None) -> tuple[torch.Tensor, Placements]:
     """``x`` (placed as ``state``) after ``step``, and the new placements.
 
-    Raises :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
+    ``coordinate``: this rank's mesh coordinate as an int64 tensor, for traced programs that
+    must not bake it in (``chunk``); by default ``groups.coordinate``. Raises
+    :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
     """
     from torch.distributed import _functional_collectives as funcol
 
@@ -152,18 +172,19 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
     elif step.kind == "all_to_all":
         y = _all_to_all(x, step.src.dim, step.dst.dim, pieces, group)
     else:
-        y = _chunk(x, step.dst.dim, pieces, groups.coordinate[axis])
+        index = coordinate[axis] if coordinate is not None else groups.coordinate[axis]
+        y = _chunk(x, step.dst.dim, pieces, index) if step.kind == "chunk" else _keep_on_first(x, index)
     new_state = list(state)
     new_state[axis] = step.dst
     return y, tuple(new_state)
 
 
 def apply_steps(x: torch.Tensor, steps: Sequence[StepLike], src: Placements, dst: Placements,
-                groups: MeshGroups, where: str = "redistribution") -> torch.Tensor:
+                groups: MeshGroups, where: str = "redistribution", coordinate: torch.Tensor | None = None) -> torch.Tensor:
     """``x`` moved from ``src`` to ``dst`` by ``steps``, which must end exactly at ``dst``."""
     state = tuple(src)
     for step in steps:
-        x, state = apply_step(x, step, state, groups, where)
+        x, state = apply_step(x, step, state, groups, where, coordinate)
     if state != tuple(dst):
         raise LoweringError(f"{where}: the steps end at {state}, not at the target {tuple(dst)}")
     return x
@@ -182,11 +203,17 @@ def gather_steps(placements: Placements) -> list[Step]:
 
 
 def local_shard(x: torch.Tensor, placements: Placements, groups: MeshGroups) -> torch.Tensor:
-    """This rank's piece of the full tensor ``x`` placed as ``placements`` (no communication)."""
+    """This rank's piece of the full tensor ``x`` placed as ``placements`` (no communication).
+
+    ``Shard(d)`` keeps this rank's chunk of dim ``d``; a ``Partial`` axis keeps ``x`` on
+    coordinate 0 and zeros elsewhere, so the pieces sum to ``x``.
+    """
     for axis, p in enumerate(placements):
         if isinstance(p, Partial):
-            raise ValueError(f"cannot cut a full tensor into a Partial placement (mesh axis {axis}); "
-                             "only Shard and Replicate describe pieces of a given tensor")
-        if isinstance(p, Shard):
+            if p.reduce_op != "sum":
+                raise ValueError(f"cannot cut a full tensor into Partial({p.reduce_op!r}) pieces (mesh axis {axis}); "
+                                 "only sum partials have a canonical split")
+            x = _keep_on_first(x, groups.coordinate[axis])
+        elif isinstance(p, Shard):
             x = _chunk(x, p.dim, groups.axis_size(axis), groups.coordinate[axis])
     return x

@@ -82,7 +82,8 @@ def _static_inputs(program: LocalProgram, values: Mapping[str, int]) -> list[Any
 
     with FakeTensorMode():
         tensors = [torch.empty([int(evaluate(e, values)) for e in i.local_shape], dtype=i.dtype) for i in program.inputs]
-    return [values[s.name] for s in program.symbols] + tensors
+        coordinate = torch.empty(program.plan.mesh.ndim, dtype=torch.int64)
+    return [values[s.name] for s in program.symbols] + tensors + [coordinate]
 
 
 def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None) -> CompiledProgram:
@@ -98,8 +99,10 @@ def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None =
         guards = ()
     seconds = time.perf_counter() - start
 
+    coordinate = program.coordinate
+
     def run(symbol_values: Sequence[int], tensors: Sequence[Any]) -> list[Any]:
-        return list(compiled(*symbol_values, *tensors))
+        return list(compiled(*symbol_values, *tensors, coordinate))
 
     return CompiledProgram(run, guards, seconds, dict(values) if values is not None else None)
 

@@ -4,7 +4,7 @@ Run at every call of a parallel program, before any of its collectives:
 
 1. **Agreement** (the only communication): each rank encodes its inputs' structure and local
    shapes as one fixed-length int64 vector (its length is fixed by the trace, so even a rank
-   with malformed inputs takes part), and one ``all_gather_into_tensor`` on the default group
+   with malformed inputs takes part), and one ``all_gather_single`` on the default group
    shares them. From then on every rank decides on the same table, so every rank raises the
    same error or none does.
 2. **Binding**: a dim of global size ``e`` split into ``k`` pieces that holds ``n`` locally
@@ -88,7 +88,7 @@ class EntryCheck:
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world > 1:
             table = torch.empty(world * self._length, dtype=torch.int64)
-            dist.all_gather_into_tensor(table, row)
+            dist.all_gather_single(table, row)
             rows = table.view(world, self._length).tolist()
         else:
             rows = [row.tolist()]

@@ -19,19 +19,23 @@ node by node on local fake tensors whose sizes are polynomials in the local symb
   plan the lowering cannot honour is a :class:`~lowering.errors.LoweringError` here, never a
   wrong number later.
 
-The local graph's inputs are the local symbols (ints) followed by the global graph's tensor
-placeholders in order, each as this rank's piece; its outputs are the global graph's outputs
-(flattened) in the plan's output placements.
+The local graph's inputs are the local symbols (ints), the global graph's tensor placeholders
+in order (each as this rank's piece), and this rank's mesh coordinate as an int64 tensor
+(``chunk`` steps and split ``arange`` read it, so the graph text is the same on every rank and
+one compile can be shared through Inductor's cache); its outputs are the global graph's
+outputs (flattened) in the plan's output placements.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sympy
+
+from torch.distributed.tensor import Shard
 
 from lowering.collectives import apply_steps
 from lowering.errors import LoweringError
@@ -71,7 +75,7 @@ class LocalInput:
 
 @dataclass
 class LocalProgram:
-    """A plan lowered for this rank: ``graph_module(*symbol_values, *local_tensors)``."""
+    """A plan lowered for this rank: ``graph_module(*symbol_values, *local_tensors, coordinate)``."""
 
     graph_module: GraphModule
     plan: Plan
@@ -82,15 +86,21 @@ class LocalProgram:
     example_inputs: list[Any]
     shape_env: Any
     groups: MeshGroups
-    symbol_nodes: dict[str, str] = field(default_factory=dict)
 
     @property
     def symbols(self) -> tuple[LocalSymbol, ...]:
         return self.localizer.symbols
 
+    @property
+    def coordinate(self) -> torch.Tensor:
+        """This rank's mesh coordinate, the program's last input."""
+        import torch
+
+        return torch.tensor(self.groups.coordinate, dtype=torch.int64)
+
     def __call__(self, symbol_values: Sequence[int], tensors: Sequence[torch.Tensor]) -> list[Any]:
         """Run the local graph eagerly (no compile)."""
-        return list(self.graph_module(*symbol_values, *tensors))
+        return list(self.graph_module(*symbol_values, *tensors, self.coordinate))
 
 
 # -- ops whose arguments need care ---------------------------------------------------------------
@@ -298,27 +308,28 @@ class _Replay:
                                   dtype=i.dtype)
                 for i in self.inputs
             ]
+            example_tensors.append(self._torch.empty(self.plan.mesh.ndim, dtype=self._torch.int64))
 
         def local_program(*flat: Any) -> list[Any]:
-            return self._run(dict(zip(symbol_keys, flat[: len(names)])), list(flat[len(names):]))
+            *tensors, coordinate = flat[len(names):]
+            return self._run(dict(zip(symbol_keys, flat[: len(names)])), tensors, coordinate)
 
         local_gm = make_fx(local_program, tracing_mode="fake")(*example_symbols, *example_tensors)
         local_gm.graph.eliminate_dead_code()
         local_gm.recompile()
-        placeholders = [n.name for n in local_gm.graph.nodes if n.op == "placeholder"]
         return LocalProgram(
             graph_module=local_gm, plan=self.plan, localizer=self.localizer, inputs=self.inputs,
             output_placements=tuple(self.plan.output_placements), collectives=tuple(self.collectives),
             example_inputs=[*example_symbols, *example_tensors], shape_env=self.shape_env, groups=self.groups,
-            symbol_nodes=dict(zip(names, placeholders)),
         )
 
-    def _run(self, symbols: dict[sympy.Symbol, Any], tensors: list[Any]) -> list[Any]:
+    def _run(self, symbols: dict[sympy.Symbol, Any], tensors: list[Any], coordinate: Any) -> list[Any]:
         from torch.fx.node import map_arg
 
         values: dict[Node, Any] = {}
         tensor_iter = iter(tensors)
         self.collectives.clear()
+        self.coordinate = coordinate
         cache: dict[sympy.Basic, Any] = {}
 
         def symint(expr: sympy.Basic) -> Any:
@@ -348,8 +359,8 @@ class _Replay:
                     return values[arg]
 
                 args, kwargs = map_arg((node.args, node.kwargs), fetch)
-                args = self._localize_arguments(node, list(args), operands, symint)
-                values[node] = node.target(*args, **kwargs)
+                target, args, adjust = self._localize_arguments(node, list(args), operands, symint)
+                values[node] = adjust(target(*args, **kwargs))
                 self._check_shape(node, values[node])
             else:
                 raise LoweringError(f"node {node.name} is a {node.op}; the lowering reads flat aten graphs")
@@ -388,7 +399,7 @@ class _Replay:
             raise LoweringError(f"{r}: the plan places {producer.name} as {placed}, not {r.src}")
         for step in r.steps:
             self.collectives.append(EmittedCollective(consumer.name, k, producer.name, step.axis, step.kind))
-        return apply_steps(local, r.steps, r.src, r.dst, self.groups, where=str(r))
+        return apply_steps(local, r.steps, r.src, r.dst, self.groups, where=str(r), coordinate=self.coordinate)
 
     def _producer_placements(self, producer: Node) -> tuple[Any, ...] | None:
         placed = self.plan.placements.get(producer.name)
@@ -399,7 +410,9 @@ class _Replay:
         return tuple(r.dst) if r is not None else self._producer_placements(producer)
 
     def _localize_arguments(self, node: Node, args: list[Any], operands: list[Node],
-                            symint: Callable[[sympy.Basic], Any]) -> list[Any]:
+                            symint: Callable[[sympy.Basic], Any]) -> tuple[Any, list[Any], Callable[[Any], Any]]:
+        """The op to call, its arguments with shape arguments localized, and what to apply to its result."""
+        target, adjust = node.target, _unchanged
         value = node.meta.get("val")
         if node.target in self.size_arg and _is_tensor(value):
             placements = self._placements(node.name)
@@ -408,11 +421,11 @@ class _Replay:
             args[index] = local
             if node.target == self._torch.ops.aten.empty_strided.default:
                 args[index + 1] = self._dense_strides(value, local)
-        elif node.target == self._torch.ops.aten.arange.default or str(node.target).startswith("aten.arange."):
-            args = self._arange(node, args, symint)
+        elif str(node.target).startswith("aten.arange."):
+            target, args, adjust = self._arange(node, args, symint)
         if node.target in self.whole_dim and operands:
             self._check_whole_dims(node, args, operands)
-        return args
+        return target, args, adjust
 
     def _dense_strides(self, value: Any, local: list[Any]) -> list[Any]:
         order = sorted(range(value.dim()), key=lambda d: (self.shapes.expr(value.stride()[d]).sort_key(), -d))
@@ -423,26 +436,22 @@ class _Replay:
             running = running * local[d]
         return strides
 
-    def _arange(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any]) -> list[Any]:
-        from torch.distributed.tensor import Shard
-
+    def _arange(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any]
+                ) -> tuple[Any, list[Any], Callable[[Any], Any]]:
+        """This rank's piece of a split ``arange``: the first values, shifted by the piece's offset."""
         placements = self._placements(node.name)
-        axes = [a for a, p in enumerate(placements) if isinstance(p, Shard)]
-        if not axes:
-            return args
-        value = node.meta["val"]
+        pieces = shard_factor(placements, self.plan.mesh.shape, 0)
+        if pieces == 1:
+            return node.target, args, _unchanged
         start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
-        length = symint(self.localizer.extent(self.shapes.expr(value.shape[0]),
-                                              shard_factor(placements, self.plan.mesh.shape, 0)))
-        piece = 0
-        for a in axes:  # outer axis first: the linear index of this rank's piece
-            piece = piece * self.plan.mesh.shape[a] + self.groups.coordinate[a]
-        first = start + piece * length * step
-        return [first, first + length * step, step]
+        length = symint(self.localizer.extent(self.shapes.expr(node.meta["val"].shape[0]), pieces))
+        piece: Any = 0
+        for a in (a for a, p in enumerate(placements) if p == Shard(0)):  # outer axis first
+            piece = piece * self.plan.mesh.shape[a] + self.coordinate[a]
+        return (self._torch.ops.aten.arange.start_step, [start, start + length * step, step],
+                lambda local: local + (piece * length * step).to(local.dtype))
 
     def _check_whole_dims(self, node: Node, args: list[Any], operands: list[Node]) -> None:
-        from torch.distributed.tensor import Shard
-
         short = str(node.target).split(".")[1]
         for index in self.whole_dim[node.target]:
             dim = args[index] if index < len(args) else _DEFAULT_DIM.get(short)
@@ -495,27 +504,19 @@ class _Replay:
         return expr.xreplace({int_symbol(t): int_symbol(b) for t, b in self.torch_names.items()})
 
     def _outputs(self, node: Node, values: dict[Node, Any]) -> list[Any]:
+        """The flattened outputs; the output node is a consumer whose operands are its tensor leaves."""
         from torch.fx.node import Node as FxNode
         from torch.utils._pytree import tree_flatten
 
         leaves, _ = tree_flatten(node.args[0])
-        results = []
-        for k, leaf in enumerate(leaves):
-            if isinstance(leaf, FxNode):
-                local = values[leaf]
-                if _is_tensor(leaf.meta.get("val")):
-                    local = self._operand(_Sink(f"output:{k}"), 0, leaf, local)
-                results.append(local)
+        results, k = [], 0
+        for leaf in leaves:
+            if isinstance(leaf, FxNode) and _is_tensor(leaf.meta.get("val")):
+                results.append(self._operand(node, k, leaf, values[leaf]))
+                k += 1
             else:
-                results.append(leaf)
+                results.append(values[leaf] if isinstance(leaf, FxNode) else leaf)
         return results
-
-
-@dataclass(frozen=True)
-class _Sink:
-    """The planner's pseudo-consumer of graph output ``k``."""
-
-    name: str
 
 
 def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
@@ -525,3 +526,7 @@ def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
 
     return prove(sympy.Eq(a, b), ranges={s.name: (1, None) for s in (a - b).free_symbols}).proved
 
+
+
+def _unchanged(value: Any) -> Any:
+    return value

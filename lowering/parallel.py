@@ -1,21 +1,34 @@
 """``parallelize``: a model planned, lowered and compiled once for this rank.
 
 ``ParallelModule(model, example_inputs, dynamic_shapes=..., mesh=...)`` runs on every rank
-(under ``torchrun``, ``lowering.launch`` or any launcher that initializes the default process
-group): trace (``torch.export`` through :mod:`shapecore.torch_bridge`) → plan (on rank 0,
-broadcast as JSON, so every rank runs the same plan; a planning error is raised on every
-rank) → :func:`~lowering.lower.lower` → one Inductor compile with the local symbols dynamic.
+(under ``torchrun``, :func:`lowering.launch`, or any launcher that initializes the default
+process group):
 
-A call takes this rank's pieces of the user inputs (:meth:`ParallelModule.shard_inputs`
-cuts them from the global inputs), runs :class:`~lowering.entry.EntryCheck` (agreement
-across ranks, then the guards), and runs the compiled program. When the compiled program's
-own assumptions (:attr:`~lowering.compile.CompiledProgram.guards`) do not hold for a call,
-a program specialized to that call's sizes is compiled and kept: :attr:`compile_count`
+1. trace with the planner's own front end (:func:`planner.api.trace_for_planning`: a
+   decomposed ``torch.export`` graph, or with ``training=True`` a joint forward+backward
+   graph), so the graph lowered is the graph planned;
+2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
+   error is raised on every rank); ``plan=`` skips planning;
+3. :func:`~lowering.lower.lower` the plan, cut the parameters into this rank's pieces;
+4. compile once with Inductor, the local symbols dynamic. When every rank would compile the
+   same graph text, rank 0 compiles first and the others load its result from Inductor's
+   cache.
+
+A call takes this rank's pieces of the user inputs (:meth:`ParallelModule.shard_inputs` cuts
+them from the global ones), runs the :class:`~lowering.entry.EntryCheck` (one agreement step
+across ranks, then the guards) and the compiled program. A call the compiled program's own
+assumptions (:attr:`~lowering.compile.CompiledProgram.guards`) do not cover gets a program
+specialized to its sizes, compiled then and kept: :attr:`ParallelModule.compile_count`
 counts every compile, so "one compile for every batch size" is observable.
+
+Training (``training=True``): a call returns ``(outputs, grads)``, ``grads`` mapping each
+parameter's name to this rank's piece of its gradient for the tangents ``ones_like(output)``
+(the gradient of ``sum(outputs)``); :meth:`ParallelModule.gather_grads` reassembles them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,155 +53,23 @@ def _as_mesh(mesh: Any) -> Mesh:
     return Mesh.from_device_mesh(mesh)
 
 
-def _plan_on_rank_zero(gm: Any, traced: Any, mesh: Mesh, options: Mapping[str, Any]) -> Plan:
-    """Rank 0 plans; everyone gets its JSON (or its error, raised on every rank)."""
+def _on_rank_zero(what: str, make: Any) -> Any:
+    """``make()`` on rank 0, its (picklable) result broadcast; its error raised on every rank."""
     import torch.distributed as dist
 
     message: list[Any] = [None]
     if dist.get_rank() == 0:
         try:
-            import planner
-
-            plan = planner.plan(gm, mesh, shape_env=traced.env, exported=traced.exported, **options)
-            message = [("plan", plan.to_json())]
+            message = [("ok", make())]
         except Exception as error:  # noqa: BLE001 - re-raised on every rank below
-            message = [("error", f"{type(error).__name__}: {error}")]
             if dist.get_world_size() == 1:
                 raise
+            message = [("error", f"{type(error).__name__}: {error}")]
     dist.broadcast_object_list(message, src=0)
     kind, body = message[0]
     if kind == "error":
-        raise LoweringError(f"planning failed on rank 0: {body}")
-    return Plan.from_json(body)
-
-
-class ParallelModule:
-    """A model's local program on this rank; call it with this rank's pieces of the inputs."""
-
-    def __init__(self, model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
-                 plan: Plan | None = None, dynamic: bool = True, **plan_options: Any) -> None:
-        import torch
-
-        from planner.graph import read_graph
-        from shapecore.torch_bridge import trace_export
-
-        self.mesh = _as_mesh(mesh)
-        self.groups = mesh_groups(self.mesh)
-        self.traced = trace_export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        gm = self.traced.graph_module
-        self.plan = plan if plan is not None else _plan_on_rank_zero(gm, self.traced, self.mesh, plan_options)
-        self.program: LocalProgram = lower(gm, self.plan, groups=self.groups)
-        self._in_spec = self.traced.exported.call_spec.in_spec
-        self._out_spec = self.traced.exported.call_spec.out_spec
-        graph = read_graph(gm, exported=self.traced.exported)
-        state = {**dict(model.named_parameters()), **dict(model.named_buffers()), **self.traced.exported.constants}
-        self._feed: list[Any] = []  # per program input: a local tensor (params) or the user input's index
-        user: dict[int, InputSpec] = {}
-        for local_input in self.program.inputs:
-            node = graph[local_input.name]
-            if node.role == "input":
-                assert node.input_index is not None
-                self._feed.append(node.input_index)
-                user[node.input_index] = InputSpec(local_input.name, local_input.placements,
-                                                   local_input.global_shape, local_input.dtype)
-            elif node.fqn in state:
-                with torch.no_grad():
-                    self._feed.append(local_shard(state[node.fqn].detach(), local_input.placements, self.groups))
-            else:
-                raise LoweringError(f"graph input {local_input.name} ({node.role}) is neither a user input nor a "
-                                    "parameter, buffer or constant of the model")
-        self._user_count = len(graph.inputs)
-        specs = [user.get(i, InputSpec(f"input {i}", None, (), None)) for i in range(self._user_count)]
-        env = self._guard_env()
-        names = {**self.traced.sources, **{symbol: dim for dim, symbol in self.traced.dims.items()}}
-        self.entry = EntryCheck(specs, self.mesh.shape, env, names)
-        self.dynamic = dynamic
-        self._variants: list[CompiledProgram] = []
-        if dynamic:
-            self._variants.append(compile_program(self.program))
-
-    def _guard_env(self) -> Any:
-        env = self.traced.env
-        from shapecore import ShapeEnv
-
-        checked = ShapeEnv.from_json(env.to_json())
-        for guard in self.plan.guards:
-            checked.add_fact(guard)
-        return checked
-
-    # -- properties --------------------------------------------------------------------------------
-
-    @property
-    def compile_count(self) -> int:
-        """How many programs Inductor compiled on this rank (1 while every call fits the first)."""
-        return len(self._variants)
-
-    @property
-    def compile_seconds(self) -> float:
-        return sum(v.seconds for v in self._variants)
-
-    # -- inputs and outputs ---------------------------------------------------------------------
-
-    def _flatten_inputs(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
-        from torch.utils._pytree import tree_flatten
-
-        flat, spec = tree_flatten((tuple(args), dict(kwargs)))
-        if spec != self._in_spec:
-            raise TypeError(f"the inputs' structure {spec} differs from the traced one {self._in_spec}")
-        return flat
-
-    def shard_inputs(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """This rank's pieces of the global inputs (as positional arguments for a call)."""
-        flat = self._flatten_inputs(args, kwargs)
-        pieces = [x if spec.placements is None else local_shard(x, spec.placements, self.groups)
-                  for x, spec in zip(flat, self.entry.specs)]
-        from torch.utils._pytree import tree_unflatten
-
-        local_args, local_kwargs = tree_unflatten(pieces, self._in_spec)
-        if local_kwargs:
-            raise TypeError("keyword inputs are not supported by shard_inputs; pass them positionally")
-        return tuple(local_args)
-
-    def gather_outputs(self, local_outputs: Any) -> Any:
-        """The global outputs, reassembled on every rank from each rank's local outputs (a collective)."""
-        from torch.utils._pytree import tree_flatten, tree_unflatten
-
-        flat, _ = tree_flatten(local_outputs)
-        full = []
-        for x, placements in zip(flat, self.plan.output_placements):
-            if placements is None:
-                full.append(x)
-            else:
-                full.append(apply_steps(x, gather_steps(placements), placements, _replicated(len(placements)),
-                                        self.groups, where="gather_outputs"))
-        return tree_unflatten(full, self._out_spec)
-
-    # -- calling ----------------------------------------------------------------------------------
-
-    def _variant(self, values: Mapping[str, int]) -> CompiledProgram:
-        broken: list[Any] = []
-        for variant in self._variants:
-            failed = variant.accepts(values)
-            if not failed:
-                return variant
-            broken += failed
-        if self._variants and self.dynamic:
-            warnings.warn(f"recompiling for {dict(values)}: the compiled program assumes "
-                          f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=3)
-        variant = compile_program(self.program, values=values)
-        self._variants.append(variant)
-        return variant
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from torch.utils._pytree import tree_unflatten
-
-        flat = self._flatten_inputs(args, kwargs)
-        global_values = self.entry.check(flat)
-        values = self.program.localizer.local_values(global_values)
-        variant = self._variant(values)
-        tensors = [flat[f] if isinstance(f, int) else f for f in self._feed]
-        outputs = variant.run([values[s.name] for s in self.program.symbols], tensors)
-        return tree_unflatten(outputs, self._out_spec)
+        raise LoweringError(f"{what} failed on rank 0: {body}")
+    return body
 
 
 def _replicated(n: int) -> tuple[Any, ...]:
@@ -197,7 +78,199 @@ def _replicated(n: int) -> tuple[Any, ...]:
     return (Replicate(),) * n
 
 
+class ParallelModule:
+    """A model's local program on this rank; call it with this rank's pieces of the inputs.
+
+    ``plan_options`` go to :func:`planner.plan` (``constraints``, ``batch_sizes``,
+    ``hardware``, ``divisibility`` …); ``plan`` skips planning; ``dynamic=False`` compiles a
+    program specialized to each distinct set of sizes instead (the peer for benchmarks).
+    """
+
+    def __init__(self, model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
+                 training: bool = False, plan: Plan | None = None, dynamic: bool = True, **plan_options: Any) -> None:
+        import planner
+        from planner.api import trace_for_planning
+        from planner.graph import read_graph
+
+        self.mesh = _as_mesh(mesh)
+        self.groups = mesh_groups(self.mesh)
+        self.training = training
+        gm, exported, self.env, dims = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes,
+                                                          training=training)
+        self.graph_module = gm
+        dims = {**dims, **plan_options.pop("dims", {})}
+        if plan is None:
+            plan = Plan.from_json(_on_rank_zero("planning", lambda: planner.plan(
+                exported if exported is not None else gm, self.mesh, shape_env=self.env, dims=dims,
+                **plan_options).to_json()))
+        self.plan = plan
+        self.program: LocalProgram = lower(gm, plan, groups=self.groups)
+        self._out_spec = exported.call_spec.out_spec if exported is not None else None
+        self._graph = read_graph(gm, exported=exported)
+        self._feed = self._feeds(model)
+        self.entry = EntryCheck(self._specs(), self.mesh.shape, self._guard_env(),
+                                self._display_names(dims))
+        self.dynamic = dynamic
+        self._variants: list[CompiledProgram] = []
+        if dynamic:
+            self._variants.append(self._compile_first())
+
+    # -- construction -------------------------------------------------------------------------------
+
+    def _feeds(self, model: Any) -> list[tuple[str, Any]]:
+        """Per program input: ("tensor", this rank's piece), ("input", index) or ("tangent", output index)."""
+        import torch
+
+        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        feeds: list[tuple[str, Any]] = []
+        for local_input in self.program.inputs:
+            node = self._graph[local_input.name]
+            if node.role == "input":
+                feeds.append(("input", node.input_index))
+            elif node.role == "tangent":
+                feeds.append(("tangent", local_input))
+            elif node.fqn in state:
+                with torch.no_grad():
+                    feeds.append(("tensor", local_shard(state[node.fqn].detach(), local_input.placements, self.groups)))
+            else:
+                raise LoweringError(f"graph input {local_input.name} ({node.role} {node.fqn}) is neither a user input, "
+                                    "a tangent, nor a parameter or buffer of the model")
+        return feeds
+
+    def _specs(self) -> list[InputSpec]:
+        by_name = {i.name: i for i in self.program.inputs}
+        specs = []
+        for index, name in enumerate(self._graph.inputs):
+            if name is None:
+                specs.append(InputSpec(f"input {index}", None, (), None))
+            else:
+                i = by_name[name]
+                specs.append(InputSpec(name, i.placements, i.global_shape, i.dtype))
+        return specs
+
+    def _guard_env(self) -> Any:
+        from shapecore import ShapeEnv
+
+        env = ShapeEnv.from_json(self.env.to_json())
+        for guard in self.plan.guards:
+            env.add_fact(guard)
+        return env
+
+    def _display_names(self, dims: Mapping[str, Any]) -> dict[str, str]:
+        names = {name: info.source for name, info in self.env.symbols.items() if info.source}
+        names.update({str(expr): dim for dim, expr in dims.items() if getattr(expr, "is_Symbol", False)})
+        return names
+
+    def _compile_first(self) -> CompiledProgram:
+        """Rank 0 compiles first when every rank has the same graph text; the others hit the cache."""
+        import torch.distributed as dist
+
+        code = hashlib.sha256(self.program.graph_module.code.encode()).hexdigest()
+        codes: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(codes, code)
+        if len(set(codes)) > 1:
+            return compile_program(self.program)
+        compiled = compile_program(self.program) if dist.get_rank() == 0 else None
+        dist.barrier()
+        return compiled if compiled is not None else compile_program(self.program)
+
+    # -- properties ------------------------------------------------------------------------------
+
+    @property
+    def compile_count(self) -> int:
+        """How many programs Inductor compiled on this rank (1 while every call fits the first)."""
+        return len(self._variants)
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling on this rank."""
+        return sum(v.seconds for v in self._variants)
+
+    # -- inputs and outputs -----------------------------------------------------------------------
+
+    def shard_inputs(self, *global_inputs: Any) -> tuple[Any, ...]:
+        """This rank's pieces of the global inputs, as positional arguments for a call."""
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        flat, spec = tree_flatten(global_inputs)
+        if len(flat) != len(self.entry.specs):
+            raise TypeError(f"got {len(flat)} inputs, the model was traced with {len(self.entry.specs)}")
+        pieces = [x if s.placements is None else local_shard(x, s.placements, self.groups)
+                  for x, s in zip(flat, self.entry.specs)]
+        return tuple(tree_unflatten(pieces, spec))
+
+    def _gather(self, x: Any, placements: Any, what: str) -> Any:
+        if placements is None:
+            return x
+        return apply_steps(x, gather_steps(placements), placements, _replicated(len(placements)), self.groups, where=what)
+
+    def gather_outputs(self, local_outputs: Any) -> Any:
+        """The global outputs, reassembled on every rank from the ranks' local outputs (a collective)."""
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        flat, spec = tree_flatten(local_outputs)
+        sinks = self._user_sinks()
+        if len(flat) != len(sinks):
+            raise TypeError(f"got {len(flat)} outputs, the program has {len(sinks)}")
+        full = [self._gather(x, self.plan.output_placements[k], f"gathering output {k}") for x, (k, _) in zip(flat, sinks)]
+        return tree_unflatten(full, spec)
+
+    def gather_grads(self, local_grads: Mapping[str, Any]) -> dict[str, Any]:
+        """Full gradients on every rank from each rank's pieces (training; a collective)."""
+        placements = {self._graph[s].grad_of: self.plan.output_placements[k] for k, s in self._grad_sinks()}
+        return {fqn: self._gather(g, placements[fqn], f"gathering the gradient of {fqn}") for fqn, g in local_grads.items()}
+
+    def _user_sinks(self) -> list[tuple[int, str]]:
+        return [(k, s) for k, s in enumerate(self._graph.outputs) if s is not None and self._graph[s].grad_of is None]
+
+    def _grad_sinks(self) -> list[tuple[int, str]]:
+        return [(k, s) for k, s in enumerate(self._graph.outputs) if s is not None and self._graph[s].grad_of is not None]
+
+    # -- calling -----------------------------------------------------------------------------------
+
+    def _variant(self, values: Mapping[str, int]) -> CompiledProgram:
+        broken: list[Any] = []
+        for variant in self._variants:
+            failed = variant.accepts(values)
+            if not failed:
+                return variant
+            broken += failed
+        if self.dynamic:
+            warnings.warn(f"compiling again for {dict(values)}: the compiled program assumes "
+                          f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=3)
+        variant = compile_program(self.program, values=values)
+        self._variants.append(variant)
+        return variant
+
+    def _tangent(self, local_input: Any, global_values: Mapping[str, int]) -> Any:
+        import torch
+
+        from shapecore import evaluate
+
+        shape = [int(evaluate(e, global_values)) for e in local_input.global_shape]
+        return local_shard(torch.ones(shape, dtype=local_input.dtype), local_input.placements, self.groups)
+
+    def __call__(self, *args: Any) -> Any:
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        flat, _ = tree_flatten(args)
+        global_values = self.entry.check(flat)
+        values = self.program.localizer.local_values(global_values)
+        variant = self._variant(values)
+        tensors = []
+        for kind, what in self._feed:
+            tensors.append(what if kind == "tensor" else flat[what] if kind == "input" else
+                           self._tangent(what, global_values))
+        outputs = variant.run([values[s.name] for s in self.program.symbols], tensors)
+        user = [outputs[k] for k, _ in self._user_sinks()]
+        result = tree_unflatten(user, self._out_spec) if self._out_spec is not None else (
+            user[0] if len(user) == 1 else tuple(user))
+        if not self.training:
+            return result
+        return result, {self._graph[s].grad_of: outputs[k] for k, s in self._grad_sinks()}
+
+
 def parallelize(model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                 **plan_options: Any) -> ParallelModule:
-    """Trace, plan, lower and compile ``model`` for this rank (call on every rank)."""
+    """Trace, plan, lower and compile ``model`` for this rank (call it on every rank)."""
     return ParallelModule(model, example_inputs, dynamic_shapes=dynamic_shapes, mesh=mesh, **plan_options)
