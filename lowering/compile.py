@@ -5,12 +5,13 @@ as SymInts of the program's own ShapeEnv, the local tensors as fake tensors whos
 polynomials in them) straight to Inductor's ``compile_fx``: no Dynamo, so nothing re-derives
 the shapes and the only symbols Inductor sees are the local ones.
 
-What the compiled code assumes is read back from that ShapeEnv afterwards: every guard
-recorded while tracing and compiling (Inductor guards on size hints, e.g. to pick a
-reduction strategy) and each symbol's range (backed symbols are assumed ``>= 2``). They are
-returned as :attr:`CompiledProgram.guards`, over the local symbol names; the caller checks
-them on every call and compiles again when they fail (Dynamo would do the same through its
-guards). ``values=`` compiles a program specialized to fixed local symbol values instead.
+What the compiled code assumes is read back from that ShapeEnv afterwards: each symbol's
+range (backed symbols are assumed ``>= 2``) and every guard recorded while tracing and
+compiling (Inductor guards on size hints, e.g. to pick a reduction strategy), except those
+shapecore proves from the ranges alone. They are returned as
+:attr:`CompiledProgram.guards`, over the local symbol names; the caller checks them on every
+call and compiles again when they fail (Dynamo would do the same through its guards).
+``values=`` compiles a program specialized to fixed local symbol values instead.
 """
 
 from __future__ import annotations
@@ -55,23 +56,29 @@ def _names(program: LocalProgram) -> dict[str, str]:
 
 
 def _assumptions(program: LocalProgram) -> tuple[sympy.Basic, ...]:
-    from shapecore import int_symbol
+    """Ranges of the local symbols, then the recorded guards the ranges do not already imply."""
+    from shapecore import int_symbol, prove
     from shapecore.torch_bridge import map_expr
 
     env = program.shape_env
     rename = {int_symbol(t): int_symbol(b) for t, b in _names(program).items()}
-    found: list[sympy.Basic] = []
-    for guard in env.guards:
-        found.append(map_expr(guard.expr).xreplace(rename))
+    ranges: dict[str, tuple[int | None, int | None]] = {}
     for torch_symbol, r in env.var_to_range.items():
-        symbol = int_symbol(torch_symbol.name).xreplace(rename)
-        if symbol.name not in {s.name for s in program.symbols}:
-            continue
-        if isinstance(r.lower, sympy.Integer):
-            found.append(sympy.Ge(symbol, int(r.lower)))
-        if isinstance(r.upper, sympy.Integer):
-            found.append(sympy.Le(symbol, int(r.upper)))
-    return tuple(dict.fromkeys(g for g in found if g is not sympy.true))
+        name = rename.get(int_symbol(torch_symbol.name))
+        if name is not None:
+            ranges[name.name] = (int(r.lower) if isinstance(r.lower, sympy.Integer) else None,
+                                 int(r.upper) if isinstance(r.upper, sympy.Integer) else None)
+    found: list[sympy.Basic] = []
+    for name, (lo, hi) in sorted(ranges.items()):
+        if lo is not None:
+            found.append(sympy.Ge(int_symbol(name), lo))
+        if hi is not None:
+            found.append(sympy.Le(int_symbol(name), hi))
+    for guard in env.guards:
+        claim = map_expr(guard.expr).xreplace(rename)
+        if claim is not sympy.true and not prove(claim, ranges=ranges).proved:
+            found.append(claim)
+    return tuple(dict.fromkeys(found))
 
 
 def _static_inputs(program: LocalProgram, values: Mapping[str, int]) -> list[Any]:

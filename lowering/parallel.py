@@ -29,6 +29,7 @@ parameter's name to this rank's piece of its gradient for the tangents ``ones_li
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -92,6 +93,9 @@ class ParallelModule:
         from planner.api import trace_for_planning
         from planner.graph import read_graph
 
+        self.timings: dict[str, float] = {}
+        """Seconds per construction phase on this rank: trace, plan, lower, compile."""
+        clock = time.perf_counter()
         self.mesh = _as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
         self.training = training
@@ -99,11 +103,13 @@ class ParallelModule:
                                                           training=training)
         self.graph_module = gm
         dims = {**dims, **plan_options.pop("dims", {})}
+        clock = self._phase("trace", clock)
         if plan is None:
             plan = Plan.from_json(_on_rank_zero("planning", lambda: planner.plan(
                 exported if exported is not None else gm, self.mesh, shape_env=self.env, dims=dims,
                 **plan_options).to_json()))
         self.plan = plan
+        clock = self._phase("plan", clock)
         self.program: LocalProgram = lower(gm, plan, groups=self.groups)
         self._out_spec = exported.call_spec.out_spec if exported is not None else None
         self._graph = read_graph(gm, exported=exported)
@@ -112,8 +118,15 @@ class ParallelModule:
                                 self._display_names(dims))
         self.dynamic = dynamic
         self._variants: list[CompiledProgram] = []
+        clock = self._phase("lower", clock)
         if dynamic:
             self._variants.append(self._compile_first())
+            self._phase("compile", clock)
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.timings[name] = now - since
+        return now
 
     # -- construction -------------------------------------------------------------------------------
 
