@@ -40,6 +40,7 @@ from shapecore.functions import (
     TruncToInt,
     int_symbol,
 )
+from shapecore.guard_code import compile_guards
 from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.printing import python_str, torch_str
@@ -78,6 +79,7 @@ __all__ = [
     "TruncToInt",
     "UnboundSymbolError",
     "ValueRange",
+    "compile_guards",
     "evaluate",
     "holds",
     "int_symbol",

@@ -23,7 +23,7 @@ Algorithm, cheapest first; each step keeps the set equivalent:
    is a contradiction.
 4. **Rewrite single-symbol guards** — a conjunct in one symbol ``x`` (after replacements) that
    the cheap layers cannot settle is evaluated on ``x``'s admissible values: all of them when
-   there are at most ``2**15``, else a window at the finite end, with z3 proving the guard
+   there are at most ``2**14``, else a window at the finite end, with z3 proving the guard
    beyond it. If it holds exactly on a sub-range (or everywhere except a few values) it becomes
    that range (or those ``Ne``), which feeds back into the digest:
    ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. Steps 2–4 repeat
@@ -51,8 +51,9 @@ import sympy
 import z3
 
 from shapecore.errors import ConstraintError
-from shapecore.evaluation import holds
-from shapecore.functions import Mod, int_symbol
+from shapecore.evaluation import evaluate, holds
+from shapecore.guard_code import compile_predicate
+from shapecore.functions import FloorDiv, Mod, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet
 from shapecore.ranges import UNBOUNDED, ValueRange, bound
@@ -65,7 +66,7 @@ __all__ = ["simplify", "Simplified", "Dropped", "Rewrite", "Fate"]
 Ranges = Mapping[str, tuple[int | None, int | None]]
 DropKind = Literal["duplicate", "tautology", "merged", "implied", "contradiction"]
 
-_ENUMERATE = 1 << 15  # a single-symbol guard is evaluated at every value when there are at most this many
+_ENUMERATE = 1 << 14  # a single-symbol guard is evaluated at every value when there are at most this many
 _WINDOW = 64  # else at this many values from the finite end of the range
 _FEW = 3  # at most this many failing values become Ne guards
 _ROUNDS = 6  # digest / decide / rewrite rounds at most
@@ -163,6 +164,31 @@ def _relation_key(claim: sympy.Basic) -> object:
     return (kind, difference)
 
 
+def _fold_remainders(claim: sympy.Basic) -> sympy.Basic:
+    """``claim`` with ``k*(a - d*FloorDiv(a, d))`` in a relation's difference written ``k*Mod(a, d)``.
+
+    ``a - d*(a // d) == a % d`` wherever ``d != 0`` (Python's division identity), and both
+    sides divide by ``d``, so value and definedness are kept. torch records the pair
+    ``Eq(Mod(a, d), 0)`` and ``Eq(a, d*(a//d))`` for one ``view``; this makes them one guard.
+    """
+    if not claim.is_Relational:
+        return claim
+    difference = claim.lhs - claim.rhs
+    floors = [f for f in sympy.preorder_traversal(difference) if isinstance(f, FloorDiv) and not f.args[1].is_Number]
+    changed = False
+    for floor in floors:
+        a, d = floor.args
+        expanded = sympy.expand(difference)
+        k = sympy.cancel(-expanded.coeff(floor) / d)
+        if k == 0 or not k.is_polynomial() or floor in k.atoms(FloorDiv):
+            continue
+        rest = sympy.expand(expanded - k * a + k * d * floor)
+        if floor in rest.atoms(FloorDiv):
+            continue
+        difference, changed = rest + k * Mod(a, d), True
+    return type(claim)(difference, 0) if changed else claim
+
+
 @dataclass
 class _Atom:
     """One input conjunct and what the simplification has made of it so far."""
@@ -234,7 +260,7 @@ class _Simplification:
 
     def _atom(self, conjunct: sympy.Basic) -> _Atom:
         try:
-            canonical = canonicalize(conjunct)
+            canonical = _fold_remainders(canonicalize(conjunct))
         except ZeroDivisionError:
             canonical = sympy.false
         found = set(divisors(conjunct))
@@ -388,7 +414,9 @@ class _Simplification:
             points, side = range(hi - step * (_WINDOW - 1), hi + 1, step), "hi"
         else:
             return None
-        accepted = [holds(claim, {x.name: v}) for v in points]
+        accepts = compile_predicate([claim])
+        name = x.name
+        accepted = [accepts({name: v}) for v in points]
         failing = [v for v, ok in zip(points, accepted) if not ok]
         if side is not None:
             # the window is evidence only: the claim must be proved past its last failure
@@ -532,39 +560,20 @@ class _Simplification:
         return groups
 
     def _settle_group(self, group: list[_Candidate], related: list[sympy.Basic]) -> list[_Atom] | None:
-        """One solver for the group; drop, most complex first, each member the others imply."""
-        translator = Translator(z3.Context())
-        solver = z3.Solver(ctx=translator.ctx)
-        for fact in related:
-            solver.add(translator.holds(fact))
-        tracks, queries = [], []
-        for i, cand in enumerate(group):
-            defined = [translator.holds(sympy.Ne(d, 0)) for d in cand.extra_divisors]
-            member = z3.And(translator.holds(cand.formula), *defined)
-            tracks.append(z3.Bool(f"!member{i}", translator.ctx))
-            queries.append(z3.Bool(f"!query{i}", translator.ctx))
-            solver.add(z3.Implies(tracks[i], member), z3.Implies(queries[i], z3.Not(member)))
-        solver.add(*translator.axioms)
-        solver.set("timeout", self.timeout_ms)
-        index_of = {str(t): i for i, t in enumerate(tracks)}
-        if solver.check(*tracks) == z3.unsat:
-            return self._atoms_behind(group[index_of[str(t)]] for t in solver.unsat_core() if str(t) in index_of)
+        """Drop, most complex first, each member of the group that the others imply."""
+        solver = _GroupSolver(group, related, self.knowledge.replacements, self.timeout_ms)
+        status, core = solver.model_of_all()
+        if status == "unsat":
+            return self._atoms_behind(group[j] for j in core)
         order = sorted(
             (i for i, c in enumerate(group) if c.droppable),
             key=lambda i: (group[i].sources is not None, -_complexity(group[i].expr), -group[i].order),
         )
         for i in order:
-            others = [j for j, c in enumerate(group) if j != i and c.kept]
-            attempts = [others]
-            if len(others) > _NEIGHBOURS_FIRST:
-                near = [j for j in others if group[j].symbols & group[i].symbols]
-                if len(near) < len(others):
-                    attempts.insert(0, near)
-            for attempt in attempts:
-                if solver.check(*[tracks[j] for j in attempt], queries[i]) == z3.unsat:
-                    group[i].kept = False
-                    group[i].implied_by = [group[index_of[str(t)]] for t in solver.unsat_core() if str(t) in index_of]
-                    break
+            implied_by = solver.implied_by(i)
+            if implied_by is not None:
+                group[i].kept = False
+                group[i].implied_by = [group[j] for j in implied_by]
         return None
 
     def _atoms_behind(self, candidates: Iterable[_Candidate]) -> list[_Atom]:
@@ -659,6 +668,185 @@ class _Simplification:
                 fates.append(Fate(atom.expr, "dropped", record.reason))
         guards = tuple(a.expr for a in core)
         return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates))
+
+
+class _GroupSolver:
+    """Decides, member by member, whether the other kept members of a group imply it.
+
+    One model ``M`` of the whole group (from z3, checked by exact evaluation) makes most
+    answers local. For member ``g``: (1) a counterexample is sought by moving one of ``g``'s
+    symbols away from ``M`` and evaluating exactly; then, for growing neighbourhoods (the
+    members that share a symbol with ``g``, then with those, ...), (2) z3 tries to prove ``g``
+    from the neighbourhood alone (then it follows from the group), and (3) z3 looks for a
+    counterexample that moves only the neighbourhood's inner symbols, the others fixed at
+    ``M`` (then the members outside still hold, so it is a counterexample for the group; it
+    is checked by exact evaluation). Once the neighbourhood is the whole group, z3's answer
+    on it is final; ``unknown`` keeps the member.
+    """
+
+    _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
+
+    def __init__(self, group: list[_Candidate], related: list[sympy.Basic],
+                 replacements: Mapping[sympy.Symbol, sympy.Basic], timeout_ms: int) -> None:
+        self.group = group
+        self.related = related
+        self.timeout_ms = timeout_ms
+        self.translator = Translator(z3.Context())
+        tr = self.translator
+        self.members = [
+            z3.And(tr.holds(c.formula), *(tr.holds(sympy.Ne(d, 0)) for d in c.extra_divisors)) for c in group
+        ]
+        self.facts = [tr.holds(f) for f in related]
+        self.tracks = [z3.Bool(f"!member{i}", tr.ctx) for i in range(len(group))]
+        self.axioms = list(tr.axioms)
+        self.predicates = [compile_predicate([c.formula, *(sympy.Ne(d, 0) for d in c.extra_divisors)]) for c in group]
+        self.fact_predicates = [(symbols_of(f), compile_predicate([f])) for f in related]
+        self.touching: dict[sympy.Symbol, list[int]] = {}
+        for i, c in enumerate(group):
+            for x in c.symbols:
+                self.touching.setdefault(x, []).append(i)
+        symbols = set(self.touching)
+        self.definitions = {x: e for x, e in replacements.items() if x in symbols}
+        self.linked = {x: symbols_of(e) & symbols for x, e in self.definitions.items()}
+        self.model: dict[str, int] | None = None
+
+    def _solver(self) -> z3.Solver:
+        solver = z3.Solver(ctx=self.translator.ctx)
+        solver.set("timeout", self.timeout_ms)
+        solver.add(*self.facts, *self.axioms)
+        return solver
+
+    def _holds_all(self, values: Mapping[str, int], members: Iterable[int], symbols: Iterable[sympy.Symbol]) -> bool:
+        try:
+            return all(self.predicates[j](values) for j in members) and all(
+                p(values) for s, p in self.fact_predicates if s & set(symbols)
+            )
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return False
+
+    def model_of_all(self) -> tuple[str, list[int]]:
+        """Check the whole group: ``("unsat", core)``, or ``("sat", [])`` with ``self.model`` set
+        when z3's model survives exact evaluation, or ``("unknown", [])``.
+
+        The members are asserted outright, for z3's nonlinear tactic (much faster here than
+        the incremental solver that tracking literals need); only an unsat answer is re-checked
+        with tracking literals, for the core.
+        """
+        ctx = self.translator.ctx
+        timeout = 10 * self.timeout_ms
+        result = z3.unknown
+        for solver in (z3.Tactic("qfnia", ctx=ctx).solver(), z3.Solver(ctx=ctx)):
+            solver.set("timeout", timeout)
+            solver.add(*self.facts, *self.axioms, *self.members)
+            try:
+                result = solver.check()
+            except z3.Z3Exception:  # the tactic does not apply (real-valued terms)
+                continue
+            if result != z3.unknown:
+                break
+        if result == z3.unsat:
+            tracked = self._solver()
+            tracked.set("timeout", timeout)
+            for track, member in zip(self.tracks, self.members):
+                tracked.add(z3.Implies(track, member))
+            if tracked.check(*self.tracks) != z3.unsat:
+                return "unsat", list(range(len(self.group)))
+            names = {str(t): i for i, t in enumerate(self.tracks)}
+            return "unsat", [names[str(t)] for t in tracked.unsat_core() if str(t) in names]
+        if result != z3.sat:
+            return "unknown", []
+        model = solver.model()
+        values = {
+            name: model.eval(var, model_completion=True).as_long() for name, var in self.translator.symbols.items()
+        }
+        if self._holds_all(values, range(len(self.group)), self.touching):
+            self.model = values
+        return "sat", []
+
+    def _kept_others(self, i: int) -> list[int]:
+        return [j for j, c in enumerate(self.group) if j != i and c.kept]
+
+    def implied_by(self, i: int) -> list[int] | None:
+        """The kept members that imply member ``i`` (z3's unsat core), or None if not shown."""
+        group = self.group
+        if self.model is not None and self._moved_counterexample(i):
+            return None
+        others = set(self._kept_others(i))
+        inner = set(group[i].symbols)
+        near: set[int] = set()
+        while True:
+            inner |= {x for y in list(inner) for x, uses in self.linked.items() if y in uses}
+            wider = {j for x in inner for j in self.touching.get(x, ()) if j in others}
+            if near and wider == near:  # nothing more is connected to member i
+                return None
+            near = wider
+            core = self._prove_from(i, near)
+            if core is not None:
+                return core
+            if near == others:
+                return None
+            if self.model is not None and self._boundary_counterexample(i, inner, near):
+                return None
+            inner |= {x for j in near for x in group[j].symbols}
+
+    def _prove_from(self, i: int, members: set[int]) -> list[int] | None:
+        solver = self._solver()
+        for j in members:
+            solver.add(z3.Implies(self.tracks[j], self.members[j]))
+        solver.add(z3.Not(self.members[i]))
+        if solver.check(*[self.tracks[j] for j in members]) != z3.unsat:
+            return None
+        names = {str(self.tracks[j]): j for j in members}
+        return [names[str(t)] for t in solver.unsat_core() if str(t) in names]
+
+    def _is_counterexample(self, i: int, values: dict[str, int], moved: set[sympy.Symbol]) -> bool:
+        touched = {j for x in moved for j in self.touching.get(x, ())}
+        if self.predicates[i](values):
+            return False
+        return self._holds_all(values, (j for j in touched if j != i and self.group[j].kept), moved)
+
+    def _moved_counterexample(self, i: int) -> bool:
+        """Move one symbol of member ``i`` (and what is defined from it) away from the model."""
+        model = self.model
+        assert model is not None
+        cand = self.group[i]
+        symbols = sorted((x for x in cand.symbols if x.is_integer), key=str)
+        numbers = {int(n) for n in cand.formula.atoms(sympy.Integer)}
+        for x in symbols:
+            near = {model[y.name] + e for y in symbols for e in (-1, 0, 1)}
+            trial_values = {model[x.name] + d for d in self._STEPS} | near | {n + e for n in numbers for e in (0, *self._STEPS)}
+            dependents = {y for y, uses in self.linked.items() if x in uses}
+            for v in sorted(trial_values - {model[x.name]}):
+                values = dict(model)
+                values[x.name] = v
+                try:
+                    for y in dependents:
+                        values[y.name] = evaluate(self.definitions[y], values)
+                except (ZeroDivisionError, TypeError):
+                    continue
+                if self._is_counterexample(i, values, {x} | dependents):
+                    return True
+        return False
+
+    def _boundary_counterexample(self, i: int, inner: set[sympy.Symbol], near: set[int]) -> bool:
+        """z3: a counterexample moving only ``inner``; every other symbol stays at the model."""
+        model = self.model
+        assert model is not None
+        solver = self._solver()
+        for j in near:
+            solver.add(self.members[j])
+        solver.add(z3.Not(self.members[i]))
+        for name, var in self.translator.symbols.items():
+            if int_symbol(name) not in inner:
+                solver.add(var == model[name])
+        if solver.check() != z3.sat:
+            return False
+        found = solver.model()
+        values = dict(model)
+        for x in inner:
+            if x.is_integer and x.name in self.translator.symbols:
+                values[x.name] = found.eval(self.translator.symbols[x.name], model_completion=True).as_long()
+        return self._is_counterexample(i, values, inner)
 
 
 def _minimal_unsat(atoms: list[_Atom], context: list[sympy.Basic], timeout_ms: int) -> list[_Atom]:
