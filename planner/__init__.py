@@ -1,9 +1,16 @@
 """planner: an ILP sharding planner that shards only what shapecore proves divides evenly.
 
-Public API: :class:`Mesh`; the :class:`Plan` and its parts (see :mod:`planner.plan` for the
-contract the lowering relies on).
+* :func:`plan` (a traced graph) and :func:`plan_module` (a module: trace, then plan) return a
+  :class:`Plan` (see :mod:`planner.plan` for the contract the lowering relies on);
+* :class:`Mesh`; :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`;
+* pluggable parts: :class:`StrategyProvider` (with :class:`BuiltinProvider` and
+  :class:`DTensorProvider`), :class:`CostModel` (default :class:`AlphaBetaCostModel`);
+* :func:`tensor_operands` — how operands are numbered in a plan.
 """
 
+from planner.api import plan, plan_module
+from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LocalTensor
+from planner.graph import tensor_operands
 from planner.mesh import Mesh
 from planner.plan import (
     Alternative,
@@ -18,13 +25,22 @@ from planner.plan import (
     ShardProof,
     SolverStats,
 )
+from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
 __all__ = [
+    "HARDWARE_PRESETS",
+    "AlphaBetaCostModel",
     "Alternative",
+    "AxisRule",
     "BatchCost",
+    "BuiltinProvider",
     "CollectiveStep",
     "CostBreakdown",
+    "CostModel",
+    "DTensorProvider",
     "Decision",
+    "Hardware",
+    "LocalTensor",
     "MemoryBreakdown",
     "Mesh",
     "Plan",
@@ -32,4 +48,10 @@ __all__ = [
     "Redistribution",
     "ShardProof",
     "SolverStats",
+    "Strategy",
+    "StrategyProvider",
+    "expand",
+    "plan",
+    "plan_module",
+    "tensor_operands",
 ]

@@ -107,3 +107,55 @@ def has_partial(ps: Sequence[Placement]) -> bool:
 def replicated(ndim: int) -> Placements:
     """``(Replicate(),) * ndim``."""
     return (Replicate(),) * ndim
+
+
+# -- compact codes for the planner's inner loops ------------------------------------------------
+#
+# Hashing DTensor placement objects is slow, and the planner hashes placements millions of
+# times. Inside the planner one axis's placement is a small int: ``R = 0``, ``P = 1`` (sum),
+# ``S(d) = 2 + d``; a placement tuple is a tuple of those codes. Plans hold real placements.
+
+Codes = tuple[int, ...]
+R_CODE = 0
+P_CODE = 1
+
+
+def shard_code(dim: int) -> int:
+    return 2 + dim
+
+
+def encode(ps: Sequence[Placement]) -> Codes:
+    """Codes of a placement tuple (only ``Partial("sum")`` among partials)."""
+    out = []
+    for p in ps:
+        if isinstance(p, Shard):
+            out.append(2 + p.dim)
+        elif isinstance(p, Replicate):
+            out.append(R_CODE)
+        elif isinstance(p, Partial) and p.reduce_op == "sum":
+            out.append(P_CODE)
+        else:
+            raise ValueError(f"unsupported placement {p!r}: plans use Shard, Replicate and Partial(sum)")
+    return tuple(out)
+
+
+def decode_one(code: int) -> Placement:
+    return Replicate() if code == R_CODE else Partial() if code == P_CODE else Shard(code - 2)
+
+
+def decode(codes: Codes) -> Placements:
+    return tuple(decode_one(c) for c in codes)
+
+
+def format_code(code: int) -> str:
+    return "R" if code == R_CODE else "P" if code == P_CODE else f"S({code - 2})"
+
+
+def format_codes(codes: Codes | None) -> str:
+    return "-" if codes is None else ",".join(format_code(c) for c in codes)
+
+
+def code_shard_axes(codes: Codes, dim: int) -> tuple[int, ...]:
+    """Mesh axes whose code shards tensor dim ``dim``, outermost first."""
+    target = 2 + dim
+    return tuple(a for a, c in enumerate(codes) if c == target)

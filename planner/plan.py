@@ -69,7 +69,7 @@ __all__ = [
 PLAN_FORMAT = "planner.Plan"
 PLAN_VERSION = 1
 
-CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk"]
+CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk", "to_partial"]
 
 
 def _num(x: float) -> float:
@@ -87,7 +87,10 @@ class CollectiveStep:
     * ``all_reduce``: ``P → R``;
     * ``reduce_scatter``: ``P → S(d)``, scatters along dim ``d``;
     * ``all_to_all``: ``S(d) → S(e)``, splits dim ``e`` and concatenates dim ``d``;
-    * ``chunk``: ``R → S(d)``, a local slice (no communication).
+    * ``chunk``: ``R → S(d)``, a local slice (no communication);
+    * ``to_partial``: ``R → P``, local: the value becomes a partial sum over the axis (the
+      rank at coordinate 0 of the axis keeps it, the others hold zeros). Needed when a
+      replicated bias joins a partial matmul output (row-parallel ``addmm``).
 
     ``cost`` is the expected seconds of this step at the plan's batch distribution.
     """
@@ -158,7 +161,8 @@ class Redistribution:
 
 @dataclass(frozen=True)
 class ShardProof:
-    """Why dim ``dim`` of ``node``'s output (or of operand ``operand`` as its consumer needs it) may be split.
+    """Why dim ``dim`` of ``node``'s output may be split; ``node`` reads ``consumer[k]`` for
+    operand ``k`` of ``consumer`` as redistributed for it (``output[k]`` for graph outputs).
 
     ``status`` is ``proved`` (``method`` names the shapecore layer that proved it), ``guard``
     (assumed; the obligation is in the plan's guards) or ``uneven`` (refuted or unknown and
@@ -227,8 +231,10 @@ class Decision:
     ``strategy`` is ``outputs <- operands`` in placement text; ``compute`` the node's expected
     compute seconds; ``incoming`` the expected seconds of redistributing its operands;
     ``alternatives`` the other surviving strategies with the change in total plan cost if only
-    this node switched (cheapest first); ``shared_with`` the nodes that share its variables
-    (identical layers, merged followers).
+    this node switched (cheapest first); ``shared_with`` the node whose decision it shares
+    (the first instance of an identical layer, the producer it follows, the parameter its
+    gradient is tied to); ``same_candidates_as`` the node with the same signature whose
+    pruning log in ``Plan.pruned`` also applies to this one.
     """
 
     node: str
@@ -240,6 +246,7 @@ class Decision:
     incoming: float
     alternatives: tuple[Alternative, ...] = ()
     shared_with: str = ""
+    same_candidates_as: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -252,13 +259,14 @@ class Decision:
             "incoming": _num(self.incoming),
             "alternatives": [a.to_dict() for a in self.alternatives],
             "shared_with": self.shared_with,
+            "same_candidates_as": self.same_candidates_as,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Decision:
         return cls(
             d["node"], d["op"], d["strategy"], d["rule"], d["provider"], d["compute"], d["incoming"],
-            tuple(Alternative.from_dict(a) for a in d["alternatives"]), d["shared_with"],
+            tuple(Alternative.from_dict(a) for a in d["alternatives"]), d["shared_with"], d["same_candidates_as"],
         )
 
 
@@ -440,8 +448,9 @@ class Plan:
                 lines.append(f"    {a.strategy}: {a.delta:+.4g} s")
         else:
             lines.append("  no other strategy survived pruning")
+        source = d.same_candidates_as or node
         for p in self.pruned:
-            if p.node == node:
+            if p.node == source:
                 lines.append(f"  pruned {p.strategy}: {p.reason}")
         return "\n".join(lines)
 

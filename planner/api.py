@@ -1,0 +1,210 @@
+"""The planner's entry points: :func:`plan` for a traced graph, :func:`plan_module` for a module.
+
+``plan`` reads the graph, decides every candidate ``Shard`` with shapecore under the trace's
+facts and the user's constraints, builds the decision problem, solves it (python-mip with
+HiGHS or CBC, or the greedy baseline) at the expected cost over the batch points, solves
+once more per point for the regret report, and assembles the :class:`~planner.plan.Plan`.
+
+``plan_module`` traces first: ``torch.export`` through :func:`shapecore.torch_bridge.trace_export`
+(dynamic dims from ``dynamic_shapes`` only), decomposed to core aten ops except the composite
+ops the built-in rules understand whole (attention, normalizations, activations); with
+``training=True``, the exported module is traced again into a joint forward+backward graph
+(``aot_export_joint_with_descriptors``) and torch's ShapeEnv is handed to shapecore afterwards,
+so guards added by the backward trace are included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import sympy
+
+from shapecore import ShapeEnv, parse
+from planner.assemble import assemble_plan
+from planner.batches import BatchPoints, BatchSizes
+from planner.cost import AlphaBetaCostModel, CostModel, Hardware
+from planner.divisibility import Divisibility, Policy
+from planner.graph import PlanGraph, read_graph
+from planner.greedy import GreedyModel
+from planner.ilp import IlpModel
+from planner.mesh import Mesh
+from planner.plan import Plan
+from planner.problem import build_problem
+from planner.strategies import StrategyProvider, default_providers
+
+__all__ = ["plan", "plan_module"]
+
+_KEEP_WHOLE = (
+    "scaled_dot_product_attention.default",
+    "rms_norm.default",
+    "layer_norm.default",
+    "silu.default",
+    "gelu.default",
+)
+
+
+def _as_mesh(mesh: Mesh | Any) -> Mesh:
+    if isinstance(mesh, Mesh):
+        return mesh
+    if hasattr(mesh, "mesh_dim_names") and hasattr(mesh, "shape"):
+        return Mesh.from_device_mesh(mesh)
+    if isinstance(mesh, (tuple, list)):
+        return Mesh(tuple(mesh))
+    raise TypeError(f"mesh must be a planner.Mesh, a DeviceMesh or a tuple of axis sizes, got {mesh!r}")
+
+
+def _scope(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> tuple[ShapeEnv, list[sympy.Basic]]:
+    """A private copy of ``shape_env`` holding the constraints (translated to trace symbols)."""
+    if not isinstance(shape_env, ShapeEnv):
+        raise TypeError(
+            f"shape_env must be a shapecore.ShapeEnv (from shapecore.torch_bridge.from_torch), got {type(shape_env).__name__}"
+        )
+    scope = ShapeEnv.from_json(shape_env.to_json())
+    translation = {sympy.Symbol(name, integer=True): (sympy.Symbol(v, integer=True) if isinstance(v, str) else v)
+                   for name, v in dims.items()}
+    facts = []
+    for text in constraints:
+        expr = parse(text) if isinstance(text, str) else text
+        fact = expr.xreplace(translation)
+        unknown = sorted(s.name for s in fact.free_symbols if s.name not in scope.symbols)
+        if unknown:
+            raise ValueError(
+                f"constraint {text!r} mentions {', '.join(unknown)}: not a Dim name ({', '.join(dims) or 'none given'}) "
+                f"nor a symbol of the trace ({', '.join(scope.symbols) or 'none'})"
+            )
+        scope.add_fact(fact)
+        facts.append(fact)
+    return scope, facts
+
+
+def _batch_symbol(graph: PlanGraph, env: ShapeEnv) -> str | None:
+    """The root symbol of the first dynamic dim of the first user input."""
+    replacements = env.replacements
+    for name in graph.inputs:
+        if name is None:
+            continue
+        for size in graph.nodes[name].output.shape:
+            resolved = size.xreplace(replacements)
+            free = sorted(s.name for s in resolved.free_symbols)
+            if free:
+                return free[0]
+    return None
+
+
+def plan(
+    gm: Any,
+    mesh: Mesh | Any,
+    *,
+    shape_env: ShapeEnv,
+    hardware: str | Hardware = "h100-nvlink",
+    batch_sizes: BatchSizes = None,
+    constraints: Sequence[str] = (),
+    memory_budget: float | None = None,
+    divisibility: Policy = "prove",
+    solver: Literal["highs", "cbc", "greedy"] = "highs",
+    strategies: Sequence[StrategyProvider] | None = None,
+    cost_model: CostModel | None = None,
+    time_limit: float = 60,
+    dims: Mapping[str, str | sympy.Basic] | None = None,
+    objective: Literal["expected", "regret"] = "expected",
+    regret: bool = True,
+    cluster: bool = True,
+    merge_followers: bool = True,
+    replicate_outputs: bool = False,
+    explain: bool = True,
+) -> Plan:
+    """Pick placements for every node of ``gm`` on ``mesh``.
+
+    ``gm``: an FX ``GraphModule`` of aten ops with symbolic ``meta["val"]`` (forward, or joint
+    forward+backward with AOT descriptors), or an ``ExportedProgram`` (its signature names the
+    parameters). ``shape_env``: shapecore's env for the trace (symbols named as in the graph).
+    ``constraints``: guard texts over the ``Dim`` names in ``dims`` (Dim name → trace symbol)
+    or over trace symbols. ``memory_budget``: bytes per device. ``divisibility``: ``prove`` /
+    ``assume`` / ``uneven`` (:mod:`planner.divisibility`). ``batch_sizes``: see
+    :mod:`planner.batches`. ``objective``: ``expected`` minimizes the expected cost over the
+    batch points; ``regret`` the worst ratio of a point's cost to that point's own optimum.
+    ``regret``: also solve each batch point alone and report the ratio.
+    ``cluster``/``merge_followers``: share decisions of identical layers / single-operand
+    followers. ``replicate_outputs``: deliver user outputs replicated.
+    """
+    mesh = _as_mesh(mesh)
+    if objective not in ("expected", "regret"):
+        raise ValueError(f"objective must be 'expected' or 'regret', got {objective!r}")
+    exported = None
+    if hasattr(gm, "graph_signature") and hasattr(gm, "graph_module"):
+        exported, gm = gm, gm.graph_module
+    dims = dict(dims or {})
+    graph = read_graph(gm, exported=exported)
+    env, facts = _scope(shape_env, constraints, dims)
+    graph.hints = env.hints
+    checker = Divisibility(env, divisibility)
+    symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape for s in size.free_symbols})
+    named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
+    points = BatchPoints.build(batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts)
+    model_costs = cost_model or AlphaBetaCostModel(hardware, mesh)
+    problem = build_problem(graph, mesh, points, model_costs, checker, list(strategies or default_providers()),
+                            cluster=cluster, merge_followers=merge_followers, replicate_outputs=replicate_outputs)
+    solver_model = GreedyModel(problem, memory_budget=memory_budget) if solver == "greedy" else IlpModel(
+        problem, solver=solver, memory_budget=memory_budget)
+    optima = None
+    if (regret or objective == "regret") and len(points) > 1:
+        optima = [solver_model.solve(np.eye(len(points))[k], time_limit=time_limit).objective for k in range(len(points))]
+    if objective == "regret" and optima is not None:
+        solution = solver_model.solve_worst_regret(points.weights, np.array(optima), time_limit=time_limit)
+    else:
+        solution = solver_model.solve(points.weights, time_limit=time_limit)
+    translated = [str(f) for f in facts]
+    return assemble_plan(problem, solution, solver=solver, optima=optima, constraints=translated,
+                         memory_budget=memory_budget, dims={k: str(v) for k, v in dims.items()}, explain=explain)
+
+
+def _decompositions() -> dict[Any, Any]:
+    import torch
+
+    table = torch.export.default_decompositions()
+    for name in _KEEP_WHOLE:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        table.pop(op, None)
+    return table
+
+
+def trace_for_planning(model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, training: bool = False) -> tuple[Any, Any, ShapeEnv, dict[str, Any]]:
+    """``(graph_module, exported_or_None, shapecore env, dims)`` ready for :func:`plan`."""
+    from shapecore.torch_bridge import from_torch, trace_export
+
+    traced = trace_export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    dims: dict[str, Any] = dict(traced.dim_exprs)
+    if not training:
+        exported = traced.exported.run_decompositions(_decompositions())
+        return exported.graph_module, exported, traced.env, dims
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+
+    fake_inputs = [n.meta["val"] for n in traced.exported.graph.nodes if n.op == "placeholder"]
+    user_inputs = fake_inputs[len(fake_inputs) - len(example_inputs):]
+    fake_mode = user_inputs[0].fake_mode
+    with contextlib.ExitStack() as stack, fake_mode:
+        joint = aot_export_joint_with_descriptors(stack, traced.exported.module(), tuple(user_inputs))
+    return joint.graph_module, None, from_torch(traced.torch_env), dims
+
+
+def plan_module(
+    model: Any,
+    example_inputs: Sequence[Any],
+    *,
+    dynamic_shapes: Any,
+    mesh: Mesh | Any,
+    training: bool = False,
+    **options: Any,
+) -> Plan:
+    """Trace ``model`` (forward, or forward+backward with ``training=True``) and :func:`plan` it.
+
+    Dynamic dims come only from ``dynamic_shapes`` (``torch.export.Dim``, derived dims such as
+    ``8*Dim("b")``); parameters and buffers are static. ``constraints`` in ``options`` are
+    written over the Dim names.
+    """
+    gm, exported, env, dims = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training)
+    return plan(exported if exported is not None else gm, mesh, shape_env=env, dims={**dims, **options.pop("dims", {})}, **options)

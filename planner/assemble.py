@@ -1,0 +1,224 @@
+"""From a solved problem to a :class:`~planner.plan.Plan`: placements, redistributions, proofs.
+
+Everything here reads the graph in order, so the plan (and its JSON) is deterministic.
+Redistributions are listed for every operand whose producer's placement differs from what
+its consumer's strategy needs, priced exactly as the objective prices them. Proofs cover
+every sharded dim of every node output and of every redistributed operand. Pruning logs are
+kept once per distinct node signature (nodes with equal signatures have equal candidates):
+``Decision.same_candidates_as`` points at the node that carries the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from planner.ilp import Solution
+from planner.placements import Codes, Placements, decode, decode_one, format_codes
+from planner.plan import (
+    Alternative,
+    BatchCost,
+    CollectiveStep,
+    CostBreakdown,
+    Decision,
+    MemoryBreakdown,
+    Plan,
+    PrunedStrategy,
+    Redistribution,
+    ShardProof,
+    SolverStats,
+)
+from planner.problem import MEMORY_PARTS, Candidate, Problem
+
+__all__ = ["assemble_plan"]
+
+_ALTERNATIVES = 3
+
+
+def assemble_plan(
+    problem: Problem,
+    solution: Solution,
+    *,
+    solver: str,
+    optima: Sequence[float] | None,
+    constraints: Sequence[str],
+    memory_budget: float | None,
+    dims: dict[str, str],
+    explain: bool = True,
+) -> Plan:
+    """The plan for ``solution`` (``optima``: per-point optimal costs, for regret)."""
+    graph, mesh, points = problem.graph, problem.mesh, problem.points
+    choices = solution.choices
+    weights = points.weights
+    placements: dict[str, Placements] = {}
+    tuple_placements: dict[str, tuple[Placements | None, ...]] = {}
+    params: dict[str, Placements] = {}
+    redistributions: list[Redistribution] = []
+    proofs: dict[tuple, ShardProof] = {}
+    guards: list[str] = list(constraints)
+    incoming: dict[str, float] = {}
+
+    def record_proofs(node: str, operand: int | None, meta: Any, codes: Codes) -> None:
+        for d, axes, verdict in problem.verdicts(meta, codes):
+            key = (node, operand, d, axes)
+            if key in proofs:
+                continue
+            status = "proved" if verdict.status == "proved" else verdict.status
+            proofs[key] = ShardProof(
+                node if operand is None else f"{node}[{operand}]", d, str(meta.shape[d]),
+                tuple(mesh.axis_names[a] for a in axes), verdict.obligation, status, verdict.method,  # type: ignore[index, arg-type]
+            )
+            if status == "guard" and verdict.obligation not in guards:
+                guards.append(verdict.obligation)
+
+    for node in graph:
+        cand = problem.chosen(choices, node.name)
+        if node.role != "sink":
+            if node.is_tuple:
+                tuple_placements[node.name] = tuple(None if p is None else decode(p) for p in cand.outputs)
+            else:
+                placements[node.name] = decode(cand.outputs[0])  # type: ignore[arg-type]
+                record_proofs(node.name, None, node.output, cand.outputs[0])  # type: ignore[arg-type]
+            if node.role in ("param", "buffer") or (node.role == "constant" and node.fqn):
+                params[node.fqn] = placements[node.name]  # type: ignore[index]
+        consumer = "output" if node.role == "sink" else node.name
+        total = 0.0
+        for k, producer in enumerate(node.operands):
+            src = problem.output_codes(choices, producer)
+            dst = cand.inputs[k]
+            if src == dst:
+                continue
+            meta = graph.nodes[producer].output
+            moves = problem.moves(meta, src, dst, weights)
+            operand = node.index if node.role == "sink" else k
+            cost = float(sum(float(m[4] @ weights) for m in moves))
+            total += cost
+            redistributions.append(Redistribution(
+                consumer, operand, producer, decode(src), decode(dst),  # type: ignore[arg-type]
+                tuple(CollectiveStep(axis, kind, decode_one(old), decode_one(new), float(v @ weights)) for axis, kind, old, new, v in moves),
+                cost,
+            ))
+            record_proofs(consumer, operand, meta, dst)
+        incoming[node.name] = total
+
+    evaluation = problem.evaluate(choices, weights)
+    peak = int(np.argmax(sum(evaluation.memory.values(), np.zeros(len(points)))))
+    memory = MemoryBreakdown(**{part: float(evaluation.memory[part][peak]) for part in MEMORY_PARTS})
+    batch_costs = tuple(
+        BatchCost(points.labels[k], float(weights[k]), float(evaluation.total[k]), None if optima is None else optima[k])
+        for k in range(len(points))
+    )
+    decisions = _decisions(problem, choices, incoming, explain)
+    pruned = tuple(
+        PrunedStrategy(name, strategy, reason) for name, entries in problem.pruned.items()
+        if decisions.get(name) is None or not decisions[name].same_candidates_as for strategy, reason in entries
+    )
+    stats = SolverStats(
+        solver=solver,
+        status=solution.status,
+        graph_nodes=graph.fx_node_count,
+        decision_nodes=len(problem.groups),
+        variables=solution.variables,
+        constraints=solution.constraints,
+        objective=solution.objective,
+        bound=solution.bound,
+        gap=solution.gap,
+        clusters=problem.clusters,
+        clustered_nodes=problem.clustered_nodes,
+        merged_followers=problem.merged_followers,
+        build_seconds=solution.build_seconds,
+        solve_seconds=solution.solve_seconds,
+    )
+    return Plan(
+        mesh=mesh,
+        placements=placements,
+        tuple_placements=tuple_placements,
+        redistributions=tuple(redistributions),
+        param_placements=params,
+        input_placements=tuple(None if name is None else placements[name] for name in graph.inputs),
+        output_placements=tuple(None if name is None else decode(problem.output_codes(choices, name)) for name in graph.outputs),
+        guards=tuple(guards),
+        proofs=tuple(proofs.values()),
+        pruned=pruned,
+        decisions=decisions,
+        cost=CostBreakdown(points.expected(evaluation.compute), points.expected(evaluation.communication), memory, memory_budget),
+        batch_costs=batch_costs,
+        stats=stats,
+        dims=dict(dims),
+        divisibility=problem.divisibility.policy,
+    )
+
+
+def _decisions(problem: Problem, choices: list[int], incoming: dict[str, float], explain: bool) -> dict[str, Decision]:
+    graph = problem.graph
+    weights = problem.points.weights
+    first_with: dict[int, str] = {}
+    out: dict[str, Decision] = {}
+    getitems: dict[str, list[Any]] = {}
+    for node in graph:
+        if node.role == "getitem":
+            getitems.setdefault(node.source, []).append(node)  # type: ignore[arg-type]
+    for node in graph:
+        if node.role == "sink":
+            continue
+        cands = problem.candidates[node.name]
+        current = problem.pick[node.name][choices[problem.group_of[node.name]]]
+        cand = cands[current]
+        same = first_with.setdefault(id(cands), node.name)
+        root = problem.groups[problem.group_of[node.name]].root
+        shared = problem.shared.get(node.name) or (root if root != node.name else "")
+        alternatives: tuple[Alternative, ...] = ()
+        if explain and len(cands) > 1 and node.name not in problem.shared:
+            deltas = [(i, _switch_delta(problem, choices, node.name, i, current, weights, getitems)) for i in range(len(cands)) if i != current]
+            deltas.sort(key=lambda t: (t[1], t[0]))
+            alternatives = tuple(Alternative(_describe(cands[i]), d) for i, d in deltas[:_ALTERNATIVES])
+        out[node.name] = Decision(
+            node=node.name,
+            op=node.target,
+            strategy=_describe(cand),
+            rule=cand.strategy.rule,
+            provider=cand.provider,
+            compute=float(cand.compute @ weights),
+            incoming=incoming.get(node.name, 0.0),
+            alternatives=alternatives,
+            shared_with=shared,
+            same_candidates_as="" if same == node.name else same,
+        )
+    return out
+
+
+def _describe(cand: Candidate) -> str:
+    outs = " | ".join(format_codes(p) for p in cand.outputs)
+    return f"{outs} <- {'; '.join(format_codes(p) for p in cand.inputs)}" if cand.inputs else outs
+
+
+def _switch_delta(problem: Problem, choices: list[int], name: str, new: int, current: int, weights: np.ndarray,
+                  getitems: dict[str, list[Any]]) -> float:
+    """Change in expected total cost if only node ``name`` switched from candidate ``current`` to ``new``."""
+    graph = problem.graph
+    node = graph.nodes[name]
+    cands = problem.candidates[name]
+    old_c, new_c = cands[current], cands[new]
+    delta = float((new_c.compute - old_c.compute) @ weights)
+
+    def move(meta: Any, src: Codes, dst: Codes) -> float:
+        return 0.0 if src == dst else float(problem.move_cost(meta, src, dst, weights) @ weights)
+
+    for k, producer in enumerate(node.operands):
+        src = problem.output_codes(choices, producer)
+        meta = graph.nodes[producer].output
+        delta += move(meta, src, new_c.inputs[k]) - move(meta, src, old_c.inputs[k])
+    readers: list[tuple[str, Codes, Codes]] = []
+    if node.is_tuple:
+        for user in getitems.get(name, ()):
+            readers.append((user.name, old_c.outputs[user.index], new_c.outputs[user.index]))  # type: ignore[arg-type, index]
+    else:
+        readers.append((name, old_c.outputs[0], new_c.outputs[0]))  # type: ignore[arg-type]
+    for producer, old_out, new_out in readers:
+        meta = graph.nodes[producer].output
+        for user, k in graph.users[producer]:
+            need = problem.chosen(choices, user).inputs[k]
+            delta += move(meta, new_out, need) - move(meta, old_out, need)
+    return delta

@@ -1,0 +1,160 @@
+"""Batch points: the symbol values at which symbolic sizes are costed, with their weights.
+
+A plan is costed not at one example size but at a distribution of sizes: ``batch_sizes`` is
+
+* ``None`` — one point, every symbol at its hint (the example input);
+* a sequence of ints, or a mapping int → weight — values of *the batch symbol*: the one free
+  symbol of the graph's shapes, or, when there are several, the symbol of the first dynamic
+  dim of the first user input;
+* a sequence of mappings (or ``(mapping, weight)`` pairs) — values by symbol or ``Dim`` name.
+
+Symbols a point does not name keep their hint; symbols defined through the trace's
+replacements (``s77 := 4*s26``) follow their definition. Weights are normalized to sum to 1,
+so the objective is the expected cost. Every point must satisfy the trace's guards and the
+user's constraints (checked exactly; a point that breaks one is an error naming it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy
+
+from shapecore import ShapeEnv, evaluate, holds
+
+__all__ = ["BatchPoints", "BatchSizes"]
+
+BatchSizes = Sequence[int] | Mapping[int, float] | Sequence[Mapping[str, int] | tuple[Mapping[str, int], float]] | None
+
+
+@dataclass
+class BatchPoints:
+    """``values[k]`` maps every root symbol to its value at point ``k``; ``labels[k]`` is what
+    the user named (by Dim name where known); ``weights`` sum to 1."""
+
+    values: list[dict[str, int]]
+    labels: list[dict[str, int]]
+    weights: np.ndarray
+    replacements: dict[sympy.Symbol, sympy.Basic]
+
+    def __post_init__(self) -> None:
+        self._cache: dict[sympy.Basic, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def size(self, expr: sympy.Basic) -> np.ndarray:
+        """``expr`` evaluated at every point, as float64."""
+        found = self._cache.get(expr)
+        if found is None:
+            if expr.is_Integer:
+                found = np.full(len(self.values), float(int(expr)))
+            else:
+                resolved = expr.xreplace(self.replacements) if self.replacements else expr
+                found = np.array([float(evaluate(resolved, v)) for v in self.values])
+            self._cache[expr] = found
+        return found
+
+    def expected(self, vector: np.ndarray) -> float:
+        return float(np.dot(self.weights, vector))
+
+    def single(self, k: int) -> BatchPoints:
+        """Point ``k`` alone, with weight 1."""
+        return BatchPoints([self.values[k]], [self.labels[k]], np.ones(1), self.replacements)
+
+    @classmethod
+    def build(
+        cls,
+        batch_sizes: BatchSizes,
+        env: ShapeEnv,
+        shape_symbols: Sequence[str],
+        dims: Mapping[str, str],
+        batch_symbol: str | None,
+        constraints: Sequence[sympy.Basic] = (),
+    ) -> BatchPoints:
+        """Points from ``batch_sizes`` (see the module docstring), checked against the env and constraints.
+
+        ``shape_symbols``: the root symbols the graph's shapes mention; ``dims``: Dim name →
+        symbol name; ``batch_symbol``: the symbol plain ints bind (None: pick as documented).
+        """
+        replacements = env.replacements
+        hints = env.hints
+        roots = sorted({s for s in shape_symbols if sympy.Symbol(s, integer=True) not in replacements})
+        to_name = {v: k for k, v in dims.items()}
+        raw = _normalize(batch_sizes)
+        if raw and any(isinstance(v, int) for v, _ in raw):
+            symbol = batch_symbol or _batch_symbol(roots)
+            raw = [({symbol: v}, w) for v, w in raw]  # type: ignore[misc]
+        if not raw:
+            raw = [({}, 1.0)]
+        values, labels, weights = [], [], []
+        for given, weight in raw:
+            point = {name: hints[name] for name in roots if name in hints}
+            label = {}
+            for name, value in given.items():  # type: ignore[union-attr]
+                symbol = dims.get(name, name)
+                if symbol not in env.symbols:
+                    raise ValueError(
+                        f"batch point {dict(given)} names {name!r}, which is neither a Dim name ({', '.join(dims) or 'none'}) "
+                        f"nor a symbol of the trace ({', '.join(env.symbols)})"
+                    )
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TypeError(f"batch point value for {name!r} must be an int, got {value!r}")
+                point[symbol] = value
+                label[to_name.get(symbol, symbol)] = value
+            if not label:
+                label = {to_name.get(s, s): v for s, v in point.items()}
+            _check_point(point, env, constraints, label)
+            values.append(point)
+            labels.append(label)
+            weights.append(float(weight))
+        w = np.array(weights)
+        if (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"batch size weights must be nonnegative with a positive sum, got {weights}")
+        return cls(values, labels, w / w.sum(), dict(replacements))
+
+
+def _normalize(batch_sizes: BatchSizes) -> list[tuple[Any, float]]:
+    if batch_sizes is None:
+        return []
+    if isinstance(batch_sizes, Mapping):
+        return [(int(k), float(v)) for k, v in batch_sizes.items()]
+    out: list[tuple[Any, float]] = []
+    for item in batch_sizes:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Mapping):
+            out.append((dict(item[0]), float(item[1])))
+        elif isinstance(item, Mapping):
+            out.append((dict(item), 1.0))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            out.append((item, 1.0))
+        else:
+            raise TypeError(f"batch_sizes entries must be ints, mappings, or (mapping, weight) pairs; got {item!r}")
+    if len({isinstance(v, int) for v, _ in out}) > 1:
+        raise TypeError("batch_sizes mixes ints and mappings; use one form")
+    return out
+
+
+def _batch_symbol(roots: Sequence[str]) -> str:
+    if not roots:
+        raise ValueError("batch_sizes were given but the graph has no symbolic size; trace with a dynamic batch dim")
+    return roots[0]
+
+
+def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[sympy.Basic], label: Mapping[str, int]) -> None:
+    values = dict(point)
+    for symbol, expr in env.replacements.items():
+        try:
+            values[symbol.name] = int(evaluate(expr, values))
+        except Exception:  # a replacement over symbols the point does not bind
+            continue
+    for fact in list(env.facts) + list(env.guards) + list(constraints):
+        names = {s.name for s in fact.free_symbols}
+        if names <= values.keys() and not holds(fact, values):
+            raise ValueError(f"batch point {dict(label)} breaks {fact}; choose batch sizes the guards and constraints accept")
+    for name, value in values.items():
+        bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
+        if bounds is not None and value not in bounds:
+            raise ValueError(f"batch point {dict(label)} puts {name}={value} outside its range [{bounds.lo}, {bounds.hi}]")

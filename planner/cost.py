@@ -1,0 +1,194 @@
+"""Cost model: seconds for compute and collectives, bytes per device, at every batch point.
+
+Every quantity is a vector over the plan's batch points (:mod:`planner.batches`); the
+planner minimizes its expectation. The default :class:`AlphaBetaCostModel`:
+
+* **collectives** — alpha-beta with ring factors on the link the mesh axis runs over. With
+  ``n`` ranks on the axis, latency ``a`` and bandwidth ``B`` (bytes/s per device):
+  ``all_gather`` ``(n-1)·a + (n-1)/n · out/B``; ``reduce_scatter`` ``(n-1)·a + (n-1)/n · in/B``;
+  ``all_reduce`` ``2(n-1)·a + 2(n-1)/n · S/B``; ``all_to_all`` ``(n-1)·a + (n-1)/n · S/B``;
+  a local ``chunk`` or ``to_partial`` is free. ``out``/``in``/``S`` are local bytes per device.
+  Mesh axes are laid out innermost-last: the last axes whose sizes multiply to at most
+  ``devices_per_node`` use the intra-node link, the others the inter-node link.
+* **compute** — roofline on local shapes: ``max(flops / peak, bytes moved / memory bandwidth)``,
+  with flops of matrix products, attention and convolution counted exactly and one flop per
+  output element otherwise; views and layout ops are free.
+* **memory** (bytes per device) — parameters, their gradients and ``optimizer_states`` copies
+  (training graphs), and activations: user inputs plus forward tensors saved for backward.
+
+:class:`Hardware` holds the constants; ``"h100-nvlink"`` (8 GPUs per NVLink node, InfiniBand
+between nodes), ``"h100-ib"`` (every axis over InfiniBand) and ``"cpu-gloo"`` (TCP loopback)
+are presets; pass a ``Hardware`` for other machines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from planner.graph import GraphNode
+from planner.mesh import Mesh
+from planner.plan import CollectiveKind
+
+__all__ = ["Hardware", "HARDWARE_PRESETS", "resolve_hardware", "LocalTensor", "CostModel", "AlphaBetaCostModel", "FREE_OPS"]
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Per-device constants: peak FLOP/s (16-bit and 32-bit), memory bandwidth and size, links."""
+
+    name: str
+    flops: float
+    flops_fp32: float
+    memory_bandwidth: float
+    memory: float
+    intra_bandwidth: float
+    intra_latency: float
+    inter_bandwidth: float
+    inter_latency: float
+    devices_per_node: int
+
+
+HARDWARE_PRESETS: dict[str, Hardware] = {
+    "h100-nvlink": Hardware("h100-nvlink", 989e12, 67e12, 3.35e12, 80e9, 450e9, 5e-6, 50e9, 10e-6, 8),
+    "h100-ib": Hardware("h100-ib", 989e12, 67e12, 3.35e12, 80e9, 50e9, 10e-6, 50e9, 10e-6, 1),
+    "cpu-gloo": Hardware("cpu-gloo", 2e11, 1e11, 2e10, 16e9, 2e9, 5e-5, 2e9, 5e-5, 1 << 20),
+}
+
+
+def resolve_hardware(hardware: str | Hardware) -> Hardware:
+    """A preset by name, or the given :class:`Hardware`."""
+    if isinstance(hardware, Hardware):
+        return hardware
+    if hardware not in HARDWARE_PRESETS:
+        raise ValueError(f"unknown hardware preset {hardware!r}; presets: {', '.join(HARDWARE_PRESETS)} (or pass a Hardware)")
+    return HARDWARE_PRESETS[hardware]
+
+
+@dataclass(frozen=True)
+class LocalTensor:
+    """A tensor's per-device shape at every batch point (``dims[d][k]``), bytes per element,
+    and the number of batch points."""
+
+    dims: tuple[np.ndarray, ...]
+    itemsize: int
+    points: int
+
+    @property
+    def numel(self) -> np.ndarray:
+        out = np.ones(self.points)
+        for d in self.dims:
+            out = out * d
+        return out
+
+    @property
+    def nbytes(self) -> np.ndarray:
+        return self.numel * self.itemsize
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What the planner asks of a cost model (vectors are per batch point)."""
+
+    def compute_seconds(self, node: GraphNode, operands: Sequence[LocalTensor], outputs: Sequence[LocalTensor | None]) -> np.ndarray: ...
+
+    def collective_seconds(self, kind: CollectiveKind, axis: int, before: np.ndarray, after: np.ndarray) -> np.ndarray: ...
+
+    def memory_bytes(self, node: GraphNode, outputs: Sequence[LocalTensor | None], *, training: bool, saved: bool) -> dict[str, np.ndarray]: ...
+
+
+FREE_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze", "squeeze", "alias",
+    "detach", "slice", "select", "narrow", "as_strided", "_reshape_alias", "lift_fresh_copy", "getitem",
+})
+
+
+def _packet(target: str) -> str:
+    parts = target.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
+
+
+class AlphaBetaCostModel:
+    """The default cost model (see the module docstring)."""
+
+    def __init__(self, hardware: str | Hardware, mesh: Mesh, *, optimizer_states: float = 2.0) -> None:
+        self.hardware = resolve_hardware(hardware)
+        self.mesh = mesh
+        self.optimizer_states = optimizer_states
+        self._links = self._axis_links()
+
+    def _axis_links(self) -> list[tuple[float, float]]:
+        """(latency, bandwidth) per mesh axis: innermost axes inside a node."""
+        hw = self.hardware
+        links: list[tuple[float, float]] = [(0.0, 0.0)] * self.mesh.ndim
+        span = 1
+        for axis in reversed(range(self.mesh.ndim)):
+            span *= self.mesh.shape[axis]
+            inside = span <= hw.devices_per_node
+            links[axis] = (hw.intra_latency, hw.intra_bandwidth) if inside else (hw.inter_latency, hw.inter_bandwidth)
+        return links
+
+    def collective_seconds(self, kind: CollectiveKind, axis: int, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+        n = self.mesh.shape[axis]
+        if kind in ("chunk", "to_partial") or n == 1:
+            return np.zeros_like(before)
+        latency, bandwidth = self._links[axis]
+        ring = (n - 1) / n
+        if kind == "all_gather":
+            return (n - 1) * latency + ring * after / bandwidth
+        if kind == "reduce_scatter":
+            return (n - 1) * latency + ring * before / bandwidth
+        if kind == "all_reduce":
+            return 2 * (n - 1) * latency + 2 * ring * before / bandwidth
+        if kind == "all_to_all":
+            return (n - 1) * latency + ring * before / bandwidth
+        raise ValueError(f"unknown collective {kind!r}")
+
+    def compute_seconds(self, node: GraphNode, operands: Sequence[LocalTensor], outputs: Sequence[LocalTensor | None]) -> np.ndarray:
+        name = _packet(node.target)
+        tensors = [t for t in outputs if t is not None]
+        if name in FREE_OPS or not tensors:
+            return np.zeros_like(tensors[0].numel if tensors else operands[0].numel)
+        moved = sum((t.nbytes for t in list(operands) + tensors), np.zeros_like(tensors[0].numel))
+        flops = self._flops(node, name, operands, tensors)
+        itemsize = max([t.itemsize for t in tensors] + [t.itemsize for t in operands])
+        peak = self.hardware.flops if itemsize <= 2 else self.hardware.flops_fp32
+        return np.maximum(flops / peak, moved / self.hardware.memory_bandwidth)
+
+    @staticmethod
+    def _flops(node: GraphNode, name: str, operands: Sequence[LocalTensor], outputs: Sequence[LocalTensor]) -> np.ndarray:
+        out = outputs[0]
+        if name in ("mm", "addmm", "bmm", "baddbmm"):
+            a = operands[-2]
+            return 2.0 * out.numel * a.dims[-1]
+        if "scaled_dot_product" in name:
+            backward = "backward" in name
+            q, k = (operands[1], operands[2]) if backward else (operands[0], operands[1])
+            b, h, sq, d = q.dims[:4]
+            work = 4.0 * b * h * sq * k.dims[2] * d
+            return 2.5 * work if backward else work
+        if name == "convolution":
+            w = operands[1]
+            return 2.0 * out.numel * math.prod(w.dims[1:]) if len(w.dims) > 1 else out.numel
+        if name == "convolution_backward":
+            w = operands[2]
+            return 4.0 * operands[0].numel * math.prod(w.dims[1:])
+        return out.numel.astype(float)
+
+    def memory_bytes(self, node: GraphNode, outputs: Sequence[LocalTensor | None], *, training: bool, saved: bool) -> dict[str, np.ndarray]:
+        size = sum((t.nbytes for t in outputs if t is not None), np.zeros(1))  # broadcasts to the points
+        if node.role == "param":
+            parts = {"parameters": size}
+            if training:
+                parts["gradients"] = size
+                parts["optimizer"] = self.optimizer_states * size
+            return parts
+        if node.role in ("buffer", "constant"):
+            return {"parameters": size}
+        if node.role == "input" or saved:
+            return {"activations": size}
+        return {}

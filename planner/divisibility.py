@@ -1,0 +1,96 @@
+"""Divisibility: may this dim be split ``m`` ways? A proof obligation for shapecore.
+
+Sharding dim ``d`` of a tensor over mesh axes whose sizes multiply to ``m`` is sound only if
+every piece has the same size, i.e. ``Eq(Mod(size_d, m), 0)`` holds for every input the plan
+will see. :class:`Divisibility` sends that obligation to one shapecore reasoner scope (the
+trace's ranges, replacements, guards and runtime asserts, plus the user's constraints) and
+applies the policy:
+
+* ``"prove"`` — only proved obligations are allowed;
+* ``"assume"`` — unknown ones are allowed too and become guards of the plan (refuted ones,
+  which some valid input breaks, are never assumed);
+* ``"uneven"`` — refuted and unknown ones are allowed, with padded (ceil) local sizes in the
+  cost model; the lowering must then handle uneven shards.
+
+Answers are cached per ``(size, m)``; the reasoner caches per fact-set version, so one plan
+queries one scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import sympy
+
+from shapecore import Mod, ShapeEnv
+
+__all__ = ["Policy", "Verdict", "Divisibility", "POLICIES"]
+
+Policy = Literal["prove", "assume", "uneven"]
+POLICIES: tuple[str, ...] = ("prove", "assume", "uneven")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the policy makes of one obligation.
+
+    ``obligation`` is the claim in torch syntax (``Eq(Mod(s0, 8), 0)``, unevaluated even for
+    static sizes); ``allowed`` says whether the sharding may be used; ``status`` is how (``proved``,
+    ``guard``, ``uneven``) or why not (``refuted``, ``unknown``); ``method`` is the proof's
+    layer, and ``reason`` a sentence for the plan's pruning log.
+    """
+
+    obligation: str
+    allowed: bool
+    status: str
+    method: str
+    reason: str = ""
+
+
+class Divisibility:
+    """Decides sharding obligations under one fact scope and one policy."""
+
+    def __init__(self, env: ShapeEnv, policy: Policy) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"divisibility must be one of {POLICIES}, got {policy!r}")
+        self.env = env
+        self.policy = policy
+        self._cache: dict[tuple[sympy.Basic, int], Verdict] = {}
+
+    def check(self, size: sympy.Basic, m: int) -> Verdict:
+        """The verdict on splitting a dim of ``size`` into ``m`` equal pieces."""
+        key = (size, m)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._decide(size, m)
+        return found
+
+    def _decide(self, size: sympy.Basic, m: int) -> Verdict:
+        claim = sympy.Eq(Mod(size, m), 0)
+        obligation = f"Eq(Mod({size}, {m}), 0)"
+        if m == 1:
+            return Verdict(obligation, True, "proved", "trivial")
+        if size.is_Integer:
+            if int(size) % m == 0:
+                return Verdict(obligation, True, "proved", "static")
+            why = f"{obligation} is false: {size} is not a multiple of {m}"
+            return Verdict(obligation, self.policy == "uneven", "uneven" if self.policy == "uneven" else "refuted", "static", why)
+        proof = self.env.prove(claim)
+        if proof.proved:
+            return Verdict(obligation, True, "proved", proof.method)
+        if proof.refuted:
+            example = ", ".join(f"{k}={v}" for k, v in sorted((proof.counterexample or {}).items()))
+            why = f"{obligation} is refuted" + (f" (counterexample {example})" if example else "")
+            if self.policy == "uneven":
+                return Verdict(obligation, True, "uneven", proof.method, why)
+            return Verdict(obligation, False, "refuted", proof.method, why)
+        why = f"{obligation} is unknown ({proof.reason or 'not provable from the facts'})"
+        if self.policy == "assume":
+            return Verdict(obligation, True, "guard", "guard", why)
+        if self.policy == "uneven":
+            return Verdict(obligation, True, "uneven", "none", why)
+        return Verdict(
+            obligation, False, "unknown", "none",
+            why + f"; add a constraint such as {obligation} or use divisibility='assume'",
+        )

@@ -1,0 +1,352 @@
+"""The planner's view of an FX graph: tensors with symbolic shapes, operands, and roles.
+
+:func:`read_graph` turns a ``GraphModule`` (an export graph, a joint forward+backward graph
+from ``aot_export_joint_with_descriptors``, or any FX graph of aten ops whose ``meta["val"]``
+are fake tensors) into a :class:`PlanGraph`:
+
+* each node whose value is a tensor, or a tuple/list holding tensors, becomes a
+  :class:`GraphNode` with its output shapes as shapecore expressions (torch's sympy mapped by
+  :func:`shapecore.torch_bridge.map_expr`, so symbols keep torch's names);
+* nodes whose value is not a tensor (``sym_size``, SymInt arithmetic) are not planned;
+* every element of the graph's output becomes a *sink* (``output:k``): a pseudo-node with one
+  operand, so delivering an output in some placement is an edge like any other;
+* placeholders get a role: ``param``/``buffer`` (with the fully qualified name), ``input``
+  (flattened user input index), ``tangent`` (the output it is the gradient for) or
+  ``constant``, read from AOT descriptors (``meta["desc"]``), from an ``ExportedProgram``'s
+  signature, or else every placeholder is a user input.
+
+Operand ``k`` of a node is the ``k``-th tensor-valued node met when flattening ``(args, kwargs)``
+in order (:func:`tensor_operands`): a node reading one producer twice has two operands.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import sympy
+
+__all__ = ["TensorMeta", "GraphNode", "PlanGraph", "read_graph", "tensor_operands", "op_name"]
+
+Role = Literal["op", "getitem", "input", "param", "buffer", "tangent", "constant", "sink"]
+Phase = Literal["forward", "backward"]
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Shape (shapecore expressions), dtype name and bytes per element of one tensor."""
+
+    shape: tuple[sympy.Basic, ...]
+    dtype: str
+    itemsize: int
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass
+class GraphNode:
+    """One planned node: an op, a placeholder, a ``getitem`` of a multi-output op, or a sink.
+
+    ``outputs`` has one entry per output (one for a single tensor; ``None`` for a non-tensor
+    element of a tuple); ``is_tuple`` tells the two apart. ``operands`` names the producers of
+    the tensor operands in order. For a ``getitem``, ``operands`` is empty and ``source`` /
+    ``index`` name the tuple it reads. A sink ``output:k`` (``k``: position among the
+    flattened outputs) reads one operand; its ``index`` is that operand's position among the
+    ``output`` node's tensor operands.
+    """
+
+    name: str
+    role: Role
+    target: str
+    outputs: tuple[TensorMeta | None, ...]
+    is_tuple: bool = False
+    operands: list[str] = field(default_factory=list)
+    fx: Any = None
+    fqn: str | None = None
+    input_index: int | None = None
+    output_index: int | None = None
+    grad_of: str | None = None
+    source: str | None = None
+    index: int | None = None
+    phase: Phase = "forward"
+    module_path: str = ""
+
+    @property
+    def output(self) -> TensorMeta:
+        """The only output of a single-tensor node."""
+        meta = self.outputs[0]
+        assert meta is not None and not self.is_tuple, self.name
+        return meta
+
+
+@dataclass
+class PlanGraph:
+    """Planned nodes in graph order, the graph's inputs and outputs, and who reads whom."""
+
+    nodes: dict[str, GraphNode]
+    inputs: list[str | None]
+    outputs: list[str | None]
+    users: dict[str, list[tuple[str, int]]]
+    fx_node_count: int
+    hints: dict[str, int] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[GraphNode]:
+        return iter(self.nodes.values())
+
+    def __getitem__(self, name: str) -> GraphNode:
+        return self.nodes[name]
+
+    def operand_meta(self, node: GraphNode, k: int) -> TensorMeta:
+        producer = self.nodes[node.operands[k]]
+        return producer.output
+
+    def is_training(self) -> bool:
+        return any(n.phase == "backward" for n in self.nodes.values())
+
+
+def op_name(target: Any) -> str:
+    """``aten.mm.default`` for an OpOverload, ``getitem`` for ``operator.getitem``, else a name."""
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", None)
+    text = str(target)
+    if text.startswith("aten.") or "." in text and not text.startswith("<"):
+        return text
+    return name or text
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def tensor_operands(fx_node: Any) -> list[Any]:
+    """The tensor-valued FX nodes among ``fx_node``'s inputs, in flattened ``(args, kwargs)`` order, repeats kept."""
+    from torch.fx.node import Node, map_arg
+
+    found: list[Any] = []
+
+    def visit(n: Node) -> Node:
+        if _is_tensor(n.meta.get("val")):
+            found.append(n)
+        return n
+
+    map_arg((fx_node.args, fx_node.kwargs), visit)
+    return found
+
+
+class _Shapes:
+    """Maps torch SymInt sizes to shapecore expressions, once per distinct expression."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, sympy.Basic] = {}
+
+    def size(self, s: Any) -> sympy.Basic:
+        if isinstance(s, int):
+            return sympy.Integer(s)
+        expr = s.node.expr
+        found = self._cache.get(expr)
+        if found is None:
+            from shapecore.torch_bridge import map_expr
+
+            found = self._cache[expr] = map_expr(expr)
+        return found
+
+    def meta(self, value: Any) -> TensorMeta | None:
+        if not _is_tensor(value):
+            return None
+        return TensorMeta(tuple(self.size(s) for s in value.shape), str(value.dtype).removeprefix("torch."), value.dtype.itemsize)
+
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
+
+
+def _module_path(fx_node: Any) -> str:
+    """The dotted path of the innermost module that produced ``fx_node`` (forward or backward)."""
+    stack = fx_node.meta.get("nn_module_stack") or fx_node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path if isinstance(path, str) else str(path)
+
+
+def _phase(fx_node: Any) -> Phase:
+    tag = fx_node.meta.get("partitioner_tag")
+    if tag == "is_backward" or fx_node.meta.get("autograd_backward"):
+        return "backward"
+    return "forward"
+
+
+def _signature_roles(exported: Any) -> dict[str, tuple[Role, str | None]]:
+    """Placeholder name → (role, fqn) from an ``ExportedProgram``'s signature."""
+    from torch.export.graph_signature import InputKind
+
+    kinds = {
+        InputKind.PARAMETER: "param",
+        InputKind.BUFFER: "buffer",
+        InputKind.USER_INPUT: "input",
+        InputKind.CONSTANT_TENSOR: "constant",
+    }
+    roles: dict[str, tuple[Role, str | None]] = {}
+    for spec in exported.graph_signature.input_specs:
+        name = getattr(spec.arg, "name", None)
+        if name is not None:
+            roles[name] = (kinds.get(spec.kind, "constant"), spec.target)  # type: ignore[assignment]
+    return roles
+
+
+def _descriptor_role(desc: Any) -> tuple[Role, str | None, int | None] | None:
+    """(role, fqn, index) from an AOT input descriptor, or None when there is none."""
+    if desc is None:
+        return None
+    kind = type(desc).__name__
+    if kind == "ParamAOTInput":
+        return "param", desc.target, None
+    if kind == "BufferAOTInput":
+        return "buffer", desc.target, None
+    if kind == "PlainAOTInput":
+        return "input", None, desc.idx
+    if kind == "TangentAOTInput":
+        output = getattr(desc, "output", None)
+        return "tangent", None, getattr(output, "idx", None)
+    return "constant", None, None
+
+
+def _grad_of(desc: Any) -> tuple[str | None, int | None]:
+    """For an output descriptor: (param/buffer fqn it is the gradient of, user output index)."""
+    kind = type(desc).__name__
+    if kind == "GradAOTOutput":
+        of = getattr(desc, "grad_of", None)
+        return getattr(of, "target", None), None
+    if kind == "PlainAOTOutput":
+        return None, desc.idx
+    return None, None
+
+
+def read_graph(gm: Any, *, exported: Any = None) -> PlanGraph:
+    """The :class:`PlanGraph` of ``gm`` (``exported``: the ExportedProgram ``gm`` came from, for roles)."""
+    shapes = _Shapes()
+    roles = _signature_roles(exported) if exported is not None else {}
+    nodes: dict[str, GraphNode] = {}
+    inputs: list[str | None] = []
+    outputs: list[str | None] = []
+    user_input_count = 0
+    fx_count = 0
+    for fx_node in gm.graph.nodes:
+        fx_count += 1
+        value = fx_node.meta.get("val")
+        if fx_node.op == "placeholder":
+            role, fqn, index = _placeholder_role(fx_node, roles, user_input_count)
+            if role == "input":
+                index = user_input_count
+                user_input_count += 1
+                inputs.append(fx_node.name if _is_tensor(value) else None)
+            if not _is_tensor(value):
+                continue
+            nodes[fx_node.name] = GraphNode(
+                fx_node.name, role, "placeholder", (shapes.meta(value),), fx=fx_node, fqn=fqn,
+                input_index=index if role == "input" else None, output_index=index if role == "tangent" else None,
+                phase="backward" if role == "tangent" else "forward",
+                module_path=fqn.rsplit(".", 1)[0] if fqn else "",
+            )
+        elif fx_node.op == "get_attr":
+            if _is_tensor(value):
+                nodes[fx_node.name] = GraphNode(
+                    fx_node.name, "constant", "get_attr", (shapes.meta(value),), fx=fx_node, fqn=str(fx_node.target)
+                )
+        elif fx_node.op == "call_function":
+            _read_call(fx_node, value, nodes, shapes)
+        elif fx_node.op == "output":
+            _read_output(fx_node, nodes, outputs)
+        else:
+            raise ValueError(
+                f"node {fx_node.name} is a {fx_node.op}; the planner reads flat aten graphs "
+                f"(placeholder, get_attr, call_function, output) — trace with torch.export or make_fx"
+            )
+    users: dict[str, list[tuple[str, int]]] = {name: [] for name in nodes}
+    for node in nodes.values():
+        for k, producer in enumerate(node.operands):
+            users[producer].append((node.name, k))
+    return PlanGraph(nodes, inputs, outputs, users, fx_count)
+
+
+def _placeholder_role(fx_node: Any, roles: dict[str, tuple[Role, str | None]], next_input: int) -> tuple[Role, str | None, int | None]:
+    described = _descriptor_role(fx_node.meta.get("desc"))
+    if described is not None:
+        return described
+    if fx_node.name in roles:
+        role, fqn = roles[fx_node.name]
+        return role, (fqn if role in ("param", "buffer", "constant") else None), None
+    return "input", None, next_input
+
+
+def _read_call(fx_node: Any, value: Any, nodes: dict[str, GraphNode], shapes: _Shapes) -> None:
+    target = op_name(fx_node.target)
+    common = {"fx": fx_node, "phase": _phase(fx_node), "module_path": _module_path(fx_node)}
+    if fx_node.target is operator.getitem:
+        source, index = fx_node.args
+        if source.name in nodes and nodes[source.name].is_tuple and _is_tensor(value):
+            nodes[fx_node.name] = GraphNode(
+                fx_node.name, "getitem", "getitem", (shapes.meta(value),), source=source.name, index=index, **common
+            )
+        return
+    operands = [n.name for n in tensor_operands(fx_node)]
+    missing = [name for name in operands if name not in nodes]
+    if missing:
+        raise ValueError(f"node {fx_node.name} reads {missing[0]}, a tensor the planner has not seen; is the graph in topological order?")
+    if _is_tensor(value):
+        nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, (shapes.meta(value),), operands=operands, **common)
+    elif isinstance(value, (tuple, list)) and any(_is_tensor(v) for v in value):
+        metas = tuple(shapes.meta(v) for v in value)
+        nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, metas, is_tuple=True, operands=operands, **common)
+
+
+def _flatten_outputs(args: Any) -> list[Any]:
+    from torch.utils._pytree import tree_flatten
+
+    leaves, _ = tree_flatten(args)
+    return leaves
+
+
+def _read_output(fx_node: Any, nodes: dict[str, GraphNode], outputs: list[str | None]) -> None:
+    from torch.fx.node import Node
+
+    leaves = _flatten_outputs(fx_node.args[0])
+    descs: Sequence[Any] = fx_node.meta.get("desc") or [None] * len(leaves)
+    user_index = 0
+    operand = 0
+    for k, leaf in enumerate(leaves):
+        desc = descs[k] if k < len(descs) else None
+        grad_of, plain_index = _grad_of(desc) if desc is not None else (None, None)
+        if desc is None:
+            plain_index = user_index
+        if grad_of is None:
+            user_index += 1
+        is_tensor = isinstance(leaf, Node) and _is_tensor(leaf.meta.get("val"))
+        if not is_tensor:
+            outputs.append(None)
+            continue
+        name = f"output:{k}"
+        producer = nodes[leaf.name]
+        nodes[name] = GraphNode(
+            name, "sink", "output", producer.outputs, operands=[leaf.name], fx=fx_node, index=operand,
+            output_index=plain_index if grad_of is None else None, grad_of=grad_of,
+            phase="backward" if grad_of else producer.phase, module_path=grad_of.rsplit(".", 1)[0] if grad_of else "",
+        )
+        operand += 1
+        outputs.append(name)
+
+
+def layer_key(path: str) -> tuple[str, int] | None:
+    """``("layers.*.attn", 3)`` for ``layers.3.attn``: a module path with its first index abstracted."""
+    m = _LAYER_INDEX.search(path)
+    if m is None:
+        return None
+    start, end = m.span(1)
+    return path[:start] + "*" + path[end:], int(m.group(1))

@@ -1,0 +1,87 @@
+"""Greedy baseline: each group, in graph order, takes its cheapest choice given those before it.
+
+The cost of a choice is its groups' compute and in-group resharding plus the resharding on
+every edge class whose other group is already decided (later neighbours are ignored). If
+the result breaks the memory budget, memory is priced in with a multiplier that doubles
+until the plan fits (or the multiplier is absurd, and the best effort is returned with
+status ``over memory budget``). Same interface as :class:`~planner.ilp.IlpModel`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from planner.ilp import Solution
+from planner.problem import EdgeClass, Problem
+
+__all__ = ["GreedyModel"]
+
+
+class GreedyModel:
+    """Greedy assignment over a :class:`~planner.problem.Problem`."""
+
+    def __init__(self, problem: Problem, *, memory_budget: float | None = None) -> None:
+        start = time.perf_counter()
+        self.problem = problem
+        self.memory_budget = memory_budget
+        self.touching: dict[int, list[EdgeClass]] = defaultdict(list)
+        for cls in problem.edge_classes:
+            self.touching[cls.producer_group].append(cls)
+            self.touching[cls.consumer_group].append(cls)
+        order = {name: i for i, name in enumerate(problem.graph.nodes)}
+        self.order = sorted(range(len(problem.groups)), key=lambda g: min(order[n] for n in problem.groups[g].nodes))
+        self.build_seconds = time.perf_counter() - start
+
+    def _dist(self, cls: EdgeClass, src: tuple, dst: tuple, weights: np.ndarray) -> float:
+        return 0.0 if src == dst else cls.count * float(self.problem.move_cost(cls.meta, src, dst, weights) @ weights)
+
+    def _pass(self, weights: np.ndarray, memory_price: float) -> list[int]:
+        problem = self.problem
+        choices: list[int | None] = [None] * len(problem.groups)
+        for g in self.order:
+            group = problem.groups[g]
+            score = problem.group_cost(g, weights) + memory_price * group.memory.max(axis=1)  # type: ignore[union-attr]
+            for cls in self.touching[g]:
+                other = cls.consumer_group if cls.producer_group == g else cls.producer_group
+                if choices[other] is None:
+                    continue
+                if cls.producer_group == g:
+                    dst = next(p for p, block in cls.cols if choices[other] in block)
+                    for src, block in cls.rows:
+                        score[block] += self._dist(cls, src, dst, weights)
+                else:
+                    src = next(p for p, block in cls.rows if choices[other] in block)
+                    for dst, block in cls.cols:
+                        score[block] += self._dist(cls, src, dst, weights)
+            choices[g] = int(np.argmin(score))
+        return choices  # type: ignore[return-value]
+
+    def _peak_memory(self, choices: list[int]) -> float:
+        total = sum((group.memory[choices[g]] for g, group in enumerate(self.problem.groups)), np.zeros(len(self.problem.points)))  # type: ignore[index]
+        return float(total.max())
+
+    def solve(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Solution:
+        start = time.perf_counter()
+        price = 0.0
+        choices = self._pass(weights, price)
+        status = "greedy"
+        if self.memory_budget is not None and self._peak_memory(choices) > self.memory_budget:
+            scale = float(max(self.problem.group_cost(g, weights).max() for g in range(len(self.problem.groups)))) or 1.0
+            price = scale / max(self.memory_budget, 1.0)
+            while self._peak_memory(choices) > self.memory_budget and price < 1e12 * scale:
+                choices = self._pass(weights, price)
+                price *= 2
+            if self._peak_memory(choices) > self.memory_budget:
+                status = "over memory budget"
+        objective = float(self.problem.evaluate(choices, weights).total @ weights)
+        return Solution(choices, status, objective, None, None, 0, 0, self.build_seconds, time.perf_counter() - start)
+
+    def solve_worst_regret(self, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
+        """Greedy has no worst-case objective: it minimizes the expected ratio to the optima instead."""
+        ratio = weights / optima
+        solution = self.solve(ratio / ratio.sum(), time_limit=time_limit)
+        solution.objective = float(self.problem.evaluate(solution.choices, weights).total @ weights)
+        return solution

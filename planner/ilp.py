@@ -1,0 +1,283 @@
+"""The ILP: one choice per decision group, redistributions routed as flows.
+
+With groups ``g`` (choices ``c``), edge classes ``e`` (``count_e`` edges over one tensor shape,
+producer group ``p(e)``, consumer group ``n(e)``, see :class:`~planner.problem.EdgeClass`) and
+the weights ``w`` of the batch points::
+
+    minimize    Σ_g Σ_c  cost_w[g,c] · x[g,c]  +  Σ_e count_e · route_w[e]
+    subject to  Σ_c x[g,c] = 1                                   for every group g
+                (one routing family per edge class, below)
+                Σ_g Σ_c mem[g,c,k] · x[g,c] ≤ budget             for every point k (if a budget is set)
+                x binary
+
+``cost_w[g,c]`` is the compute of the group's nodes and the resharding between them. The
+producer of class ``e`` *gives* placement ``a`` with indicator ``X_e[a] = Σ_{c gives a} x[p(e),c]``
+and the consumer *needs* ``b`` with ``Z_e[b] = Σ_{c needs b} x[n(e),c]``. ``route_w[e]`` is
+linearized one of two ways, whichever has fewer variables:
+
+* **transportation** — ``y[e,a,b] ≥ 0`` with ``Σ_b y[e,a,b] = X_e[a]``, ``Σ_a y[e,a,b] = Z_e[b]``
+  and cost ``Σ_a,b dist_w(a, b) · y[e,a,b]``, ``dist_w`` the cheapest redistribution;
+* **flow** — one unit routed through the tensor's state graph
+  (:class:`~planner.resharding.StateGraph`): ``f[e,arc] ≥ 0`` with, at every state ``s``,
+  ``out(s) − in(s) = X_e[s] − Z_e[s]``, and cost ``Σ_arc cost_w(arc) · f[e,arc]``.
+
+Under ``objective="regret"`` (:meth:`IlpModel.solve_worst_regret`) the model instead
+minimizes ``t + ε·Σ_k w_k·cost_k(x)/opt_k`` subject to ``cost_k(x) ≤ t·opt_k`` at every point
+``k``, ``opt_k`` being the optimum solved for point ``k`` alone: the plan whose worst regret
+is smallest.
+
+With ``x`` one-hot both linearizations are exact without integrality on ``y`` or ``f``: the marginals are
+one-hot, so the transportation plan is the taken pair and the flow is a cheapest path; and
+their LP relaxations coincide (a min-cost flow decomposes into cheapest paths). A class with
+one row or one column needs neither: its cost folds into the other group's ``x``; groups
+with one choice are constants. Costs enter in microseconds. The model is built once;
+:meth:`IlpModel.solve` sets the objective for a weight vector (the per-point optima that
+regret is measured against reuse the model).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import mip
+import numpy as np
+
+from planner.problem import EdgeClass, Problem
+
+__all__ = ["IlpModel", "Solution", "SOLVERS"]
+
+SOLVERS = {"highs": mip.HIGHS, "cbc": mip.CBC}
+_SCALE = 1e6  # seconds -> microseconds
+_TIE_BREAK = 1e-3  # weight of the expected ratio beside the worst ratio
+
+
+@dataclass
+class Solution:
+    """A choice per group and how the solver got there (objective: expected seconds)."""
+
+    choices: list[int]
+    status: str
+    objective: float
+    bound: float | None
+    gap: float | None
+    variables: int
+    constraints: int
+    build_seconds: float
+    solve_seconds: float
+
+
+class IlpModel:
+    """The formulation of the module docstring on python-mip, built once per problem."""
+
+    def __init__(self, problem: Problem, *, solver: str = "highs", memory_budget: float | None = None) -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {', '.join(SOLVERS)} or 'greedy', got {solver!r}")
+        start = time.perf_counter()
+        self.problem = problem
+        self.model = mip.Model(sense=mip.MINIMIZE, solver_name=SOLVERS[solver])
+        self.model.verbose = 0
+        self.model.threads = 1
+        self.x: list[list[mip.Var] | None] = []
+        self.folded_rows: list[EdgeClass] = []  # classes with one column: priced on the producer
+        self.folded_cols: list[EdgeClass] = []  # classes with one row: priced on the consumer
+        self.transport: list[tuple[EdgeClass, list[list[mip.Var]]]] = []
+        self.flows: list[tuple[EdgeClass, list[mip.Var]]] = []
+        self._add_choice_variables()
+        for cls in problem.edge_classes:
+            self._add_routing(cls)
+        if memory_budget is not None:
+            self._add_memory_budget(memory_budget)
+        self.build_seconds = time.perf_counter() - start
+
+    # -- families of variables and constraints ------------------------------------------------
+
+    def _add_choice_variables(self) -> None:
+        """x[g,c] binary with Σ_c x[g,c] = 1; single-choice groups are constants."""
+        for g, group in enumerate(self.problem.groups):
+            if group.choices == 1:
+                self.x.append(None)
+                continue
+            xs = [self.model.add_var(var_type=mip.BINARY, name=f"x{g}_{c}") for c in range(group.choices)]
+            self._equation({v: 1.0 for v in xs}, 1.0, f"one{g}")
+            self.x.append(xs)
+
+    def _equation(self, terms: dict[mip.Var, float], rhs: float, name: str) -> None:
+        """Σ terms = rhs (expressions built as dicts: python-mip's operators are slow at this size)."""
+        self.model.add_constr(mip.LinExpr(expr=terms, const=-rhs, sense="="), name)
+
+    def _indicator(self, g: int, choices: list[int], sign: float, terms: dict[mip.Var, float]) -> float:
+        """Add ``sign·Σ x[g,c]`` over ``choices`` to ``terms``; returns the constant part (single-choice groups)."""
+        xs = self.x[g]
+        if xs is None:
+            return sign if 0 in choices else 0.0
+        for c in choices:
+            terms[xs[c]] = terms.get(xs[c], 0.0) + sign
+        return 0.0
+
+    def _add_routing(self, cls: EdgeClass) -> None:
+        """One routing family per edge class with several rows and columns (see the docstring)."""
+        if len(cls.rows) == 1:
+            self.folded_cols.append(cls)
+            return
+        if len(cls.cols) == 1:
+            self.folded_rows.append(cls)
+            return
+        e = len(self.transport) + len(self.flows)
+        graph = self.problem.state_graph(cls.meta)
+        add_var = self.model.add_var
+        if len(cls.rows) * len(cls.cols) <= len(graph.arcs):
+            ys = [[add_var(lb=0.0, name=f"y{e}_{a}_{b}") for b in range(len(cls.cols))] for a in range(len(cls.rows))]
+            for a, (_, block) in enumerate(cls.rows):
+                terms = {y: 1.0 for y in ys[a]}
+                constant = self._indicator(cls.producer_group, block, -1.0, terms)
+                self._equation(terms, -constant, f"give{e}_{a}")
+            for b, (_, block) in enumerate(cls.cols):
+                terms = {ys[a][b]: 1.0 for a in range(len(cls.rows))}
+                constant = self._indicator(cls.consumer_group, block, -1.0, terms)
+                self._equation(terms, -constant, f"need{e}_{b}")
+            self.transport.append((cls, ys))
+            return
+        fs = [add_var(lb=0.0, name=f"f{e}_{a}") for a in range(len(graph.arcs))]
+        balance: list[dict[mip.Var, float]] = [{} for _ in graph.states]
+        constant = [0.0] * len(graph.states)
+        for a, (i, j, _, _) in enumerate(graph.arcs):
+            balance[i][fs[a]] = 1.0
+            balance[j][fs[a]] = -1.0
+        for placement, block in cls.rows:
+            s = graph.index[placement]
+            constant[s] += self._indicator(cls.producer_group, block, -1.0, balance[s])
+        for placement, block in cls.cols:
+            s = graph.index[placement]
+            constant[s] += self._indicator(cls.consumer_group, block, 1.0, balance[s])
+        for s, terms in enumerate(balance):
+            if terms:
+                self._equation(terms, -constant[s], f"flow{e}_{s}")
+        self.flows.append((cls, fs))
+
+    def _add_memory_budget(self, budget: float) -> None:
+        """Σ mem[g,c,k]·x[g,c] ≤ budget at every batch point k (bytes per device, stated in GiB)."""
+        for k in range(len(self.problem.points)):
+            fixed = 0.0
+            terms: dict[mip.Var, float] = {}
+            for group, xs in zip(self.problem.groups, self.x):
+                column = group.memory[:, k]  # type: ignore[index]
+                if xs is None:
+                    fixed += float(column[0])
+                else:
+                    terms.update((xs[c], float(column[c]) / 2**30) for c in range(group.choices) if column[c])
+            self.model.add_constr(mip.LinExpr(expr=terms, const=-(budget - fixed) / 2**30, sense="<"), f"memory{k}")
+
+    # -- objective ------------------------------------------------------------------------------
+
+    def _cost_terms(self, route: np.ndarray) -> tuple[dict[mip.Var, np.ndarray], np.ndarray]:
+        """Cost vector (per batch point) of every variable and the constant, with redistributions
+        that are not flows routed for the weights ``route``."""
+        problem = self.problem
+        costs = [problem.group_costs(g, route) for g in range(len(problem.groups))]
+        for cls in self.folded_cols:
+            src = cls.rows[0][0]
+            for dst, block in cls.cols:
+                value = cls.count * self._dist(cls, src, dst, route)
+                for c in block:
+                    costs[cls.consumer_group][c] += value
+        for cls in self.folded_rows:
+            dst = cls.cols[0][0]
+            for src, block in cls.rows:
+                value = cls.count * self._dist(cls, src, dst, route)
+                for c in block:
+                    costs[cls.producer_group][c] += value
+        constant = np.zeros(len(problem.points))
+        terms: dict[mip.Var, np.ndarray] = {}
+        for g, xs in enumerate(self.x):
+            if xs is None:
+                constant += costs[g][0]
+            else:
+                terms.update(zip(xs, costs[g]))
+        for cls, ys in self.transport:
+            for a, (src, _) in enumerate(cls.rows):
+                for b, (dst, _) in enumerate(cls.cols):
+                    terms[ys[a][b]] = cls.count * self._dist(cls, src, dst, route)
+        for cls, fs in self.flows:
+            terms.update(zip(fs, self.problem.state_graph(cls.meta).costs * cls.count))
+        return terms, constant
+
+    def _dist(self, cls: EdgeClass, src: tuple, dst: tuple, weights: np.ndarray) -> np.ndarray:
+        if src == dst:
+            return np.zeros(len(self.problem.points))
+        return self.problem.move_cost(cls.meta, src, dst, weights)
+
+    def solve(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Solution:
+        """Minimize the ``weights``-expected cost; the best solution found within ``time_limit``."""
+        start = time.perf_counter()
+        vectors, constant_vector = self._cost_terms(weights)
+        terms = {v: c for v, c in zip(vectors, (np.stack(list(vectors.values())) @ weights * _SCALE).tolist()) if c}
+        constant = float(constant_vector @ weights)
+        self.model.objective = mip.LinExpr(expr=terms)
+        status = self.model.optimize(max_seconds=time_limit)
+        if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+            raise ValueError(self._failure(status))
+        choices = [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
+        objective = float(self.model.objective_value) / _SCALE + constant
+        bound = float(self.model.objective_bound) / _SCALE + constant
+        return Solution(
+            choices=choices,
+            status="optimal" if status == mip.OptimizationStatus.OPTIMAL else "feasible (time limit)",
+            objective=objective,
+            bound=bound,
+            gap=max(0.0, (objective - bound) / objective) if objective > 0 else 0.0,
+            variables=self.model.num_cols,
+            constraints=self.model.num_rows,
+            build_seconds=self.build_seconds,
+            solve_seconds=time.perf_counter() - start,
+        )
+
+    def solve_worst_regret(self, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
+        """Minimize the worst ratio of cost to ``optima`` over the points (ties: expected ratio).
+
+        Adds ``t`` and ``cost_k(x) ≤ t · optimum_k`` for every point ``k`` (redistributions that
+        are not flows routed for ``weights``), solves, and removes them again.
+        """
+        start = time.perf_counter()
+        vectors, constant = self._cost_terms(weights)
+        variables = list(vectors)
+        matrix = np.stack([vectors[v] for v in variables]) / optima
+        t = self.model.add_var(lb=0.0, name="worst_regret")
+        rows = []
+        for k in range(len(optima)):
+            terms = {v: c for v, c in zip(variables, matrix[:, k].tolist()) if c}
+            terms[t] = -1.0
+            rows.append(self.model.add_constr(mip.LinExpr(expr=terms, const=float(constant[k] / optima[k]), sense="<"), f"regret{k}"))
+        tie_break = {v: c * _TIE_BREAK for v, c in zip(variables, (matrix @ weights).tolist()) if c}
+        tie_break[t] = 1.0
+        self.model.objective = mip.LinExpr(expr=tie_break)
+        try:
+            status = self.model.optimize(max_seconds=time_limit)
+            if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+                raise ValueError(self._failure(status))
+            choices = [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
+            values = np.array([v.x for v in variables])
+            objective = float((values @ np.stack([vectors[v] for v in variables]) + constant) @ weights)
+            worst, bound = float(self.model.objective_value), float(self.model.objective_bound)
+        finally:
+            self.model.remove(rows)
+            self.model.remove(t)
+        return Solution(
+            choices=choices,
+            status="optimal" if status == mip.OptimizationStatus.OPTIMAL else "feasible (time limit)",
+            objective=objective,
+            bound=None,
+            gap=max(0.0, (worst - bound) / worst) if worst > 0 else 0.0,
+            variables=self.model.num_cols + 1,
+            constraints=self.model.num_rows + len(rows),
+            build_seconds=self.build_seconds,
+            solve_seconds=time.perf_counter() - start,
+        )
+
+    def _failure(self, status: mip.OptimizationStatus) -> str:
+        if status == mip.OptimizationStatus.INFEASIBLE:
+            return ("no plan fits the memory budget: even the most sharded choices exceed it at some batch point; "
+                    "raise memory_budget, use a bigger mesh, or drop batch sizes")
+        if status == mip.OptimizationStatus.NO_SOLUTION_FOUND:
+            return "the solver found no plan within the time limit; raise time_limit"
+        return f"the ILP solver stopped with status {status.name}"

@@ -1,0 +1,82 @@
+"""Strategies: what a node may do, as placements of its outputs and of the operands it needs.
+
+A :class:`Strategy` is one way to run a node across the whole mesh: a placement tuple per
+output (``None`` for a non-tensor output) and per tensor operand, plus the name of the rule
+that produced it. A :class:`StrategyProvider` proposes strategies for nodes it understands and
+returns ``None`` for the rest; the planner asks providers in order and plans a node no
+provider covers as fully replicated, with a warning naming the op.
+
+Most rules are easiest to state for one mesh axis at a time (:class:`AxisRule`): "shard the
+rows of the left operand, get rows of the output". :func:`expand` turns per-axis rules into
+mesh strategies by choosing one rule per axis (the cartesian product, as DTensor does), so a
+provider writes 1-D rules and gets every mesh for free. Whether a sharded dim divides evenly
+is not a provider's concern: the planner checks every ``Shard`` against shapecore afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from planner.graph import GraphNode, PlanGraph
+from planner.mesh import Mesh
+from planner.placements import Placement, Placements, format_placements
+
+__all__ = ["Strategy", "AxisRule", "StrategyProvider", "expand"]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Placements of every output and of every tensor operand, for the whole mesh."""
+
+    outputs: tuple[Placements | None, ...]
+    inputs: tuple[Placements, ...]
+    rule: str = ""
+
+    def __str__(self) -> str:
+        outs = " | ".join(format_placements(p) for p in self.outputs)
+        ins = "; ".join(format_placements(p) for p in self.inputs)
+        return f"{outs} <- {ins}" if self.inputs else outs
+
+
+@dataclass(frozen=True)
+class AxisRule:
+    """One mesh axis's view of a strategy: a placement per output and per tensor operand."""
+
+    outputs: tuple[Placement | None, ...]
+    inputs: tuple[Placement, ...]
+    name: str
+
+
+@runtime_checkable
+class StrategyProvider(Protocol):
+    """Proposes strategies for a node; ``None`` means "not mine, ask the next provider"."""
+
+    name: str
+
+    def strategies(self, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None: ...
+
+
+def expand(rules: Sequence[AxisRule], mesh: Mesh) -> list[Strategy]:
+    """Every choice of one rule per mesh axis, as mesh strategies (duplicates dropped, order kept).
+
+    The rule name of a strategy joins the per-axis names with ``/`` (``batch/colwise``).
+    """
+    if not rules:
+        return []
+    seen: set[tuple] = set()
+    result: list[Strategy] = []
+    for combo in itertools.product(rules, repeat=mesh.ndim):
+        outputs = tuple(
+            None if combo[0].outputs[i] is None else tuple(r.outputs[i] for r in combo)  # type: ignore[misc]
+            for i in range(len(combo[0].outputs))
+        )
+        inputs = tuple(tuple(r.inputs[i] for r in combo) for i in range(len(combo[0].inputs)))
+        key = (outputs, inputs)
+        if key in seen:
+            continue
+        seen.add(key)
+        result.append(Strategy(outputs, inputs, "/".join(r.name for r in combo)))
+    return result

@@ -1,0 +1,567 @@
+"""Built-in, symbolic-aware sharding rules for the core aten ops.
+
+Each rule is written for one mesh axis (:class:`~planner.strategies.base.AxisRule`) and
+reads shapes as shapecore expressions, so a view from ``[s0, 4, 64]`` to ``[4*s0, 64]`` is
+understood symbolically (the flattened dim may be split exactly where ``s0`` is). Covered:
+
+* matrix products: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (rows, columns, batch, and the
+  contraction dim giving a ``Partial`` output; a bias joins a partial output as ``Partial``);
+* layout: ``t``, ``transpose``, ``permute``, ``view``/``_unsafe_view``/``reshape`` (which
+  covers ``flatten``/``unflatten``/``squeeze``/``unsqueeze`` after decomposition), ``expand``,
+  ``slice``, ``select``;
+* elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…)
+  with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
+  replicated tensor stay partial;
+* ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
+  ``rms_norm``/``_fused_rms_norm`` and their backwards; ``embedding`` and its backward; ``sum``/``mean``;
+  ``cat``, ``split``/``split_with_sizes``/``chunk``; the scaled-dot-product-attention family
+  (batch and heads); ``convolution`` and its backward; factory ops.
+
+An op none of these match is left to the next provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+
+from planner.graph import GraphNode, PlanGraph, TensorMeta
+from planner.mesh import Mesh
+from planner.placements import Partial, Placement, Replicate, Shard
+from planner.strategies.base import AxisRule, Strategy, expand
+
+__all__ = ["BuiltinProvider"]
+
+R = Replicate()
+P = Partial()
+
+RuleFn = Callable[[GraphNode, PlanGraph], "list[AxisRule] | None"]
+_RULES: dict[str, RuleFn] = {}
+
+
+def _rule(*names: str) -> Callable[[RuleFn], RuleFn]:
+    def register(fn: RuleFn) -> RuleFn:
+        for name in names:
+            _RULES[name] = fn
+        return fn
+
+    return register
+
+
+def _packet(target: str) -> str:
+    """``mm`` for ``aten.mm.default``."""
+    parts = target.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
+
+
+def _overload(target: str) -> str:
+    parts = target.split(".")
+    return parts[2] if len(parts) >= 3 else "default"
+
+
+class BuiltinProvider:
+    """The planner's own rules for core aten ops (see the module docstring)."""
+
+    name = "builtin"
+
+    def strategies(self, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None:
+        rule = _RULES.get(_packet(node.target))
+        rules = rule(node, graph) if rule is not None else None
+        if rules is None and _is_pointwise(node):
+            rules = _pointwise(node, graph)
+        if rules is None:
+            return None
+        return expand(rules, mesh)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _args(node: GraphNode) -> tuple[Any, ...]:
+    return tuple(node.fx.args)
+
+
+def _kwarg(node: GraphNode, position: int, name: str, default: Any) -> Any:
+    args = node.fx.args
+    if len(args) > position:
+        return args[position]
+    return node.fx.kwargs.get(name, default)
+
+
+def _dim(d: int, ndim: int) -> int:
+    return d + ndim if d < 0 else d
+
+
+def _metas(node: GraphNode, graph: PlanGraph) -> list[TensorMeta]:
+    return [graph.operand_meta(node, k) for k in range(len(node.operands))]
+
+
+def _is_one(size: sympy.Basic) -> bool:
+    return size == 1
+
+
+def _aligned(out: TensorMeta, operand: TensorMeta, d: int) -> Placement:
+    """Placement an operand broadcast to ``out`` needs when ``out`` is sharded on ``d``."""
+    j = d - (out.ndim - operand.ndim)
+    if j < 0 or (_is_one(operand.shape[j]) and not _is_one(out.shape[d])):
+        return R
+    return Shard(j)
+
+
+def _replicate_all(node: GraphNode) -> AxisRule:
+    return AxisRule(tuple(None if m is None else R for m in node.outputs), (R,) * len(node.operands), "replicate")
+
+
+def _is_pointwise(node: GraphNode) -> bool:
+    import torch
+
+    target = node.fx.target if node.fx is not None else None
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags
+
+
+_LINEAR_UNARY = {"neg", "clone", "_to_copy", "alias", "detach", "contiguous", "lift_fresh_copy", "copy"}
+
+
+def _pointwise(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    if node.is_tuple:
+        return None
+    out = node.output
+    metas = _metas(node, graph)
+    rules = [_replicate_all(node)]
+    for d in range(out.ndim):
+        rules.append(AxisRule((Shard(d),), tuple(_aligned(out, m, d) for m in metas), f"S{d}"))
+    rules.extend(_partial_rules(node, metas))
+    return rules
+
+
+def _partial_rules(node: GraphNode, metas: Sequence[TensorMeta]) -> list[AxisRule]:
+    """Rules under which an elementwise op maps partial sums to partial sums."""
+    name, n = _packet(node.target), len(metas)
+    overload = _overload(node.target)
+    scalar_args = sum(1 for a in node.fx.args if isinstance(a, (int, float)) and not isinstance(a, bool))
+    if n == 1 and (name in _LINEAR_UNARY or (name in ("mul", "div") and overload == "Scalar")):
+        return [AxisRule((P,), (P,), "partial")]
+    if n == 1 and name in ("mul", "div") and overload == "Tensor" and scalar_args == 1:
+        return [AxisRule((P,), (P,), "partial")]
+    if n == 2 and name in ("add", "sub") and overload == "Tensor":
+        return [AxisRule((P,), (P, P), "partial")]
+    if n == 2 and name == "mul" and overload == "Tensor":
+        return [AxisRule((P,), (P, R), "partial"), AxisRule((P,), (R, P), "partial")]
+    if n == 2 and name == "div" and overload == "Tensor":
+        return [AxisRule((P,), (P, R), "partial")]
+    return []
+
+
+# -- elementwise-like ---------------------------------------------------------------------------
+
+
+@_rule("_to_copy", "copy", "alias", "detach", "lift_fresh_copy", "contiguous")
+def _copy_like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    return _pointwise(node, graph)
+
+
+@_rule("full_like", "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like")
+def _like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    out = node.output
+    return [_replicate_all(node)] + [AxisRule((Shard(d),), (Shard(d),), f"S{d}") for d in range(out.ndim)]
+
+
+@_rule("zeros", "ones", "full", "empty", "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided")
+def _factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    out = node.output
+    operands = (R,) * len(node.operands)
+    return [_replicate_all(node)] + [AxisRule((Shard(d),), operands, f"S{d}") for d in range(out.ndim)]
+
+
+@_rule("arange", "scalar_tensor")
+def _replicated_factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    return [_replicate_all(node)]
+
+
+# -- matrix products ----------------------------------------------------------------------------
+
+
+def _matmul_rules(out: TensorMeta, batch: int, bias: TensorMeta | None) -> list[AxisRule]:
+    """Rules for ``[*b, m, k] @ [*b, k, n] (+ bias)``; ``batch`` leading dims."""
+    m, n = batch, batch + 1
+
+    def with_bias(out_p: Placement, a: Placement, b: Placement, name: str) -> AxisRule:
+        if bias is None:
+            return AxisRule((out_p,), (a, b), name)
+        bias_p = P if isinstance(out_p, Partial) else (R if isinstance(out_p, Replicate) else _aligned(out, bias, out_p.dim))
+        return AxisRule((out_p,), (bias_p, a, b), name)
+
+    rules = [
+        with_bias(R, R, R, "replicate"),
+        with_bias(Shard(m), Shard(m), R, "rows"),
+        with_bias(Shard(n), R, Shard(batch + 1), "columns"),
+        with_bias(P, Shard(batch + 1), Shard(batch), "contraction"),
+        with_bias(P, P, R, "partial"),
+        with_bias(P, R, P, "partial"),
+    ]
+    rules.extend(with_bias(Shard(d), Shard(d), Shard(d), f"batch{d}") for d in range(batch))
+    return rules
+
+
+@_rule("mm")
+def _mm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    return _matmul_rules(node.output, 0, None)
+
+
+@_rule("bmm")
+def _bmm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    return _matmul_rules(node.output, 1, None)
+
+
+@_rule("addmm")
+def _addmm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    if len(node.operands) != 3:
+        return None
+    return _matmul_rules(node.output, 0, graph.operand_meta(node, 0))
+
+
+@_rule("baddbmm")
+def _baddbmm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    if len(node.operands) != 3:
+        return None
+    return _matmul_rules(node.output, 1, graph.operand_meta(node, 0))
+
+
+# -- layout -------------------------------------------------------------------------------------
+
+
+def _permutation_rules(node: GraphNode, perm: Sequence[int]) -> list[AxisRule]:
+    """Output dim ``d`` is input dim ``perm[d]``."""
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    rules.extend(AxisRule((Shard(d),), (Shard(src),), f"S{d}") for d, src in enumerate(perm))
+    return rules
+
+
+@_rule("permute")
+def _permute(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    return _permutation_rules(node, [_dim(d, ndim) for d in _args(node)[1]])
+
+
+@_rule("t", "numpy_T")
+def _t(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    return _permutation_rules(node, list(range(ndim))[::-1])
+
+
+@_rule("transpose")
+def _transpose(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    a, b = (_dim(d, ndim) for d in _args(node)[1:3])
+    perm = list(range(ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return _permutation_rules(node, perm)
+
+
+def _hint_value(expr: sympy.Basic, hints: dict[str, int]) -> int | None:
+    if expr.is_Integer:
+        return int(expr)
+    try:
+        value = expr.subs({s: hints[s.name] for s in expr.free_symbols})
+    except KeyError:
+        return None
+    return int(value) if value.is_Integer else None
+
+
+def view_groups(src: Sequence[sympy.Basic], dst: Sequence[sympy.Basic], hints: dict[str, int]) -> list[tuple[list[int], list[int]]] | None:
+    """Pair runs of ``src`` dims with runs of ``dst`` dims of equal product (size-1 dims alone).
+
+    Which side to extend is decided at the hints; a group closes only when the two products
+    are symbolically equal, so the result is exact or ``None``.
+    """
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        if i < len(src) and _is_one(src[i]):
+            groups.append(([i], []))
+            i += 1
+            continue
+        if j < len(dst) and _is_one(dst[j]):
+            groups.append(([], [j]))
+            j += 1
+            continue
+        if i >= len(src) or j >= len(dst):
+            return None
+        gi, gj = [i], [j]
+        a, b = src[i], dst[j]
+        i, j = i + 1, j + 1
+        while sympy.expand(a - b) != 0:
+            va, vb = _hint_value(a, hints), _hint_value(b, hints)
+            if va is None or vb is None:
+                return None
+            if va <= vb and i < len(src):
+                a, i = a * src[i], i + 1
+                gi.append(i - 1)
+            elif vb < va and j < len(dst):
+                b, j = b * dst[j], j + 1
+                gj.append(j - 1)
+            else:
+                return None
+        groups.append((gi, gj))
+    return groups
+
+
+@_rule("view", "_unsafe_view", "reshape", "view_copy", "_reshape_alias", "squeeze", "unsqueeze", "flatten", "unflatten")
+def _view(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    if len(node.operands) != 1:
+        return None
+    src, dst = graph.operand_meta(node, 0).shape, node.output.shape
+    groups = view_groups(src, dst, graph.hints)
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    if groups is None:
+        return rules
+    for gi, gj in groups:
+        if gi and gj:
+            rules.append(AxisRule((Shard(gj[0]),), (Shard(gi[0]),), f"S{gj[0]}"))
+    return rules
+
+
+@_rule("expand", "expand_copy")
+def _expand(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    out, src = node.output, graph.operand_meta(node, 0)
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    for d in range(out.ndim):
+        j = d - (out.ndim - src.ndim)
+        same = j >= 0 and sympy.expand(src.shape[j] - out.shape[d]) == 0
+        rules.append(AxisRule((Shard(d),), (Shard(j) if same else R,), f"S{d}"))
+    return rules
+
+
+@_rule("slice", "narrow", "slice_copy")
+def _slice(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    dim = _dim(_kwarg(node, 1, "dim", 0), ndim)
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    rules.extend(AxisRule((Shard(d),), (Shard(d),), f"S{d}") for d in range(ndim) if d != dim)
+    return rules
+
+
+@_rule("select")
+def _select(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    src = graph.operand_meta(node, 0)
+    dim = _dim(_args(node)[1], src.ndim)
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    for j in range(src.ndim):
+        if j != dim:
+            rules.append(AxisRule((Shard(j if j < dim else j - 1),), (Shard(j),), f"S{j}"))
+    return rules
+
+
+# -- reductions and normalizations --------------------------------------------------------------
+
+
+@_rule("sum", "mean")
+def _reduce(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    src = graph.operand_meta(node, 0)
+    dims_arg = _kwarg(node, 1, "dim", None)
+    keepdim = bool(_kwarg(node, 2, "keepdim", False))
+    reduced = set(range(src.ndim)) if not dims_arg else {_dim(d, src.ndim) for d in (dims_arg if isinstance(dims_arg, (list, tuple)) else [dims_arg])}
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    out_dim = 0
+    for j in range(src.ndim):
+        if j in reduced:
+            if _packet(node.target) == "sum":
+                rules.append(AxisRule((P,), (Shard(j),), f"reduce{j}"))
+            if keepdim:
+                out_dim += 1
+            continue
+        rules.append(AxisRule((Shard(out_dim),), (Shard(j),), f"S{j}"))
+        out_dim += 1
+    return rules
+
+
+def _same_shape_except(node: GraphNode, graph: PlanGraph, banned: set[int]) -> list[AxisRule]:
+    """All tensors share the output's rank; shard any dim not in ``banned`` on all of them."""
+    metas = _metas(node, graph)
+    ndim = node.outputs[0].ndim  # type: ignore[union-attr]
+    rules = [_replicate_all(node)]
+    for d in range(ndim):
+        if d in banned:
+            continue
+        outs = tuple(None if m is None else (Shard(d) if m.ndim == ndim else R) for m in node.outputs)
+        rules.append(AxisRule(outs, tuple(Shard(d) if m.ndim == ndim else R for m in metas), f"S{d}"))
+    return rules
+
+
+@_rule("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data")
+def _softmax(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    position = 2 if "backward" in node.target else 1
+    return _same_shape_except(node, graph, {_dim(_args(node)[position], ndim)})
+
+
+def _norm_rules(node: GraphNode, graph: PlanGraph, x: TensorMeta, normalized: int, stats: Sequence[int], grads_partial: bool) -> list[AxisRule]:
+    """Shard a leading (non-normalized) dim of ``x``-shaped tensors; stats tensors (given by
+    operand index) shard the same dim; other operands (weights) stay replicated, and weight
+    gradients among the outputs become partial."""
+    metas = _metas(node, graph)
+    rules = [_replicate_all(node)]
+    for d in range(x.ndim - normalized):
+        inputs = tuple(Shard(d) if (m.ndim == x.ndim and k in stats) else R for k, m in enumerate(metas))
+        outputs = tuple(
+            None if m is None else (Shard(d) if m.ndim == x.ndim else (P if grads_partial else R)) for m in node.outputs
+        )
+        rules.append(AxisRule(outputs, inputs, f"S{d}"))
+    return rules
+
+
+@_rule("native_layer_norm")
+def _layer_norm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    x = graph.operand_meta(node, 0)
+    return _norm_rules(node, graph, x, len(_args(node)[1]), [0], grads_partial=False)
+
+
+@_rule("native_layer_norm_backward")
+def _layer_norm_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    x = graph.operand_meta(node, 1)
+    normalized = len(_args(node)[2])
+    # operands: grad_out, input, mean, rstd, [weight, bias]
+    return _norm_rules(node, graph, x, normalized, [0, 1, 2, 3], grads_partial=True)
+
+
+@_rule("rms_norm", "layer_norm")
+def _composite_norm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    x = graph.operand_meta(node, 0)
+    return _norm_rules(node, graph, x, len(_args(node)[1]), [0], grads_partial=False)
+
+
+@_rule("_fused_rms_norm")
+def _rms_norm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    x = graph.operand_meta(node, 0)
+    return _norm_rules(node, graph, x, len(_args(node)[1]), [0], grads_partial=False)
+
+
+@_rule("_fused_rms_norm_backward")
+def _rms_norm_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    x = graph.operand_meta(node, 1)
+    normalized = len(_args(node)[2])
+    # operands: grad_out, input, rstd, [weight]
+    return _norm_rules(node, graph, x, normalized, [0, 1, 2], grads_partial=True)
+
+
+# -- embedding ----------------------------------------------------------------------------------
+
+
+@_rule("embedding")
+def _embedding(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    out = node.output
+    indices = graph.operand_meta(node, 1)
+    rules = [_replicate_all(node), AxisRule((Shard(out.ndim - 1),), (Shard(1), R), "embedding_dim")]
+    rules.extend(AxisRule((Shard(d),), (R, Shard(d)), f"S{d}") for d in range(indices.ndim))
+    return rules
+
+
+@_rule("embedding_dense_backward")
+def _embedding_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    grad = graph.operand_meta(node, 0)
+    indices = graph.operand_meta(node, 1)
+    rules = [_replicate_all(node), AxisRule((Shard(1),), (Shard(grad.ndim - 1), R), "embedding_dim")]
+    rules.extend(AxisRule((P,), (Shard(d), Shard(d)), f"S{d}") for d in range(indices.ndim))
+    return rules
+
+
+# -- concatenation and splitting ----------------------------------------------------------------
+
+
+@_rule("cat")
+def _cat(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    metas = _metas(node, graph)
+    if any(m.ndim != ndim for m in metas):
+        return None  # legacy empty-tensor cat
+    dim = _dim(_kwarg(node, 1, "dim", 0), ndim)
+    rules = [_replicate_all(node), AxisRule((P,), (P,) * len(metas), "partial")]
+    rules.extend(AxisRule((Shard(d),), (Shard(d),) * len(metas), f"S{d}") for d in range(ndim) if d != dim)
+    return rules
+
+
+@_rule("split", "split_with_sizes", "chunk", "unsafe_split", "split_with_sizes_copy")
+def _split(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    src = graph.operand_meta(node, 0)
+    dim = _dim(_kwarg(node, 2, "dim", 0), src.ndim)
+    outs = len(node.outputs)
+    rules = [_replicate_all(node), AxisRule((P,) * outs, (P,), "partial")]
+    rules.extend(AxisRule((Shard(d),) * outs, (Shard(d),), f"S{d}") for d in range(src.ndim) if d != dim)
+    return rules
+
+
+# -- attention and convolution ------------------------------------------------------------------
+
+
+def _attention(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    metas = _metas(node, graph)
+    query = next((m for m in metas if m.ndim == 4), None)
+    if query is None:
+        return None
+    rules = [_replicate_all(node)]
+    for d, name in ((0, "batch"), (1, "heads")):
+        size = query.shape[d]
+
+        def placed(m: TensorMeta | None) -> Placement | None:
+            if m is None:
+                return None
+            return Shard(d) if m.ndim > d + 1 and sympy.expand(m.shape[d] - size) == 0 else R
+
+        inputs = tuple(placed(m) for m in metas)
+        # the key and value must follow the query (no grouped-query broadcast on a sharded dim)
+        if sum(isinstance(p, Shard) for p in inputs[:3]) < min(3, len(inputs)):
+            continue
+        rules.append(AxisRule(tuple(placed(m) for m in node.outputs), inputs, name))  # type: ignore[arg-type]
+    return rules
+
+
+for _name in (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_cudnn_attention_backward",
+    "scaled_dot_product_attention",
+):
+    _RULES[_name] = _attention
+
+
+@_rule("convolution")
+def _convolution(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    transposed = bool(_args(node)[6])
+    groups = int(_args(node)[8])
+    has_bias = len(node.operands) == 3
+    rules = [_replicate_all(node)]
+
+    def rule(out: Placement, x: Placement, w: Placement, bias: Placement, name: str) -> AxisRule:
+        return AxisRule((out,), (x, w, bias) if has_bias else (x, w), name)
+
+    rules.append(rule(Shard(0), Shard(0), R, R, "batch"))
+    if not transposed:
+        rules.append(rule(Shard(1), R, Shard(0), Shard(0), "out_channels"))
+        if groups == 1:
+            rules.append(rule(P, Shard(1), Shard(1), P, "in_channels"))
+    return rules
+
+
+@_rule("convolution_backward")
+def _convolution_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    transposed = bool(_args(node)[7])
+    groups = int(_args(node)[9])
+    if len(node.operands) != 3:
+        return None
+    gi, gw, gb = (m is not None for m in node.outputs)
+    rules = [_replicate_all(node)]
+
+    def outs(a: Placement, b: Placement, c: Placement) -> tuple[Placement | None, ...]:
+        return (a if gi else None, b if gw else None, c if gb else None)
+
+    rules.append(AxisRule(outs(Shard(0), P, P), (Shard(0), Shard(0), R), "batch"))
+    if not transposed and groups == 1:
+        rules.append(AxisRule(outs(P, Shard(0), Shard(0)), (Shard(1), R, Shard(0)), "out_channels"))
+    return rules
