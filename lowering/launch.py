@@ -14,7 +14,10 @@ Contract:
 * after ``timeout`` seconds every process still running is killed and :class:`LaunchTimeout`
   names the ranks that had not finished;
 * no process is left behind: each rank leads its own process group (so helpers it started,
-  such as compile workers, die with it) and is killed with its parent.
+  such as compile workers, die with it) and is killed with its parent;
+* unless ``OMP_NUM_THREADS`` is set, each rank gets ``cpu_count // world_size`` intra-op
+  threads (at least one), as torchrun does: ranks spinning more OpenMP threads than the
+  machine has cores slow every step down by orders of magnitude.
 
 Processes are forked from a ``forkserver`` that has imported torch once, so a launch costs
 milliseconds rather than an interpreter start and a torch import per rank.
@@ -78,7 +81,11 @@ def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: st
                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR=_HOST, MASTER_PORT=str(port))
     raised_at = None
     try:
+        import torch
         import torch.distributed as dist
+
+        if "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
 
         delta = datetime.timedelta(seconds=timeout)
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=delta)

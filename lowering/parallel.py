@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lowering.collectives import apply_steps, gather_steps, local_shard
@@ -84,17 +84,21 @@ class ParallelModule:
 
     ``plan_options`` go to :func:`planner.plan` (``constraints``, ``batch_sizes``,
     ``hardware``, ``divisibility`` …); ``plan`` skips planning; ``dynamic=False`` compiles a
-    program specialized to each distinct set of sizes instead (the peer for benchmarks).
+    program specialized to each distinct set of sizes instead (the peer for benchmarks);
+    ``progress`` is called with the name of each construction phase as it starts.
     """
 
     def __init__(self, model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
-                 training: bool = False, plan: Plan | None = None, dynamic: bool = True, **plan_options: Any) -> None:
+                 training: bool = False, plan: Plan | None = None, dynamic: bool = True,
+                 progress: Callable[[str], None] | None = None, **plan_options: Any) -> None:
         import planner
         from planner.api import trace_for_planning
         from planner.graph import read_graph
 
         self.timings: dict[str, float] = {}
         """Seconds per construction phase on this rank: trace, plan, lower, compile."""
+        self._progress = progress or (lambda phase: None)
+        self._progress("trace")
         clock = time.perf_counter()
         self.mesh = _as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
@@ -123,9 +127,13 @@ class ParallelModule:
             self._variants.append(self._compile_first())
             self._phase("compile", clock)
 
+    _NEXT = {"trace": "plan", "plan": "lower", "lower": "compile"}
+
     def _phase(self, name: str, since: float) -> float:
         now = time.perf_counter()
         self.timings[name] = now - since
+        if name in self._NEXT and (name != "lower" or self.dynamic):
+            self._progress(self._NEXT[name])
         return now
 
     # -- construction -------------------------------------------------------------------------------
