@@ -16,6 +16,8 @@ so guards added by the backward trace are included.
 from __future__ import annotations
 
 import contextlib
+import time
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -32,10 +34,10 @@ from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
 from planner.mesh import Mesh
 from planner.plan import Plan
-from planner.problem import build_problem
+from planner.problem import Problem, build_problem
 from planner.strategies import StrategyProvider, default_providers
 
-__all__ = ["plan", "plan_module"]
+__all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_for_planning"]
 
 _KEEP_WHOLE = (
     "scaled_dot_product_attention.default",
@@ -94,6 +96,56 @@ def _batch_symbol(graph: PlanGraph, env: ShapeEnv) -> str | None:
     return None
 
 
+@dataclass
+class Prepared:
+    """A graph read, its obligations decided and its decision problem built: what a solver needs.
+
+    ``constraints`` are the user's constraints translated to trace symbols (torch syntax);
+    ``seconds`` the wall-clock time it took.
+    """
+
+    problem: Problem
+    constraints: list[str]
+    dims: dict[str, str]
+    seconds: float
+
+
+def prepare(
+    gm: Any,
+    mesh: Mesh | Any,
+    *,
+    shape_env: ShapeEnv,
+    hardware: str | Hardware = "h100-nvlink",
+    batch_sizes: BatchSizes = None,
+    constraints: Sequence[str] = (),
+    divisibility: Policy = "prove",
+    strategies: Sequence[StrategyProvider] | None = None,
+    cost_model: CostModel | None = None,
+    dims: Mapping[str, str | sympy.Basic] | None = None,
+    cluster: bool = True,
+    merge_followers: bool = True,
+    replicate_outputs: bool = False,
+) -> Prepared:
+    """Everything :func:`plan` does before solving (same arguments)."""
+    start = time.perf_counter()
+    mesh = _as_mesh(mesh)
+    exported = None
+    if hasattr(gm, "graph_signature") and hasattr(gm, "graph_module"):
+        exported, gm = gm, gm.graph_module
+    dims = dict(dims or {})
+    graph = read_graph(gm, exported=exported)
+    env, facts = _scope(shape_env, constraints, dims)
+    graph.hints = env.hints
+    checker = Divisibility(env, divisibility)
+    symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape for s in size.free_symbols})
+    named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
+    points = BatchPoints.build(batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts)
+    model_costs = cost_model or AlphaBetaCostModel(hardware, mesh)
+    problem = build_problem(graph, mesh, points, model_costs, checker, list(strategies or default_providers()),
+                            cluster=cluster, merge_followers=merge_followers, replicate_outputs=replicate_outputs)
+    return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start)
+
+
 def plan(
     gm: Any,
     mesh: Mesh | Any,
@@ -126,39 +178,33 @@ def plan(
     ``assume`` / ``uneven`` (:mod:`planner.divisibility`). ``batch_sizes``: see
     :mod:`planner.batches`. ``objective``: ``expected`` minimizes the expected cost over the
     batch points; ``regret`` the worst ratio of a point's cost to that point's own optimum.
-    ``regret``: also solve each batch point alone and report the ratio.
-    ``cluster``/``merge_followers``: share decisions of identical layers / single-operand
-    followers. ``replicate_outputs``: deliver user outputs replicated.
+    ``regret``: also solve each batch point alone and report the ratio. ``cluster`` /
+    ``merge_followers``: share decisions of identical layers / of ops with their first
+    operand's producer. ``replicate_outputs``: deliver user outputs replicated. ``explain``:
+    record each node's runners-up (:meth:`Plan.explain`).
     """
-    mesh = _as_mesh(mesh)
     if objective not in ("expected", "regret"):
         raise ValueError(f"objective must be 'expected' or 'regret', got {objective!r}")
-    exported = None
-    if hasattr(gm, "graph_signature") and hasattr(gm, "graph_module"):
-        exported, gm = gm, gm.graph_module
-    dims = dict(dims or {})
-    graph = read_graph(gm, exported=exported)
-    env, facts = _scope(shape_env, constraints, dims)
-    graph.hints = env.hints
-    checker = Divisibility(env, divisibility)
-    symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape for s in size.free_symbols})
-    named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
-    points = BatchPoints.build(batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts)
-    model_costs = cost_model or AlphaBetaCostModel(hardware, mesh)
-    problem = build_problem(graph, mesh, points, model_costs, checker, list(strategies or default_providers()),
-                            cluster=cluster, merge_followers=merge_followers, replicate_outputs=replicate_outputs)
+    if solver not in ("highs", "cbc", "greedy"):
+        raise ValueError(f"solver must be 'highs', 'cbc' or 'greedy', got {solver!r}")
+    prepared = prepare(gm, mesh, shape_env=shape_env, hardware=hardware, batch_sizes=batch_sizes, constraints=constraints,
+                       divisibility=divisibility, strategies=strategies, cost_model=cost_model, dims=dims, cluster=cluster,
+                       merge_followers=merge_followers, replicate_outputs=replicate_outputs)
+    problem, points = prepared.problem, prepared.problem.points
+    start = time.perf_counter()
     solver_model = GreedyModel(problem, memory_budget=memory_budget) if solver == "greedy" else IlpModel(
         problem, solver=solver, memory_budget=memory_budget)
+    build_seconds = prepared.seconds + time.perf_counter() - start
+    start = time.perf_counter()
     optima = None
     if (regret or objective == "regret") and len(points) > 1:
         optima = [solver_model.solve(np.eye(len(points))[k], time_limit=time_limit).objective for k in range(len(points))]
-    if objective == "regret" and optima is not None:
-        solution = solver_model.solve_worst_regret(points.weights, np.array(optima), time_limit=time_limit)
-    else:
-        solution = solver_model.solve(points.weights, time_limit=time_limit)
-    translated = [str(f) for f in facts]
-    return assemble_plan(problem, solution, solver=solver, optima=optima, constraints=translated,
-                         memory_budget=memory_budget, dims={k: str(v) for k, v in dims.items()}, explain=explain)
+    regret_seconds = time.perf_counter() - start
+    solution = (solver_model.solve_worst_regret(points.weights, np.array(optima), time_limit=time_limit)
+                if objective == "regret" and optima is not None else solver_model.solve(points.weights, time_limit=time_limit))
+    timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}
+    return assemble_plan(problem, solution, solver=solver, objective=objective, optima=optima, constraints=prepared.constraints,
+                         memory_budget=memory_budget, dims=prepared.dims, explain=explain, timings=timings)
 
 
 def _decompositions() -> dict[Any, Any]:

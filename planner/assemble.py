@@ -42,11 +42,13 @@ def assemble_plan(
     solution: Solution,
     *,
     solver: str,
+    objective: str,
     optima: Sequence[float] | None,
     constraints: Sequence[str],
     memory_budget: float | None,
     dims: dict[str, str],
     explain: bool = True,
+    timings: dict[str, float] | None = None,
 ) -> Plan:
     """The plan for ``solution`` (``optima``: per-point optimal costs, for regret)."""
     graph, mesh, points = problem.graph, problem.mesh, problem.points
@@ -117,6 +119,7 @@ def assemble_plan(
     )
     stats = SolverStats(
         solver=solver,
+        objective_kind=objective,
         status=solution.status,
         graph_nodes=graph.fx_node_count,
         decision_nodes=len(problem.groups),
@@ -128,8 +131,7 @@ def assemble_plan(
         clusters=problem.clusters,
         clustered_nodes=problem.clustered_nodes,
         merged_followers=problem.merged_followers,
-        build_seconds=solution.build_seconds,
-        solve_seconds=solution.solve_seconds,
+        **(timings or {"build_seconds": solution.build_seconds, "solve_seconds": solution.solve_seconds}),
     )
     return Plan(
         mesh=mesh,

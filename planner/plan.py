@@ -342,12 +342,23 @@ class BatchCost:
         return cls(d["values"], d["weight"], d["cost"], d["optimum"])
 
 
+_TIMINGS = ("build_seconds", "solve_seconds", "regret_seconds")
+
+
 @dataclass(frozen=True)
 class SolverStats:
-    """How the plan was found. ``build_seconds``/``solve_seconds`` are wall-clock and are not
-    part of the default JSON (they would break byte-identical output)."""
+    """How the plan was found.
+
+    ``objective_kind`` is ``expected`` or ``regret``; ``objective`` the expected cost (seconds)
+    of the plan, ``bound`` the solver's lower bound on it and ``gap`` the relative gap of the
+    problem solved; ``decision_nodes`` the one-hot decisions after clustering and merging.
+    ``build_seconds`` (reading the graph, deciding obligations, building the problem and the
+    model), ``solve_seconds`` (the plan's solve) and ``regret_seconds`` (the per-point optima)
+    are wall-clock and not part of the default JSON (they would break byte-identical output).
+    """
 
     solver: str
+    objective_kind: str
     status: str
     graph_nodes: int
     decision_nodes: int
@@ -361,12 +372,13 @@ class SolverStats:
     merged_followers: int = 0
     build_seconds: float = 0.0
     solve_seconds: float = 0.0
+    regret_seconds: float = 0.0
 
     def to_dict(self, *, timings: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("build_seconds", "solve_seconds") and not timings:
+            if f.name in _TIMINGS and not timings:
                 continue
             out[f.name] = _num(value) if isinstance(value, float) else value
         return out
@@ -558,4 +570,4 @@ class Plan:
 
     def without_timings(self) -> Plan:
         """This plan with wall-clock seconds zeroed (what ``from_json(to_json())`` gives back)."""
-        return replace(self, stats=replace(self.stats, build_seconds=0.0, solve_seconds=0.0))
+        return replace(self, stats=replace(self.stats, build_seconds=0.0, solve_seconds=0.0, regret_seconds=0.0))

@@ -14,7 +14,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   replicated tensor stay partial;
 * ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; ``embedding`` and its backward; ``sum``/``mean``;
-  ``cat``, ``split``/``split_with_sizes``/``chunk``; the scaled-dot-product-attention family
+  ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
   (batch and heads); ``convolution`` and its backward; factory ops.
 
 An op none of these match is left to the next provider.
@@ -489,6 +489,26 @@ def _split(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     outs = len(node.outputs)
     rules = [_replicate_all(node), AxisRule((P,) * outs, (P,), "partial")]
     rules.extend(AxisRule((Shard(d),) * outs, (Shard(d),), f"S{d}") for d in range(src.ndim) if d != dim)
+    return rules
+
+
+@_rule("unbind")
+def _unbind(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    src = graph.operand_meta(node, 0)
+    dim = _dim(_kwarg(node, 1, "dim", 0), src.ndim)
+    outs = len(node.outputs)
+    rules = [_replicate_all(node), AxisRule((P,) * outs, (P,), "partial")]
+    rules.extend(AxisRule((Shard(j if j < dim else j - 1),) * outs, (Shard(j),), f"S{j}") for j in range(src.ndim) if j != dim)
+    return rules
+
+
+@_rule("stack")
+def _stack(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    dim = _dim(_kwarg(node, 1, "dim", 0), ndim)
+    n = len(node.operands)
+    rules = [_replicate_all(node), AxisRule((P,), (P,) * n, "partial")]
+    rules.extend(AxisRule((Shard(j if j < dim else j + 1),), (Shard(j),) * n, f"S{j}") for j in range(ndim - 1))
     return rules
 
 

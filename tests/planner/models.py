@@ -1,0 +1,75 @@
+"""Small models the planner tests trace (built on the meta device: no memory, any size)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.RMSNorm(dim)
+        self.mlp = MLP(dim, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, layers: int, dim: int = 64, heads: int = 4, hidden: int = 128, vocab: int = 256) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList([Block(dim, heads, hidden) for _ in range(layers)])
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h)
+
+
+class Tokens(nn.Module):
+    """``[b, s, d]`` flattened to ``b*s`` tokens before a linear layer."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        return self.fc(x.reshape(b * s, d))
+
+
+def on_meta(model_cls, *args, **kwargs) -> nn.Module:
+    with torch.device("meta"):
+        return model_cls(*args, **kwargs)

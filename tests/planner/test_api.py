@@ -1,0 +1,106 @@
+"""plan / plan_module: inputs, batch points, constraints, and clear errors for bad ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributed.tensor import Replicate, Shard
+from torch.export import Dim
+
+import planner
+from planner import Mesh
+from planner.api import trace_for_planning
+from tests.planner.models import MLP, on_meta
+
+
+@pytest.fixture(scope="module")
+def mlp_trace():
+    model = on_meta(MLP, 64, 256)
+    return trace_for_planning(model, (torch.randn(16, 64, device="meta"),), dynamic_shapes={"x": {0: Dim("batch")}})
+
+
+def _plan(trace, **options):
+    gm, exported, env, dims = trace
+    options.setdefault("constraints", ["Eq(Mod(batch, 4), 0)"])
+    return planner.plan(exported, options.pop("mesh", Mesh((4,))), shape_env=env, dims=dims, **options)
+
+
+def test_constraints_are_translated_to_trace_symbols(mlp_trace):
+    plan = _plan(mlp_trace, batch_sizes=[8, 4096])
+    symbol = plan.dims["batch"]
+    assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)
+    assert [b.values for b in plan.batch_costs] == [{"batch": 8}, {"batch": 4096}]
+    assert set(plan.param_placements) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    assert len(plan.input_placements) == 1 and len(plan.output_placements) == 1
+
+
+def test_weighted_batch_sizes(mlp_trace):
+    plan = _plan(mlp_trace, batch_sizes={8: 3, 4096: 1})
+    assert [b.weight for b in plan.batch_costs] == pytest.approx([0.75, 0.25])
+    expected = sum(b.weight * b.cost for b in plan.batch_costs)
+    assert plan.cost.total == pytest.approx(expected, rel=1e-9)
+
+
+def test_mesh_may_be_a_tuple_or_a_device_mesh(mlp_trace):
+    from torch.distributed.device_mesh import DeviceMesh
+
+    device_mesh = DeviceMesh("cpu", torch.arange(4), mesh_dim_names=("tp",), _init_backend=False, _rank=0)
+    assert _plan(mlp_trace, mesh=device_mesh).mesh == Mesh((4,), ("tp",))
+    assert _plan(mlp_trace, mesh=(2, 2)).mesh == Mesh((2, 2))
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"constraints": ["Eq(Mod(bacth, 4), 0)"]}, ValueError, "mentions bacth"),
+    ({"batch_sizes": [6]}, ValueError, r"batch point \{'batch': 6\} breaks"),
+    ({"batch_sizes": [{"seq": 8}]}, ValueError, "names 'seq'"),
+    ({"solver": "gurobi"}, ValueError, "solver must be"),
+    ({"objective": "fastest"}, ValueError, "objective must be"),
+    ({"divisibility": "sometimes"}, ValueError, "divisibility must be one of"),
+    ({"hardware": "tpu-v5"}, ValueError, "unknown hardware preset"),
+    ({"mesh": "2x2"}, TypeError, "mesh must be"),
+])
+def test_bad_options_get_clear_errors(mlp_trace, options, error, message):
+    with pytest.raises(error, match=message):
+        _plan(mlp_trace, **options)
+
+
+def test_shape_env_must_be_shapecore(mlp_trace):
+    gm, exported, env, dims = mlp_trace
+    with pytest.raises(TypeError, match="shapecore.ShapeEnv"):
+        planner.plan(exported, Mesh((2,)), shape_env=object(), dims=dims)  # type: ignore[arg-type]
+
+
+@torch.library.custom_op("plannertest::mystery", mutates_args=())
+def _mystery(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(0)
+
+
+@_mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_an_op_no_provider_covers_is_replicated_with_a_warning():
+    class Mystery(torch.nn.Module):
+        def forward(self, x):
+            return _mystery(x @ x.t()) * 2
+
+    x = torch.randn(8, 8)
+    with pytest.warns(UserWarning, match="plannertest.mystery"):
+        plan = planner.plan_module(Mystery(), (x,), dynamic_shapes={"x": {0: Dim("n")}}, mesh=Mesh((2,)))
+    node = next(name for name, d in plan.decisions.items() if "mystery" in d.op)
+    assert plan.placements[node] == (Replicate(),) and plan.decisions[node].provider == "fallback"
+
+
+def test_custom_strategy_provider_is_asked_first(mlp_trace):
+    class RowsOnly:
+        name = "rows-only"
+
+        def strategies(self, node, graph, mesh):
+            if node.target != "aten.addmm.default":
+                return None
+            return [planner.Strategy(((Shard(0),),), ((Replicate(),), (Shard(0),), (Replicate(),)), "rows")]
+
+    plan = _plan(mlp_trace, strategies=[RowsOnly(), planner.BuiltinProvider()], batch_sizes=[64])
+    linear = [d for d in plan.decisions.values() if d.op == "aten.addmm.default"]
+    assert linear and all(d.provider == "rows-only" and d.rule == "rows" for d in linear)

@@ -1,0 +1,110 @@
+"""The ILP finds the optimum of the decision problem, and its objective is the plan's true cost."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch.export import Dim
+
+import planner
+from planner import Mesh
+from planner.api import prepare, trace_for_planning
+from planner.greedy import GreedyModel
+from planner.ilp import IlpModel
+from tests.planner.models import MLP, Decoder, on_meta
+
+
+def _problem(model, x, mesh, *, training=False, batch_sizes=None, **options):
+    gm, ep, env, dims = trace_for_planning(model, (x,), dynamic_shapes={"input" if isinstance(model, torch.nn.Linear) else "x": {0: Dim("batch")}},
+                                           training=training)
+    return prepare(ep if ep is not None else gm, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
+                   batch_sizes=batch_sizes, **options).problem
+
+
+def _brute_force(problem, weights, budget=None):
+    sizes = [g.choices for g in problem.groups]
+    assert math.prod(sizes) <= 300_000, sizes
+    best = None
+    for choices in itertools.product(*(range(n) for n in sizes)):
+        evaluation = problem.evaluate(choices, weights)
+        if budget is not None and sum(evaluation.memory.values()).max() > budget:
+            continue
+        cost = float(evaluation.total @ weights)
+        best = cost if best is None else min(best, cost)
+    return best
+
+
+@pytest.fixture(scope="module")
+def tiny_mlp():
+    model = on_meta(MLP, 32, 64)
+    return _problem(model, torch.randn(16, 32, device="meta"), Mesh((2,)), batch_sizes=[16, 4096])
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_ilp_objective_equals_brute_force(tiny_mlp, solver):
+    weights = tiny_mlp.points.weights
+    solution = IlpModel(tiny_mlp, solver=solver).solve(weights)
+    assert solution.objective == pytest.approx(_brute_force(tiny_mlp, weights), rel=1e-9)
+    assert solution.objective == pytest.approx(float(tiny_mlp.evaluate(solution.choices, weights).total @ weights), rel=1e-9)
+
+
+def test_ilp_with_memory_budget_equals_brute_force(tiny_mlp):
+    weights = tiny_mlp.points.weights
+    free = IlpModel(tiny_mlp).solve(weights)
+    budget = 0.7 * float(sum(tiny_mlp.evaluate(free.choices, weights).memory.values()).max())
+    solution = IlpModel(tiny_mlp, memory_budget=budget).solve(weights)
+    assert solution.objective == pytest.approx(_brute_force(tiny_mlp, weights, budget), rel=1e-9)
+
+
+def test_flow_routing_on_a_two_axis_mesh_equals_brute_force():
+    model = on_meta(torch.nn.Linear, 32, 32, bias=False)
+    problem = _problem(model, torch.randn(16, 32, device="meta"), Mesh((2, 2)), batch_sizes=[64, 4096])
+    weights = problem.points.weights
+    model_ = IlpModel(problem)
+    assert model_.flows, "expected at least one edge class routed as a flow"
+    solution = model_.solve(weights)
+    assert solution.objective == pytest.approx(_brute_force(problem, weights), rel=1e-9)
+
+
+def test_greedy_is_never_better_than_the_ilp(tiny_mlp):
+    weights = tiny_mlp.points.weights
+    assert GreedyModel(tiny_mlp).solve(weights).objective >= IlpModel(tiny_mlp).solve(weights).objective * (1 - 1e-12)
+
+
+@pytest.fixture(scope="module")
+def decoder_trace():
+    model = on_meta(Decoder, 3)
+    tokens = torch.randint(0, 256, (8, 32), device="meta")
+    return trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True)
+
+
+def test_clustering_identical_layers_is_exact(decoder_trace):
+    gm, _, env, dims = decoder_trace
+    objectives = []
+    for cluster in (True, False):
+        problem = prepare(gm, Mesh((2, 2)), shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
+                          batch_sizes=[8, 64], cluster=cluster).problem
+        solution = IlpModel(problem).solve(problem.points.weights)
+        assert solution.objective == pytest.approx(float(problem.evaluate(solution.choices).total @ problem.points.weights), rel=1e-9)
+        objectives.append((solution.objective, len(problem.groups), problem.clusters))
+    (clustered, groups_c, clusters), (flat, groups_f, _) = objectives
+    assert clusters > 0 and groups_c < groups_f
+    assert clustered == pytest.approx(flat, rel=1e-6)
+
+
+def test_plan_reports_true_cost_and_regret(decoder_trace):
+    gm, _, env, dims = decoder_trace
+    options = dict(shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64, 512])
+    expected = planner.plan(gm, Mesh((2, 2)), **options)
+    assert expected.stats.objective == pytest.approx(expected.cost.total, rel=1e-9)
+    assert expected.stats.clusters > 0 and expected.stats.merged_followers > 0
+    for point in expected.batch_costs:
+        assert point.regret >= 1 - 1e-9
+    worst = planner.plan(gm, Mesh((2, 2)), objective="regret", **options)
+    assert worst.worst_regret <= expected.worst_regret + 1e-9
+    assert [b.optimum for b in worst.batch_costs] == pytest.approx([b.optimum for b in expected.batch_costs], rel=1e-9)
+    greedy = planner.plan(gm, Mesh((2, 2)), solver="greedy", **options)
+    assert greedy.stats.objective >= expected.stats.objective * (1 - 1e-12)

@@ -1,0 +1,93 @@
+"""Plan: JSON round trip, byte-identical JSON across processes, the table and explanations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from planner import Plan
+from planner.plan import PLAN_VERSION
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch
+    from torch.export import Dim
+    import planner
+    from tests.planner.models import Decoder, on_meta
+    model = on_meta(Decoder, 2)
+    tokens = torch.randint(0, 256, (8, 32), device="meta")
+    plan = planner.plan_module(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, mesh=planner.Mesh((2, 2), ("dp", "tp")),
+                               training=True, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64])
+    print(plan.to_json())
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def plan_json():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, cwd=_root())
+    return out.stdout
+
+
+def _root():
+    import pathlib
+
+    return str(pathlib.Path(__file__).resolve().parents[2])
+
+
+def test_json_is_byte_identical_across_processes(plan_json):
+    again = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, cwd=_root())
+    assert again.stdout == plan_json
+
+
+def test_json_round_trip(plan_json):
+    plan = Plan.from_json(plan_json)
+    assert plan.to_json() + "\n" == plan_json
+    assert plan.to_json(timings=True) != plan.to_json()
+    assert plan == Plan.from_json(plan.to_json())
+
+
+def test_json_version_is_checked(plan_json):
+    document = json.loads(plan_json)
+    document["version"] = PLAN_VERSION + 1
+    with pytest.raises(ValueError, match="version"):
+        Plan.from_json(json.dumps(document))
+    with pytest.raises(ValueError, match="not a plan"):
+        Plan.from_json(json.dumps({"format": "something else"}))
+
+
+def test_table_and_explanations(plan_json):
+    plan = Plan.from_json(plan_json)
+    table = str(plan)
+    assert "Plan on mesh (dp=2, tp=2)" in table
+    for fqn in plan.param_placements:
+        assert fqn in table
+    assert "guards:" in table and "regret" in table
+    decided = [n for n, d in plan.decisions.items() if d.alternatives]
+    assert decided
+    text = plan.explain(decided[0])
+    assert "alternatives" in text and decided[0] in text
+    shared = [n for n, d in plan.decisions.items() if d.shared_with]
+    assert shared and "shares its decision" in plan.explain(shared[0])
+    with pytest.raises(KeyError, match="no decision"):
+        plan.explain("no_such_node")
+
+
+def test_plan_contract_covers_every_operand(plan_json):
+    plan = Plan.from_json(plan_json)
+    for r in plan.redistributions:
+        assert r.src != r.dst and r.steps
+        assert plan.operand_placements(r.consumer, r.operand) == r.dst
+        for step in r.steps:
+            assert 0 <= step.axis < plan.mesh.ndim
+    with pytest.raises(KeyError, match="not redistributed"):
+        plan.operand_placements("no_such_node", 0)
+    assert plan.input_placements and all(p is None or len(p) == 2 for p in plan.input_placements)
+    assert set(plan.param_placements) >= {"embed.weight", "head.weight"}
+    for proof in plan.proofs:
+        assert proof.status in ("proved", "guard", "uneven")
+        assert proof.obligation.startswith("Eq(Mod(")
