@@ -6,7 +6,8 @@ Encoding (each symbol is a z3 ``Int``):
   which round toward -infinity for positive divisors, i.e. Python's semantics; a negative
   constant uses ``a // d = (-a) // (-d)``.
 * Any other ``FloorDiv(a, b)`` gets a fresh ``Int q`` with the axiom
-  ``(b > 0 → b*q <= a < b*q + b) ∧ (b < 0 → b*q >= a > b*q + b)``; ``Mod(a, b) = a - b*q``.
+  ``(b > 0 → b*q <= a < b*q + b) ∧ (b < 0 → b*q >= a > b*q + b)``; ``Mod(a, b) = a - b*q``
+  with the same ``q`` (one per pair ``(a, b)``, so z3 sees ``a == b*(a//b) + a%b``).
   The axiom only constrains the fresh ``q``, so it is asserted once, globally.
 * Every division contributes the definedness condition ``b != 0``; a formula *holds* when it
   is defined and true (see :func:`shapecore.evaluation.holds`).
@@ -47,6 +48,7 @@ class Translator:
         self._reals: dict[str, z3.ArithRef] = {}
         self._terms: dict[sympy.Basic, tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]] = {}
         self._fresh = 0
+        self._quotients: dict[tuple[sympy.Basic, ...], z3.ArithRef] = {}
 
     def symbol(self, name: str) -> z3.ArithRef:
         found = self._symbols.get(name)
@@ -166,9 +168,11 @@ class Translator:
                 return (a % d if is_mod else a / d), defined
             quotient = (-a) / (-d)
             return (a - b * quotient if is_mod else quotient), defined
-        q = self._fresh_var("q")
-        self.axioms.append(z3.Implies(b > 0, z3.And(b * q <= a, a < b * q + b)))
-        self.axioms.append(z3.Implies(b < 0, z3.And(b * q >= a, a > b * q + b)))
+        q = self._quotients.get(expr.args)
+        if q is None:  # one quotient per (a, b): FloorDiv(a, b) and Mod(a, b) share it
+            q = self._quotients[expr.args] = self._fresh_var("q")
+            self.axioms.append(z3.Implies(b > 0, z3.And(b * q <= a, a < b * q + b)))
+            self.axioms.append(z3.Implies(b < 0, z3.And(b * q >= a, a > b * q + b)))
         if not divisor.is_Number:
             defined = tuple(dict.fromkeys(defined + (b != 0,)))
         return (a - b * q if is_mod else q), defined

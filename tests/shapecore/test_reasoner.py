@@ -23,6 +23,9 @@ REQUIRED = [
     ("Eq(FloorDiv(-s0, 8), -FloorDiv(s0 + 7, 8))", [], None, "proved"),
     ("n - FloorDiv(n, 3) >= 2", [], {"n": (3, 10000)}, "proved"),
     ("Eq(Mod(u0, 4), 0)", ["Eq(Mod(u0, 8), 0)"], None, "proved"),
+    # torch's pair for one view: a symbolic divisor's quotient is shared by // and %
+    ("Eq(Mod(s0, s1), 0)", ["Eq(s0, s1*FloorDiv(s0, s1))", "s1 >= 1"], None, "proved"),
+    ("Eq(s0*s1, (s1 - 1)*FloorDiv(s0*s1, s1 - 1))", ["Eq(Mod(s0*s1, s1 - 1), 0)", "s1 >= 2"], None, "proved"),
 ]
 
 
