@@ -1,19 +1,30 @@
 """The ``shapecore`` command line.
 
+Subcommands: ``prove`` (one claim), ``simplify`` (an equivalent, smaller guard set), ``check``
+(which guards fail for given values), ``explain`` (what the guards say about each symbol), plus
+those other packages register (:data:`PLUGIN_GROUP`). Guard files are read by
+:mod:`shapecore.guard_input` (guard lines, ShapeEnv JSON, corpus JSON, ``TORCH_LOGS=dynamic``).
+
 Every subcommand has ``--help`` with examples. Exit codes: 0 success (``prove``: proved),
-1 a negative answer (``prove``: refuted), 2 malformed input (printed as
-``where:line:column: message``, never a traceback), 3 unknown.
+1 a negative answer (``prove``: refuted; ``simplify``/``explain``: the guards contradict each
+other; ``check``: a guard fails), 2 malformed input (printed as ``where:line:column:
+message``, never a traceback), 3 unknown.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from shapecore.errors import ParseError, ShapecoreError
 from shapecore.reasoner import prove
+
+if TYPE_CHECKING:
+    from shapecore.guard_input import GuardSet
 
 __all__ = ["main", "UsageError"]
 
@@ -102,6 +113,215 @@ def _run_prove(args: argparse.Namespace) -> int:
     return {"proved": EXIT_OK, "refuted": EXIT_NEGATIVE}.get(proof.status, EXIT_UNKNOWN)
 
 
+def _read_input(path: str) -> GuardSet:
+    """The guard set in ``path`` (``-``: standard input), in any form guard_input reads."""
+    from shapecore.guard_input import read_guard_set
+
+    if path == "-":
+        return read_guard_set(sys.stdin.read(), "<stdin>")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}:1:1: cannot read: {error}") from None
+    return read_guard_set(text, path)
+
+
+_INPUT_HELP = (
+    "one guard per line (torch or Python syntax), ShapeEnv.to_json() output, a guard corpus case, "
+    "or a TORCH_LOGS=dynamic log (guard lines are picked out); - reads standard input"
+)
+
+
+def _simplify_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "simplify",
+        help="an equivalent, smaller guard set, with the reason for every dropped guard",
+        description="Print an equivalent set of guards in which none is implied by the others (plus the "
+        "assumed facts and ranges): implied guards dropped, ranges merged into one guard per symbol, the "
+        "strongest divisibility kept. Exit 0, or 1 when the guards can never hold together.",
+        epilog="examples:\n"
+        "  shapecore simplify guards.txt --range n=3..10000\n"
+        "  TORCH_LOGS=dynamic python train.py 2> log.txt; shapecore simplify log.txt --explain\n"
+        "  shapecore simplify env.json --format json\n"
+        "  echo 'Ne(Mod(1, s0//2), 0)' | shapecore simplify - --assume 's0 > 2'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", nargs="?", default="-", metavar="FILE", help=_INPUT_HELP)
+    _add_scope_options(parser)
+    parser.add_argument("--format", choices=("text", "json", "python"), default="text",
+                        help="text: torch syntax, one guard per line (default); json: one object with guards, "
+                        "dropped, rewritten, contradiction and ranges; python: Python source over the inputs' sources")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print every input guard, what became of it and why (json: an 'explain' list)")
+    parser.add_argument("--timeout-ms", type=int, default=200, help="z3 time limit per query (default 200)")
+    parser.set_defaults(run=_run_simplify)
+
+
+def _guard_scope(args: argparse.Namespace, guards: GuardSet) -> tuple[list, dict[str, tuple[int | None, int | None]]]:
+    """Facts and ranges: the file's, then the command line's (a --range replaces the file's)."""
+    facts, ranges = _scope(args)
+    merged = dict(guards.ranges)
+    mentioned = {s.name for g in guards.guards + guards.assumptions for s in g.expr.free_symbols} | set(guards.ranges)
+    for name, span in ranges.items():
+        if name not in mentioned:
+            known = ", ".join(sorted(mentioned)) or "none"
+            print(f"shapecore {args.command}: warning: --range {name}: no guard mentions {name} (symbols: {known})",
+                  file=sys.stderr)
+        merged[name] = span
+    return [a.expr for a in guards.assumptions] + facts, merged
+
+
+def _explain_table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+
+
+def _run_simplify(args: argparse.Namespace) -> int:
+    from shapecore.printing import python_str
+    from shapecore.simplify import simplify
+
+    guards = _read_input(args.file)
+    facts, ranges = _guard_scope(args, guards)
+    result = simplify([g.expr for g in guards.guards], facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
+    rows = [("where", "guard", "outcome", "why")] + [
+        (guards.guards[f.source].where, str(f.guard), f.outcome, f.detail) for f in result.fates
+    ]
+    if args.format == "json":
+        document = result.to_json()
+        if args.explain:
+            document["explain"] = [dict(zip(("where", "guard", "outcome", "why"), row)) for row in rows[1:]]
+        print(json.dumps(document, indent=2))
+    else:
+        total = len(result.fates)
+        if result.contradiction is not None:
+            print("# contradiction: these guards can never hold together")
+        else:
+            print(f"# {len(result.guards)} of {total} guards kept ({len(result.dropped)} dropped, "
+                  f"{len(result.rewritten)} rewritten)")
+        names = guards.sources if args.format == "python" else None
+        for guard in result.guards:
+            print(python_str(guard, names) if args.format == "python" else str(guard))
+        if args.explain:
+            print()
+            print(_explain_table(rows))
+    return EXIT_OK if result.contradiction is None else EXIT_NEGATIVE
+
+
+def _check_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "check",
+        help="which guards fail for given values",
+        description="Evaluate every guard of FILE (and its declared ranges) at NAME=VALUE: exit 0 when all hold, "
+        "1 when some fail (each is printed with where it came from).",
+        epilog="examples:\n"
+        "  shapecore check guards.txt s0=64 s1=16\n"
+        "  shapecore check env.json s77=12",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", metavar="FILE", help=_INPUT_HELP)
+    parser.add_argument("values", nargs="+", metavar="NAME=VALUE", help="an integer value per symbol, e.g. s0=64")
+    parser.set_defaults(run=_run_check)
+
+
+def _parse_value(text: str) -> tuple[str, int]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip().isidentifier():
+        raise UsageError(f"{text}:1:1: expected NAME=VALUE, e.g. s0=64")
+    try:
+        return name.strip(), int(value)
+    except ValueError:
+        raise UsageError(f"{text}:1:{len(name) + 2}: the value must be an integer, e.g. {name.strip()}=64") from None
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from shapecore.evaluation import holds
+
+    guards = _read_input(args.file)
+    values = dict(_parse_value(v) for v in args.values)
+    failures = []
+    for name, (lo, hi) in guards.ranges.items():
+        if name in values and not ((lo is None or lo <= values[name]) and (hi is None or values[name] <= hi)):
+            failures.append(f"{args.file}: {name}={values[name]} is outside its declared range "
+                            f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]")
+    for guard in guards.assumptions + guards.guards:
+        missing = sorted(s.name for s in guard.expr.free_symbols if s.name not in values)
+        if missing:
+            raise UsageError(f"{guard.where}: {guard.expr} mentions {', '.join(missing)}, which has no value; "
+                             f"pass {missing[0]}=VALUE")
+        if not holds(guard.expr, values):
+            failures.append(f"{guard.where}: {guard.expr}")
+    total = len(guards.guards) + len(guards.assumptions) + len(guards.ranges)
+    if failures:
+        print(f"{len(failures)} of {total} conditions fail for " + ", ".join(f"{k}={v}" for k, v in values.items()) + ":")
+        print("\n".join("  " + f for f in failures))
+        return EXIT_NEGATIVE
+    print(f"all {total} conditions hold")
+    return EXIT_OK
+
+
+def _explain_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "explain",
+        help="per symbol: range, divisibility, replacement and the guards that mention it",
+        description="Summarize what the guards of FILE (with their declared ranges) say about each symbol.",
+        epilog="examples:\n"
+        "  shapecore explain guards.txt\n"
+        "  shapecore explain /work/shared/corpus/compile_view8.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", metavar="FILE", help=_INPUT_HELP)
+    parser.set_defaults(run=_run_explain)
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    import math
+
+    from shapecore.functions import int_symbol
+    from shapecore.knowledge import Knowledge
+
+    guards = _read_input(args.file)
+    knowledge = Knowledge()
+    for name, (lo, hi) in guards.ranges.items():
+        x = int_symbol(name)
+        for bound in ([x >= lo] if lo is not None else []) + ([x <= hi] if hi is not None else []):
+            knowledge.add(bound)
+    for guard in guards.assumptions + guards.guards:
+        knowledge.add(guard.expr)
+    if knowledge.contradiction is not None:
+        print("contradiction: the guards can never hold together: "
+              + ", ".join(str(knowledge.facts[i]) for i in knowledge.contradiction))
+        return EXIT_NEGATIVE
+    mentions: dict[str, list] = {}
+    for guard in guards.assumptions + guards.guards:
+        for s in guard.expr.free_symbols:
+            mentions.setdefault(s.name, []).append(guard)
+    names = sorted(set(mentions) | set(guards.ranges) | set(guards.sources), key=_creation_order)
+    for name in names:
+        x = int_symbol(name)
+        origin = ", ".join(p for p in (f"source {guards.sources[name]}" if name in guards.sources else "",
+                                       f"hint {guards.hints[name]}" if name in guards.hints else "") if p)
+        print(f"{name}" + (f"  ({origin})" if origin else ""))
+        if x in knowledge.replacements:
+            print(f"  replaced by  {knowledge.replacements[x]}")
+        else:
+            r = knowledge.range_of(x)
+            print(f"  range        [{'-inf' if math.isinf(r.lo) else r.lo}, {'inf' if math.isinf(r.hi) else r.hi}]")
+            congruence = knowledge.congruences.get(x)
+            if congruence is not None and congruence.coeff > 1:
+                print(f"  divisible    {name} % {congruence.coeff} == {congruence.base}")
+        for i, guard in enumerate(mentions.get(name, [])):
+            print(f"  {'guards' if i == 0 else '':11s}  {guard.where}: {guard.expr}")
+    return EXIT_OK
+
+
+def _creation_order(name: str) -> tuple[str, int, str]:
+    """``s2`` before ``s10``: letters, then the number, then the name."""
+    stem = name.rstrip("0123456789")
+    digits = name[len(stem):]
+    return (stem, int(digits) if digits else -1, name)
+
+
 PLUGIN_GROUP = "shapecore.commands"
 """Entry-point group through which other packages (``lowering``'s ``demo``) add subcommands.
 
@@ -123,6 +343,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _prove_parser(sub)
+    _simplify_parser(sub)
+    _check_parser(sub)
+    _explain_parser(sub)
     for name, entry_point in sorted(_plugins().items()):
         if name == command:
             entry_point.load()(sub)

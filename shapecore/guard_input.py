@@ -225,6 +225,12 @@ class _JsonReader(_Reader):
         self.cursor = found + len(encoded)
         return found + 1
 
+    def key_offset(self, name: str, key: str) -> int:
+        """Offset of ``"key"`` in the JSON object whose ``"name"`` is ``name``."""
+        start = self.text.find(f'"name": {json.dumps(name)}')
+        found = self.text.find(json.dumps(key), max(start, 0))
+        return found if found >= 0 else 0
+
     def json_guard(self, value: Any, context: str, kind: GuardKind = "guard") -> Guard:
         if not isinstance(value, str):
             raise self.error(self.cursor, f"{context}: expected guard text, got {json.dumps(value)[:60]}")
@@ -280,7 +286,7 @@ def _read_corpus(reader: _JsonReader, document: dict[str, Any]) -> GuardSet:
             continue
         lo, hi = (_corpus_bound(b) for b in entry.get("range", [None, None]))
         x = int_symbol(entry["name"])
-        where = f"{reader.where}:symbols[{entry['name']}].range"
+        where = "{}:{}:{}".format(reader.where, *_position(reader.text, reader.key_offset(entry["name"], "range")))
         if lo is not None and hi is not None:
             result.guards.append(Guard(sympy.And(sympy.Ge(x, lo), sympy.Le(x, hi)), where, "range"))
         elif lo is not None or hi is not None:

@@ -42,7 +42,9 @@ then also the output (it accepts nothing, like the input).
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -70,7 +72,13 @@ _ENUMERATE = 1 << 14  # a single-symbol guard is evaluated at every value when t
 _WINDOW = 64  # else at this many values from the finite end of the range
 _FEW = 3  # at most this many failing values become Ne guards
 _ROUNDS = 6  # digest / decide / rewrite rounds at most
-_NEIGHBOURS_FIRST = 24  # in larger groups, try the guards sharing a symbol before the whole group
+_RLIMIT_PER_MS = 5000  # z3 resource units in about a millisecond of solving here
+
+
+def _limit(solver: z3.Solver, milliseconds: int) -> None:
+    """Bound z3's work per check by a resource count, not wall time: the same input always
+    gets the same answers, however busy the machine is."""
+    solver.set("rlimit", max(1, milliseconds) * _RLIMIT_PER_MS)
 
 
 @dataclass(frozen=True)
@@ -110,11 +118,27 @@ class Rewrite:
 
 @dataclass(frozen=True)
 class Fate:
-    """What became of one input guard (conjunct): ``kept``, ``rewritten`` or ``dropped``."""
+    """What became of one input guard (conjunct): ``kept``, ``rewritten`` or ``dropped``.
+
+    ``source`` is the index of the input guard the conjunct comes from; ``detail`` says why.
+    """
 
     guard: sympy.Basic
     outcome: Literal["kept", "rewritten", "dropped"]
-    detail: str
+    source: int = 0
+    dropped: Dropped | None = None
+    rewrite: Rewrite | None = None
+    merged_into: tuple[sympy.Basic, ...] = ()
+    note: str = ""
+
+    @property
+    def detail(self) -> str:
+        if self.dropped is not None:
+            return self.dropped.reason
+        if self.rewrite is not None:
+            merged = f"; merged into {', '.join(str(g) for g in self.merged_into)}" if self.merged_into else ""
+            return f"as {self.rewrite.to}: {self.rewrite.why}{merged}"
+        return self.note or "not implied by the others"
 
 
 @dataclass(frozen=True)
@@ -148,6 +172,7 @@ class Simplified:
 # -- normalized guards --------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _relation_key(claim: sympy.Basic) -> object:
     """A key equal for conjuncts that differ only in the side they are written on."""
     if not claim.is_Relational:
@@ -194,6 +219,7 @@ class _Atom:
     """One input conjunct and what the simplification has made of it so far."""
 
     index: int
+    source: int  # index of the input guard
     expr: sympy.Basic  # as given
     canonical: sympy.Basic
     divisors: frozenset[sympy.Basic]  # non-constant divisors of ``expr``: where it is undefined
@@ -253,12 +279,12 @@ class _Simplification:
             culprits = ", ".join(str(self.context.facts[i]) for i in self.context.contradiction)
             raise ConstraintError(f"the facts and ranges contradict each other ({culprits}); nothing to simplify under them")
         self.atoms: list[_Atom] = []
-        for guard in guards:
+        for source, guard in enumerate(guards):
             claim = as_claim(guard)
             for conjunct in sympy.And.make_args(claim):
-                self.atoms.append(self._atom(conjunct))
+                self.atoms.append(self._atom(conjunct, source))
 
-    def _atom(self, conjunct: sympy.Basic) -> _Atom:
+    def _atom(self, conjunct: sympy.Basic, source: int) -> _Atom:
         try:
             canonical = _fold_remainders(canonicalize(conjunct))
         except ZeroDivisionError:
@@ -269,7 +295,7 @@ class _Simplification:
                 found.add(canonicalize(d))
             except ZeroDivisionError:
                 found.add(sympy.S.Zero)
-        return _Atom(len(self.atoms), conjunct, canonical, frozenset(found), conjunct)
+        return _Atom(len(self.atoms), source, conjunct, canonical, frozenset(found), conjunct)
 
     # -- main -------------------------------------------------------------------------------
 
@@ -336,7 +362,12 @@ class _Simplification:
         expr = atom.canonical if atom.current is atom.expr else canonicalize(atom.current)
         found = atom.divisors if atom.current is atom.expr else frozenset(divisors(atom.current))
         try:
-            expr = substitute(expr, replacements)
+            if expr.is_Relational and symbols_of(expr) & replacements.keys():
+                # unevaluated: sympy would otherwise consult its assumption system on every one
+                lhs, rhs = (substitute(side, replacements) for side in expr.args)
+                expr = expr.func(lhs, rhs, evaluate=False)
+            else:
+                expr = substitute(expr, replacements)
             subs = set()
             for d in found:
                 d = substitute(d, replacements)
@@ -449,7 +480,7 @@ class _Simplification:
         """Whether ``claim`` holds wherever ``assumption`` and what is known of ``x`` do."""
         translator = Translator(z3.Context())
         solver = z3.Solver(ctx=translator.ctx)
-        solver.set("timeout", self.timeout_ms)
+        _limit(solver, self.timeout_ms)
         scope = self.knowledge.range_of(x)
         residues = self.knowledge.congruences.get(x)
         var = translator.symbol(x.name)
@@ -504,6 +535,7 @@ class _Simplification:
             self.candidates.append(cand)
             self.summary_candidates[key] = cand
             by_key[_relation_key(canonicalize(guard))] = cand
+        self._match_conjunctions(unique)
         for atom in unique:
             if atom.fate is not None and atom.fate[0] != "summary":
                 continue
@@ -526,6 +558,25 @@ class _Simplification:
             if contradiction is not None:
                 return contradiction
         return None
+
+    def _match_conjunctions(self, unique: list[_Atom]) -> None:
+        """An input guard whose conjuncts are exactly a two-sided range guard's is that guard."""
+        ranges = {
+            frozenset(_relation_key(a) for a in cand.expr.args): cand
+            for cand in self.summary_candidates.values() if isinstance(cand.expr, sympy.And)
+        }
+        by_source: dict[int, list[_Atom]] = {}
+        for atom in self.atoms:
+            by_source.setdefault(atom.source, []).append(atom)
+        for atoms in by_source.values():
+            if len(atoms) < 2 or any(a.fate is not None and a.fate[0] != "summary" for a in atoms):
+                continue
+            cand = ranges.get(frozenset(_relation_key(canonicalize(a.current)) for a in atoms))
+            if cand is not None and cand.atom is None:
+                cand.expr, cand.atom = sympy.And(*(a.current for a in atoms)), atoms[0]
+                cand.order = min(cand.order, atoms[0].index)
+                for atom in atoms:
+                    atom.fate = ("open", cand)
 
     def _groups(self, candidates: list[_Candidate]) -> list[tuple[list[_Candidate], list[sympy.Basic]]]:
         """Candidates connected through shared symbols (and context facts), with those facts;
@@ -645,27 +696,34 @@ class _Simplification:
             record = self._fate(atom, context_layers)
             if atom.rewrite is not None and (record is None or record.kind == "merged"):
                 rewritten.append(atom.rewrite)
-                into = [str(g) for g in record.by if g != atom.rewrite.to] if record is not None else []
-                detail = f"as {atom.rewrite.to}: {atom.rewrite.why}" + (f"; merged into {', '.join(into)}" if into else "")
-                fates.append(Fate(atom.expr, "rewritten", detail))
+                into = tuple(g for g in record.by if g != atom.rewrite.to) if record is not None else ()
+                fates.append(Fate(atom.expr, "rewritten", atom.source, rewrite=atom.rewrite, merged_into=into))
             elif record is None:
-                fates.append(Fate(atom.expr, "kept", "not implied by the others"))
+                fates.append(Fate(atom.expr, "kept", atom.source))
             else:
                 dropped.append(record)
-                fates.append(Fate(atom.expr, "dropped", record.reason))
+                fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
         return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates))
 
     def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
-        core = _minimal_unsat(list(culprits), self.context_facts, self.timeout_ms)
+        """The result for a guard set that can never hold: a small unsatisfiable subset.
+
+        ``culprits`` are the conjuncts the analyzers blame (possibly none, when the context's
+        facts carry the contradiction); if z3 cannot confirm that they alone are unsatisfiable,
+        every distinct conjunct is (the digest showed the whole set is).
+        """
+        unique = [a for a in self.atoms if not (a.fate and a.fate[0] == "duplicate")]
+        start = list(culprits) if culprits and _unsatisfiable(list(culprits), self.context_facts, self.timeout_ms) else unique
+        core = _minimal_unsat(start, self.context_facts, self.timeout_ms)
         in_core = {a.index for a in core}
         dropped, fates = [], []
         for atom in self.atoms:
             if atom.index in in_core:
-                fates.append(Fate(atom.expr, "kept", "part of the contradiction"))
+                fates.append(Fate(atom.expr, "kept", atom.source, note="part of the contradiction"))
             else:
                 record = Dropped(atom.expr, "contradiction")
                 dropped.append(record)
-                fates.append(Fate(atom.expr, "dropped", record.reason))
+                fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
         guards = tuple(a.expr for a in core)
         return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates))
 
@@ -685,6 +743,7 @@ class _GroupSolver:
     """
 
     _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
+    _JUMBLES = 200
 
     def __init__(self, group: list[_Candidate], related: list[sympy.Basic],
                  replacements: Mapping[sympy.Symbol, sympy.Basic], timeout_ms: int) -> None:
@@ -712,7 +771,7 @@ class _GroupSolver:
 
     def _solver(self) -> z3.Solver:
         solver = z3.Solver(ctx=self.translator.ctx)
-        solver.set("timeout", self.timeout_ms)
+        _limit(solver, self.timeout_ms)
         solver.add(*self.facts, *self.axioms)
         return solver
 
@@ -736,7 +795,7 @@ class _GroupSolver:
         timeout = 10 * self.timeout_ms
         result = z3.unknown
         for solver in (z3.Tactic("qfnia", ctx=ctx).solver(), z3.Solver(ctx=ctx)):
-            solver.set("timeout", timeout)
+            _limit(solver, timeout)
             solver.add(*self.facts, *self.axioms, *self.members)
             try:
                 result = solver.check()
@@ -746,7 +805,7 @@ class _GroupSolver:
                 break
         if result == z3.unsat:
             tracked = self._solver()
-            tracked.set("timeout", timeout)
+            _limit(tracked, timeout)
             for track, member in zip(self.tracks, self.members):
                 tracked.add(z3.Implies(track, member))
             if tracked.check(*self.tracks) != z3.unsat:
@@ -780,24 +839,26 @@ class _GroupSolver:
             if near and wider == near:  # nothing more is connected to member i
                 return None
             near = wider
-            core = self._prove_from(i, near)
-            if core is not None:
+            status, core = self._prove_from(i, near)
+            if status == "unsat":
                 return core
-            if near == others:
+            if status == "unknown" or near == others:  # more members will not make z3 faster
                 return None
             if self.model is not None and self._boundary_counterexample(i, inner, near):
                 return None
             inner |= {x for j in near for x in group[j].symbols}
 
-    def _prove_from(self, i: int, members: set[int]) -> list[int] | None:
+    def _prove_from(self, i: int, members: set[int]) -> tuple[str, list[int]]:
+        """z3 on ``members ∧ ¬member i``: ``("unsat", core)``, ``("sat", [])`` or ``("unknown", [])``."""
         solver = self._solver()
         for j in members:
             solver.add(z3.Implies(self.tracks[j], self.members[j]))
         solver.add(z3.Not(self.members[i]))
-        if solver.check(*[self.tracks[j] for j in members]) != z3.unsat:
-            return None
+        result = solver.check(*[self.tracks[j] for j in members])
+        if result != z3.unsat:
+            return str(result), []
         names = {str(self.tracks[j]): j for j in members}
-        return [names[str(t)] for t in solver.unsat_core() if str(t) in names]
+        return "unsat", [names[str(t)] for t in solver.unsat_core() if str(t) in names]
 
     def _is_counterexample(self, i: int, values: dict[str, int], moved: set[sympy.Symbol]) -> bool:
         touched = {j for x in moved for j in self.touching.get(x, ())}
@@ -826,6 +887,27 @@ class _GroupSolver:
                     continue
                 if self._is_counterexample(i, values, {x} | dependents):
                     return True
+        return self._jumbled_counterexample(i, symbols)
+
+    def _jumbled_counterexample(self, i: int, symbols: list[sympy.Symbol]) -> bool:
+        """Move all of member ``i``'s symbols at once, by small pseudo-random steps."""
+        model = self.model
+        assert model is not None
+        if len(symbols) < 2:
+            return False
+        rng = random.Random(i)
+        dependents = {y for y, uses in self.linked.items() if uses & set(symbols)}
+        for _ in range(self._JUMBLES):
+            values = dict(model)
+            for x in symbols:
+                values[x.name] = model[x.name] + rng.choice(self._STEPS + (0,)) * rng.choice((1, 1, 2, 3))
+            try:
+                for y in dependents:
+                    values[y.name] = evaluate(self.definitions[y], values)
+            except (ZeroDivisionError, TypeError):
+                continue
+            if self._is_counterexample(i, values, set(symbols) | dependents):
+                return True
         return False
 
     def _boundary_counterexample(self, i: int, inner: set[sympy.Symbol], near: set[int]) -> bool:
@@ -849,28 +931,32 @@ class _GroupSolver:
         return self._is_counterexample(i, values, inner)
 
 
-def _minimal_unsat(atoms: list[_Atom], context: list[sympy.Basic], timeout_ms: int) -> list[_Atom]:
-    """A minimal subset of ``atoms`` that cannot hold with ``context`` (deletion-based)."""
+def _unsatisfiable(atoms: list[_Atom], context: list[sympy.Basic], timeout_ms: int) -> bool:
+    """Whether z3 shows that ``atoms`` cannot all hold together with ``context``."""
     translator = Translator(z3.Context())
     solver = z3.Solver(ctx=translator.ctx)
-    solver.set("timeout", timeout_ms)
-    for fact in context:
-        solver.add(translator.holds(fact))
-    tracks = []
-    for i, atom in enumerate(atoms):
-        track = z3.Bool(f"!atom{i}", translator.ctx)
+    _limit(solver, timeout_ms)
+    solver.add(*(translator.holds(f) for f in context))
+    for atom in atoms:
         defined = [translator.holds(sympy.Ne(d, 0)) for d in atom.divisors if not d.is_Number]
-        solver.add(z3.Implies(track, z3.And(translator.holds(atom.canonical), *defined)))
-        tracks.append(track)
+        solver.add(translator.holds(atom.canonical), *defined)
     solver.add(*translator.axioms)
-    if solver.check(*tracks) != z3.unsat:
-        return atoms
-    keep = list(range(len(atoms)))
-    for i in list(keep):
-        trial = [j for j in keep if j != i]
-        if solver.check(*[tracks[j] for j in trial]) == z3.unsat:
+    return solver.check() == z3.unsat
+
+
+_MINIMIZE_AT_MOST = 64  # conjuncts; a larger unsatisfiable set is reported as it is
+
+
+def _minimal_unsat(atoms: list[_Atom], context: list[sympy.Basic], timeout_ms: int) -> list[_Atom]:
+    """A subset of the unsatisfiable ``atoms`` that z3 shows unsatisfiable, each member needed."""
+    keep = list(atoms)
+    if len(keep) > _MINIMIZE_AT_MOST:
+        return keep
+    for atom in list(keep):
+        trial = [a for a in keep if a is not atom]
+        if trial and _unsatisfiable(trial, context, timeout_ms):
             keep = trial
-    return [atoms[j] for j in keep]
+    return keep
 
 
 def simplify(
@@ -883,7 +969,8 @@ def simplify(
     """An equivalent, smaller guard set under ``facts`` and ``ranges`` (name → ``(lo, hi)``).
 
     Guards and facts are guard text (torch or Python syntax) or sympy claims. ``timeout_ms``
-    bounds each z3 query; a guard z3 cannot settle in time is kept.
+    bounds each z3 query (as a deterministic resource limit worth about that much solving, so
+    results do not depend on the machine's load); a guard z3 cannot settle within it is kept.
 
     >>> s = simplify(["Ne(Mod(1, FloorDiv(s0, 2)), 0)"], facts=["s0 > 2"])
     >>> [str(g) for g in s.guards]

@@ -1,0 +1,268 @@
+"""simplify: equivalent output (checked by z3 and by sampling), reasons, rewrites, contradictions."""
+
+import glob
+import itertools
+import os
+import random
+import sys
+
+import pytest
+import sympy
+import z3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapecore import ConstraintError, FloorDiv, Max, Mod, holds, int_symbol, parse, simplify
+from shapecore.guard_input import read_guard_set
+from shapecore.testing import claims, fact_sets, relations
+from shapecore.z3backend import Translator
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
+simplify_module = sys.modules["shapecore.simplify"]  # the package attribute is the function
+
+s0, s1, s2 = (int_symbol(n) for n in ("s0", "s1", "s2"))
+
+
+def texts(guards):
+    return [str(g) for g in guards]
+
+
+def z3_equivalent(inputs, outputs, facts=(), ranges=None, rlimit=50_000_000):
+    """z3's verdict on "under facts and ranges, the inputs all hold iff the outputs all hold",
+    asked guard by guard (each side must imply every guard of the other): ``unsat`` when
+    every implication is proved, else the first other answer."""
+    translator = Translator(z3.Context())
+    ctx = translator.ctx
+    parsed = [[parse(g) if isinstance(g, str) else g for g in side] for side in (inputs, outputs)]
+    scope = [translator.holds(parse(f) if isinstance(f, str) else f) for f in facts]
+    for name, (lo, hi) in (ranges or {}).items():
+        var = translator.symbol(name)
+        scope += ([var >= lo] if lo is not None else []) + ([var <= hi] if hi is not None else [])
+    for premises, conclusions in (parsed, parsed[::-1]):
+        for guard in conclusions:
+            if guard in premises:
+                continue
+            solver = z3.Solver(ctx=ctx)
+            solver.set("rlimit", rlimit)
+            solver.add(*scope, *(translator.holds(g) for g in premises), z3.Not(translator.holds(guard)))
+            solver.add(*translator.axioms)
+            answer = solver.check()
+            if answer != z3.unsat:
+                return answer
+    return z3.unsat
+
+
+def sampled_equivalent(inputs, outputs, names, values, facts=(), ranges=None):
+    """The first assignment (from ``values`` per name) inside the scope where the sets disagree."""
+    inputs = [parse(g) if isinstance(g, str) else g for g in inputs]
+    facts = [parse(f) if isinstance(f, str) else f for f in facts]
+    for combination in itertools.product(values, repeat=len(names)):
+        point = dict(zip(names, combination))
+        if any((lo is not None and point[n] < lo) or (hi is not None and point[n] > hi)
+               for n, (lo, hi) in (ranges or {}).items()):
+            continue
+        if all(holds(f, point) for f in facts):
+            if all(holds(g, point) for g in inputs) != all(holds(g, point) for g in outputs):
+                return point
+    return None
+
+
+# -- examples ------------------------------------------------------------------------------------
+
+
+def test_issue_example_rewrites_to_a_range():
+    result = simplify(["Ne(Mod(1, FloorDiv(s0, 2)), 0)"], facts=["s0 > 2"])
+    assert texts(result.guards) == ["s0 >= 4"]
+    (rewrite,) = result.rewritten
+    assert str(rewrite.guard) == "Ne(Mod(1, (s0//2)), 0)" and str(rewrite.to) == "s0 >= 4"
+    assert "fails only for s0 = 3" in rewrite.why
+    assert result.ranges == {"s0": (4, None)}
+
+
+def test_arange_guards_vanish_on_their_range():
+    torch_guards = ["s77 >= ((s77//3))", "Ne(s77 - ((s77//3)), 0)", "s77 - ((s77//3)) >= 2", "Ne(s77 - ((s77//3)), 1)"]
+    result = simplify(torch_guards, ranges={"s77": (3, 10000)})
+    assert result.guards == ()
+    assert {d.kind for d in result.dropped} == {"tautology"}
+    assert len(result.dropped) == 4
+    # without the range they are not all tautologies (n = 1 breaks the last one)
+    assert simplify(torch_guards).guards != ()
+
+
+def test_view8_guards_become_a_range_and_a_divisibility():
+    guards = ["Eq(Mod(16*s77, 128), 0)", "Eq(16*s77, 128*((s77//8)))", "Ne(s77, 8)", "Eq(Mod(s77, 8), 0)",
+              "128*((s77//8)) >= 2", "Ne((s77//8), 1)"]
+    result = simplify(guards, ranges={"s77": (2, None)})
+    assert texts(result.guards) == ["s77 >= 16", "Eq(Mod(s77, 8), 0)"]
+    fates = {str(f.guard): f for f in result.fates}
+    assert fates["Eq(Mod(s77, 8), 0)"].outcome == "kept"
+    assert fates["Ne(s77, 8)"].outcome == "dropped" and "s77 >= 16" in fates["Ne(s77, 8)"].detail
+    assert result.ranges == {"s77": (16, None)}
+
+
+def test_ranges_merge_into_one_guard_per_symbol():
+    result = simplify(["s0 >= 2", "s0 > 4", "s0 <= 100", "Ne(s0, 5)", "s0 < 200"])
+    assert texts(result.guards) == ["(s0 >= 6) & (s0 <= 100)"]
+    assert all(d.kind == "merged" for d in result.dropped)
+
+
+def test_a_range_guard_given_as_written_is_kept():
+    result = simplify(["(s0 >= 2) & (s0 <= 10)", "s0 >= 1"])
+    assert texts(result.guards) == ["(s0 >= 2) & (s0 <= 10)"]
+    assert [f.outcome for f in result.fates] == ["kept", "kept", "dropped"]
+
+
+def test_strongest_divisibility_is_kept():
+    result = simplify(["Eq(Mod(s0, 2), 0)", "Eq(Mod(s0, 8), 0)", "Eq(Mod(s0, 4), 0)", "Eq(Mod(3*s0, 6), 0)"])
+    assert texts(result.guards) == ["Eq(Mod(s0, 8), 0)"]
+
+
+def test_divisibility_pairs_with_a_symbolic_divisor_are_one_guard():
+    result = simplify(["Eq(Mod(s0*s1, s1 - 1), 0)", "Eq(s0*s1, (s1 - 1)*((s0*s1)//(s1 - 1)))"])
+    assert len(result.guards) == 1
+
+
+def test_duplicates_and_tautologies_have_their_reason():
+    result = simplify(["s0 >= s1", "s1 <= s0", "s0 + s1 >= 0"], ranges={"s0": (0, None), "s1": (0, None)})
+    assert texts(result.guards) == ["s0 >= s1"]
+    kinds = {str(d.guard): d.kind for d in result.dropped}
+    assert kinds == {"s1 <= s0": "duplicate", "s0 + s1 >= 0": "tautology"}
+    assert result.dropped[0].reason == "duplicate of s0 >= s1"
+
+
+def test_implied_guard_names_what_implies_it():
+    result = simplify(["s0 <= s1", "s1 <= s2", "s0 <= s2"])
+    assert texts(result.guards) == ["s0 <= s1", "s1 <= s2"]
+    (dropped,) = result.dropped
+    assert dropped.kind == "implied" and set(texts(dropped.by)) == {"s0 <= s1", "s1 <= s2"}
+
+
+def test_replacements_stay_and_restate_ranges():
+    result = simplify(["Eq(s1, 2*s0)", "s1 >= 10", "s0 >= 1"])
+    assert set(texts(result.guards)) == {"Eq(s1, 2*s0)", "s0 >= 5"}
+    assert result.ranges == {"s0": (5, None), "s1": (10, None)}
+
+
+def test_contradiction_is_a_minimal_unsatisfiable_subset():
+    result = simplify(["s2 >= 0", "s0 >= 5", "s1 >= 1", "s0 <= 3"])
+    assert texts(result.contradiction) == ["s0 >= 5", "s0 <= 3"]
+    assert result.guards == result.contradiction
+    cyclic = simplify(["s0 < s1", "s1 < s2", "s2 < s0", "s0 >= 0"])
+    assert set(texts(cyclic.contradiction)) == {"s0 < s1", "s1 < s2", "s2 < s0"}
+
+
+def test_a_zero_divisor_means_the_guard_never_holds():
+    result = simplify(["Eq(Mod(s0, s1), 0)"], facts=["Eq(s1, 0)"])
+    assert texts(result.contradiction) == ["Eq(Mod(s0, s1), 0)"]
+    # the divisions cancel in the difference, but the guard still fails where s1 == 0
+    guards = ["Eq((s0//s1) + s2, (s0//s1))"]
+    result = simplify(guards)
+    assert sampled_equivalent(guards, result.guards, ("s0", "s1", "s2"), range(-3, 4)) is None
+
+
+def test_contradictory_facts_are_an_error():
+    with pytest.raises(ConstraintError, match="contradict"):
+        simplify(["s0 >= 1"], facts=["s0 > 3"], ranges={"s0": (0, 2)})
+
+
+def test_every_input_conjunct_has_a_fate_in_order():
+    guards = ["(s0 >= 1) & (s1 >= 1)", "s0 >= 1", "Eq(Mod(s0, 4), 0)"]
+    result = simplify(guards)
+    assert [(str(f.guard), f.source) for f in result.fates] == [
+        ("s0 >= 1", 0), ("s1 >= 1", 0), ("s0 >= 1", 1), ("Eq(Mod(s0, 4), 0)", 2)]
+    assert all(f.detail for f in result.fates)
+    document = result.to_json()
+    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges"]
+    assert all(set(d) == {"guard", "reason"} for d in document["dropped"])
+
+
+def test_fold_remainders_keeps_value_and_definedness():
+    a, d = s0 * s1 + 2, s1 - 3
+    claims_ = [sympy.Eq(a, d * FloorDiv(a, d)), sympy.Ge(2 * a + 1, 2 * d * FloorDiv(a, d)),
+               sympy.Ne(s2 - d * FloorDiv(s2, d), 1)]
+    for claim in claims_:
+        folded = simplify_module._fold_remainders(claim)
+        assert Mod(*FloorDiv(a if claim is not claims_[2] else s2, d).args) in folded.atoms(Mod)
+        for v0, v1, v2 in itertools.product(range(-4, 5), repeat=3):
+            point = {"s0": v0, "s1": v1, "s2": v2}
+            assert holds(claim, point) == holds(folded, point)
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+NAMES = ("s0", "s1")
+guard_sets = st.lists(st.one_of(fact_sets(NAMES, max_size=3), st.lists(claims(NAMES, max_leaves=4), max_size=2)),
+                      max_size=3).map(lambda parts: [g for part in parts for g in part if g is not sympy.true])
+scopes = st.fixed_dictionaries({n: st.tuples(st.one_of(st.none(), st.integers(-4, 4)),
+                                             st.one_of(st.none(), st.integers(5, 24))) for n in NAMES})
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(guard_sets, scopes, st.lists(relations(NAMES, max_leaves=3), max_size=1))
+def test_output_accepts_exactly_what_input_accepts(guards, ranges, facts):
+    facts = [f for f in facts if f not in (sympy.true, sympy.false)]
+    try:
+        result = simplify(guards, facts=facts, ranges=ranges, timeout_ms=100)
+    except ConstraintError:
+        return
+    assert sampled_equivalent(guards, result.guards, NAMES, range(-9, 28), facts, ranges) is None
+    assert z3_equivalent(guards, result.guards, facts, ranges, rlimit=2_000_000) != z3.sat
+    if result.contradiction is None:
+        assert len(result.guards) <= len(result.fates)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 3))
+@given(st.lists(st.one_of(fact_sets(("s0",), max_size=4), st.lists(claims(("s0",), max_leaves=5), max_size=2)),
+                min_size=1, max_size=3).map(lambda parts: [g for part in parts for g in part if g is not sympy.true]),
+       st.tuples(st.integers(-20, 3), st.one_of(st.none(), st.integers(4, 300))))
+def test_single_symbol_rewrites_are_exact(guards, scope):
+    ranges = {"s0": scope}
+    result = simplify(guards, ranges=ranges, timeout_ms=100)
+    assert sampled_equivalent(guards, result.guards, ("s0",), range(-25, 340), ranges=ranges) is None
+
+
+def test_corpus_results_are_equivalent_and_never_larger():
+    cases = sorted(glob.glob(os.path.join(CORPUS, "*.json")))
+    assert len(cases) >= 20
+    for path in cases:
+        with open(path) as handle:
+            guard_set = read_guard_set(handle.read(), path)
+        guards = [g.expr for g in guard_set.guards if g.kind != "runtime_assert"]
+        result = simplify(guards)
+        assert result.contradiction is None, path
+        assert len(result.guards) <= len(guards), path
+        assert z3_equivalent(guards, result.guards) == z3.unsat, path
+        assert all(holds(g, guard_set.hints) for g in result.guards if g.free_symbols <= {int_symbol(h) for h in guard_set.hints})
+
+
+def torch_like_guards(rng, names):
+    """Guards of the shapes torch records, true at the hints (torch records what held)."""
+    xs = [int_symbol(n) for n in names]
+    hints = {n: rng.choice([1, 2, 8]) * rng.randint(2, 40) for n in names}
+    templates = [
+        lambda x, y: x >= rng.randint(0, 6), lambda x, y: sympy.Ne(x, rng.randint(0, 9)),
+        lambda x, y: sympy.Eq(Mod(x, rng.choice([2, 4, 8])), 0), lambda x, y: x <= rng.randint(50, 400),
+        lambda x, y: sympy.Ne(FloorDiv(x, 8), 1), lambda x, y: x - FloorDiv(x, 3) >= 2,
+        lambda x, y: x <= y, lambda x, y: sympy.Ne(x, y), lambda x, y: x * y >= 4,
+        lambda x, y: sympy.Eq(Mod(x * y, 8), 0), lambda x, y: x + y <= 3 * Max(x, y),
+    ]
+    guards = []
+    while len(guards) < 80:
+        x, y = rng.sample(xs, 2)
+        g = rng.choice(templates)(x, y)
+        if g not in (sympy.true, sympy.false):
+            guards.append(g if holds(g, hints) else sympy.Not(g))
+    return guards + rng.sample(guards, 30), hints
+
+
+def test_larger_torch_like_sets_stay_equivalent():
+    rng = random.Random(7)
+    names = [f"s{i}" for i in range(6)]
+    guards, hints = torch_like_guards(rng, names)
+    ranges = {n: (2, None) for n in names}
+    result = simplify(guards, ranges=ranges)
+    assert result.contradiction is None and len(result.guards) < len(guards) // 2
+    assert all(holds(g, hints) for g in result.guards)
+    for _ in range(3000):  # points near the hints, where guards flip
+        point = {n: max(2, hints[n] + rng.choice([0, 0, -1, 1, -8, 8, -hints[n] // 2])) for n in names}
+        assert all(holds(g, point) for g in guards) == all(holds(g, point) for g in result.guards), point
