@@ -115,4 +115,7 @@ def compile_predicate(claims: Iterable[sympy.Basic]) -> Callable[[Mapping[str, o
     """A function of an assignment (name → value): whether every claim holds there."""
     claims = list(claims)
     check = compile_guards(claims, {s.name: f"values[{s.name!r}]" for c in claims for s in symbols_of(c)})
+    if not check.parameters:  # no symbols: the claims are constants
+        constant = check() is None
+        return lambda values: constant
     return lambda values: check(values=values) is None
