@@ -10,7 +10,9 @@ node by node on local fake tensors whose sizes are polynomials in the local symb
 * shape arguments — the size of ``view``/``reshape``/``_unsafe_view``/``expand``, of the
   ``new_*`` ops and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``,
   ``empty_strided``) — become the node's local output shape; ``arange`` split across ranks
-  starts at this rank's offset;
+  starts at this rank's offset; ``view`` becomes ``reshape``, because a local tensor's
+  strides can differ from the traced global one's (a split head dim, say) where its values
+  cannot;
 * a SymInt read off a tensor (``sym_size``, ``sym_numel``, ``sym_stride``) is the *global*
   value written over the local symbols (``s0 = 4*b0``); SymInt arithmetic on it stays global,
   so scalars computed from sizes keep their meaning;
@@ -247,6 +249,7 @@ class _Replay:
         self.gm, self.plan, self.localizer, self.groups, self.shapes = gm, plan, localizer, groups, shapes
         self.redistributions: dict[tuple[str, int], Redistribution] = {(r.consumer, r.operand): r for r in plan.redistributions}
         self.size_arg, self.whole_dim = _ops()
+        self.views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
         self.local_symbols: dict[str, Any] = {}  # b name -> SymInt of the local env
@@ -360,6 +363,8 @@ class _Replay:
 
                 args, kwargs = map_arg((node.args, node.kwargs), fetch)
                 target, args, adjust = self._localize_arguments(node, list(args), operands, symint)
+                if target in self.views:  # local strides may differ from the trace's: copy where a view cannot
+                    target = self._torch.ops.aten.reshape.default
                 values[node] = adjust(target(*args, **kwargs))
                 self._check_shape(node, values[node])
             else:
