@@ -1,5 +1,8 @@
 """The shapecore command line: answers, exit codes and error messages."""
 
+import io
+import json
+import os
 import subprocess
 import sys
 
@@ -56,3 +59,118 @@ def test_smtlib_output_is_a_checkable_script(capsys):
 def test_help_has_examples():
     result = run("prove", "--help")
     assert result.returncode == 0 and "examples:" in result.stdout and "--range n=3..10000" in result.stdout
+
+
+# -- simplify / check / explain ------------------------------------------------------------------
+
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
+ARANGE = "s77 >= ((s77//3))\nNe(s77 - ((s77//3)), 0)\ns77 - ((s77//3)) >= 2\nNe(s77 - ((s77//3)), 1)\n"
+VIEW8 = "Eq(Mod(16*s77, 128), 0)\nEq(16*s77, 128*((s77//8)))\nNe(s77, 8)\nEq(Mod(s77, 8), 0)\ns77 >= 2\n"
+
+
+@pytest.fixture
+def guard_file(tmp_path):
+    def write(text, name="guards.txt"):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def guard_lines(out):
+    return [line for line in out.splitlines() if line and not line.startswith("#")]
+
+
+def test_simplify_drops_the_arange_guards_on_their_range(guard_file, capsys):
+    path = guard_file(ARANGE)
+    assert main(["simplify", path, "--range", "s77=3..10000"]) == 0
+    assert guard_lines(capsys.readouterr().out) == []
+    assert main(["simplify", path]) == 0  # without the range one guard is needed
+    assert guard_lines(capsys.readouterr().out) == ["s77 - ((s77//3)) >= 2"]
+
+
+def test_simplify_json_is_one_object(guard_file, capsys):
+    assert main(["simplify", guard_file(VIEW8), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges"]
+    assert document["guards"] == ["s77 >= 16", "Eq(Mod(s77, 8), 0)"]
+    assert all(set(d) == {"guard", "reason"} and d["reason"] for d in document["dropped"])
+    assert document["contradiction"] is None and document["ranges"] == {"s77": [16, None]}
+
+
+def test_simplify_rewrites_and_assumes(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("Ne(Mod(1, FloorDiv(s0, 2)), 0)\n"))
+    assert main(["simplify", "-", "--assume", "s0 > 2", "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["guards"] == ["s0 >= 4"]
+    assert document["rewritten"] == [{"guard": "Ne(Mod(1, (s0//2)), 0)", "as": "s0 >= 4"}]
+
+
+def test_simplify_explain_has_a_row_per_input_guard(guard_file, capsys):
+    path = guard_file(VIEW8)
+    assert main(["simplify", path, "--explain"]) == 0
+    out = capsys.readouterr().out
+    rows = out.split("\n\n", 1)[1].splitlines()
+    assert rows[0].split() == ["where", "guard", "outcome", "why"]
+    assert len(rows) == 1 + len(VIEW8.splitlines())
+    assert rows[3].startswith(f"{path}:3:1") and "merged into s77 >= 16" in rows[3]
+    assert "kept" in rows[4]
+
+
+def test_simplify_python_format_uses_the_sources(capsys):
+    assert main(["simplify", os.path.join(CORPUS, "compile_view8.json"), "--format", "python"]) == 0
+    lines = guard_lines(capsys.readouterr().out)
+    assert "L['x'].size()[0] % 8 == 0" in lines and "L['x'].size()[0] >= 16" in lines
+
+
+def test_simplify_reports_a_contradiction_with_exit_1(guard_file, capsys):
+    assert main(["simplify", guard_file("s0 >= 5\ns1 >= 0\ns0 <= 3\n")]) == 1
+    out = capsys.readouterr().out
+    assert "contradiction" in out and guard_lines(out) == ["s0 >= 5", "s0 <= 3"]
+
+
+def test_check_lists_the_failing_guards(guard_file, capsys):
+    path = guard_file(VIEW8)
+    assert main(["check", path, "s77=64"]) == 0
+    assert "all 5 conditions hold" in capsys.readouterr().out
+    assert main(["check", path, "s77=8"]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:3:1: Ne(s77, 8)" in out and "Eq(Mod(s77, 8), 0)" not in out
+
+
+def test_explain_summarizes_each_symbol(capsys):
+    assert main(["explain", os.path.join(CORPUS, "export_view8_derived.json")]) == 0
+    out = capsys.readouterr().out
+    assert "s6  (source k, hint 8)" in out and "range        [2, 512]" in out
+    assert "s77  (source L['x'].size()[0], hint 64)" in out and "replaced by  8*s6" in out
+
+
+@pytest.mark.parametrize(
+    "argv, text, message",
+    [
+        (["simplify"], "s0 >= 2\n  Eq(Mod(s0, 8)\n", ":2:5: syntax error"),
+        (["simplify"], '{"format": "shapecore.ShapeEnv",\n "version": 1,}', ":2:15: invalid JSON"),
+        (["check"], "s0 >= 2\n", "mentions s0, which has no value; pass s0=VALUE"),
+        (["explain"], "Foo(s0)\n", ":1:1: unknown function 'Foo'"),
+    ],
+)
+def test_malformed_guard_files_exit_2_with_location(guard_file, argv, text, message):
+    path = guard_file(text)
+    result = run(*argv, path, *(["s1=3"] if argv == ["check"] else []))
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_values_and_missing_files_exit_2(guard_file):
+    result = run("check", guard_file("s0 >= 2\n"), "s0=two")
+    assert result.returncode == 2 and "s0=two:1:4: the value must be an integer" in result.stderr
+    missing = run("simplify", "/nonexistent/guards.txt")
+    assert missing.returncode == 2 and "/nonexistent/guards.txt:1:1: cannot read" in missing.stderr
+    assert "Traceback" not in result.stderr + missing.stderr
+
+
+@pytest.mark.parametrize("command", ["simplify", "check", "explain"])
+def test_new_subcommands_have_help_with_examples(command):
+    result = run(command, "--help")
+    assert result.returncode == 0 and "examples:" in result.stdout and f"shapecore {command} " in result.stdout
