@@ -30,21 +30,27 @@ __all__ = ["CompiledProgram", "compile_program"]
 
 @dataclass(frozen=True)
 class CompiledProgram:
-    """A compiled local program: ``run(symbol_values, tensors)`` returns the flat outputs."""
+    """A compiled local program: ``run(symbol_values, tensors)`` returns the flat outputs.
+
+    ``guards`` (over the local symbol names) must hold for ``run`` to be valid; a program
+    specialized to ``values`` has the guards ``Eq(b, value)``.
+    """
 
     run: Callable[[Sequence[int], Sequence[Any]], list[Any]]
     guards: tuple[sympy.Basic, ...]
     seconds: float
     values: Mapping[str, int] | None = None
 
-    def accepts(self, values: Mapping[str, int]) -> list[sympy.Basic]:
-        """The guards that ``values`` (local symbol name -> int) break."""
-        from shapecore import holds
+    def __post_init__(self) -> None:
+        from shapecore import compile_guards
 
-        if self.values is not None:
-            return [] if all(values[k] == v for k, v in self.values.items()) else [
-                sympy.Eq(sympy.Symbol(k, integer=True), v) for k, v in self.values.items() if values[k] != v]
-        return [g for g in self.guards if not holds(g, values)]
+        object.__setattr__(self, "_check", compile_guards(self.guards, {g.name: f"values[{g.name!r}]" for guard in
+                                                                       self.guards for g in guard.free_symbols}))
+
+    def accepts(self, values: Mapping[str, int]) -> sympy.Basic | None:
+        """The first guard that ``values`` (local symbol name -> int) break, or None."""
+        check = self._check  # type: ignore[attr-defined]
+        return check(values=values) if check.parameters else check()
 
 
 def _names(program: LocalProgram) -> dict[str, str]:
@@ -97,13 +103,15 @@ def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None =
     """Compile ``program`` with Inductor: dynamic in the local symbols, or specialized to ``values``."""
     from torch._inductor.compile_fx import compile_fx
 
+    from shapecore import int_symbol
+
     start = time.perf_counter()
     if values is None:
         compiled = compile_fx(program.graph_module, list(program.example_inputs))
         guards = _assumptions(program)
     else:
         compiled = compile_fx(program.graph_module, _static_inputs(program, values))
-        guards = ()
+        guards = tuple(sympy.Eq(int_symbol(name), value) for name, value in sorted(values.items()))
     seconds = time.perf_counter() - start
 
     coordinate = program.coordinate

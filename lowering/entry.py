@@ -10,9 +10,10 @@ Run at every call of a parallel program, before any of its collectives:
 2. **Binding**: a dim of global size ``e`` split into ``k`` pieces that holds ``n`` locally
    has global size ``k·n``; dims whose ``e`` is a symbol (or ``c·s + d``) bind it, and every
    dim is then checked against its ``e``.
-3. **Guards**: a shapecore ShapeEnv holding the trace's contract (symbol ranges, torch's
-   guards) with the plan's guards added as facts checks the bound values
-   (``check_guards``); the first condition broken raises :class:`GuardViolation` naming it (in
+3. **Guards**: everything a shapecore ShapeEnv holding the trace's contract (symbol ranges,
+   torch's guards) and the plan's guards says inputs must satisfy (``produce_guards``),
+   compiled once into straight-line Python (:func:`shapecore.compile_guards`), is checked at
+   the bound values; the first condition broken raises :class:`GuardViolation` naming it (in
    the user's ``Dim`` names) and the values.
 """
 
@@ -45,16 +46,20 @@ class InputSpec:
 class EntryCheck:
     """Checks one call's inputs on every rank; returns the global symbol values.
 
-    ``env``: a shapecore ShapeEnv over the trace's symbols whose ``check_guards`` lists what
+    ``env``: a shapecore ShapeEnv over the trace's symbols whose ``produce_guards`` lists what
     inputs must satisfy (the trace's contract and the plan's guards); ``names``: symbol name ->
     the name to show the user (their ``Dim`` name or the input dim it is read from).
     """
 
     def __init__(self, specs: Sequence[InputSpec], mesh_shape: Sequence[int], env: Any,
                  names: Mapping[str, str]) -> None:
+        from shapecore import compile_guards
+
         self.specs = tuple(specs)
         self.mesh_shape = tuple(mesh_shape)
-        self.env = env
+        self.replacements = {s.name: e for s, e in env.replacements.items()}
+        contract = env.produce_guards({name: name for name in env.symbols})
+        self._guards = compile_guards(contract, {name: f"values[{name!r}]" for name in env.symbols})
         self.names = dict(names)
         self._length = 2 + sum(len(s.global_shape) for s in self.specs if s.placements is not None)
         self._symbols = sorted({x.name for s in self.specs for e in s.global_shape for x in e.free_symbols})
@@ -175,12 +180,21 @@ class EntryCheck:
     def _values(self, values: Mapping[str, int]) -> str:
         return ", ".join(f"{self.names.get(k, k)} = {v}" for k, v in sorted(values.items()))
 
+    def _with_replaced(self, values: dict[str, int]) -> dict[str, int]:
+        """``values`` with the symbols the trace replaced by expressions of bound ones (``s1 := 2*s0``)."""
+        from shapecore import evaluate
+
+        full = dict(values)
+        for name, expression in self.replacements.items():
+            if name not in full and {s.name for s in expression.free_symbols} <= set(full):
+                full[name] = evaluate(expression, full)
+        return full
+
     def check(self, inputs: Sequence[Any]) -> dict[str, int]:
         """Global symbol values of this call; raises RankMismatch or GuardViolation on every rank alike."""
         values = self._bind(self._global_dims(self._agree(inputs)))
-        broken = self.env.check_guards(values)
-        if broken:
-            guard = broken[0]
+        guard = self._guards(values=self._with_replaced(values)) if self._guards.parameters else self._guards()
+        if guard is not None:
             involved = {s.name for s in guard.free_symbols}
             shown = self._show(guard)
             raise GuardViolation(

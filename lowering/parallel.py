@@ -182,18 +182,19 @@ class ParallelModule:
         names.update({str(expr): dim for dim, expr in dims.items() if getattr(expr, "is_Symbol", False)})
         return names
 
-    def _compile_first(self) -> CompiledProgram:
-        """Rank 0 compiles first when every rank has the same graph text; the others hit the cache."""
+    def _compile_first(self, values: Mapping[str, int] | None = None) -> CompiledProgram:
+        """Compile (specialized to ``values`` if given) on every rank; when every rank has the
+        same graph text, rank 0 compiles first and the others load its result from the cache."""
         import torch.distributed as dist
 
         code = hashlib.sha256(self.program.graph_module.code.encode()).hexdigest()
         codes: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(codes, code)
         if len(set(codes)) > 1:
-            return compile_program(self.program)
-        compiled = compile_program(self.program) if dist.get_rank() == 0 else None
+            return compile_program(self.program, values=values)
+        compiled = compile_program(self.program, values=values) if dist.get_rank() == 0 else None
         dist.barrier()
-        return compiled if compiled is not None else compile_program(self.program)
+        return compiled if compiled is not None else compile_program(self.program, values=values)
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -253,13 +254,13 @@ class ParallelModule:
         broken: list[Any] = []
         for variant in self._variants:
             failed = variant.accepts(values)
-            if not failed:
+            if failed is None:
                 return variant
-            broken += failed
+            broken.append(failed)
         if self.dynamic:
             warnings.warn(f"compiling again for {dict(values)}: the compiled program assumes "
                           f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=3)
-        variant = compile_program(self.program, values=values)
+        variant = self._compile_first(values)  # every rank gets here with the same values: safe to communicate
         self._variants.append(variant)
         return variant
 
