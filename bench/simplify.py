@@ -1,0 +1,290 @@
+"""Benchmark: guard simplification against what torch keeps, at scale, and compiled guard checks.
+
+Run from the repository root (about a minute; ``--quick`` for a smaller scale case)::
+
+    python bench/simplify.py
+
+Every figure is compared with a peer measured in the same run:
+
+1. **Corpus** (``../shared/corpus``, 26 guard sets captured from torch 2.13). Like is compared
+   with like, symbolic guards only:
+
+   * *torch keeps* the lines of ``produce_guards.final`` that constrain symbols: ``relational``
+     and ``other`` lines, one ``range`` line per bounded symbol, and the ``src == expr``
+     lines that state a symbolic replacement (``L['z'].size()[0] == 2*L['x'].size()[0]``).
+     Not counted: the other ``source_equality`` lines (strides, storage offsets, static sizes,
+     duck-sizing ``x == y`` of one symbol, float constants), which are tensor-metadata checks
+     no symbolic simplifier sees. Where torch produced no ``final`` (an export error), its
+     nontrivial guards plus those range and replacement lines are counted instead.
+   * *shapecore keeps* ``simplify(...).guards`` for the same information: the ShapeEnv's raw
+     guards (``guards[]``, including those torch found trivial), its replacements as
+     ``Eq(symbol, expr)`` and each backed symbol's final range as a range guard, read by
+     ``shapecore.guard_input``; constant replacements (static specializations) are excluded
+     from the count as on torch's side. Deferred runtime asserts are in-graph checks, not
+     entry guards, on both sides.
+   * Each result is checked equivalent to its input by z3, guard by guard (each side implies
+     every guard of the other).
+   * The table shows ``relational + range`` on each side. Range lines are one per bounded
+     symbol on both sides (shapecore's are often tighter, as they absorb guards), so the
+     reduction is given over all lines and over the lines beyond them.
+
+2. **Scale**: a generated set of 4,000 guards over 50 symbols (torch-like shapes, true at
+   example values, ~1/3 distinct), each symbol declared ``>= 2``. The peer is the naive
+   method, one z3 query per guard against all the others on one incremental solver, run on a
+   smaller generated set (it does not finish on the large one in minutes); shapecore runs
+   on both. Results are checked by sampling points around the example values.
+
+3. **compile_guards**: per-call cost of the generated function against evaluating the guards
+   one by one with ``shapecore.holds`` and against ``ShapeEnv.check_guards``, at values where
+   every guard holds (the common case: all of them are evaluated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import timeit
+
+import sympy
+import z3
+
+from shapecore import FloorDiv, Max, Mod, ShapeEnv, compile_guards, holds, int_symbol, simplify
+from shapecore.guard_input import read_guard_set
+from shapecore.z3backend import Translator
+
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "corpus")
+
+
+# -- corpus ---------------------------------------------------------------------------------------
+
+
+def _is_static(guard: sympy.Basic) -> bool:
+    """``Eq(s, constant)``: a specialized symbol (torch prints it as a static size)."""
+    return isinstance(guard, sympy.Eq) and any(a.is_Symbol for a in guard.args) and any(a.is_Number for a in guard.args)
+
+
+def _is_range(guard: sympy.Basic) -> bool:
+    """A bound (or two) on one symbol by constants: torch's one range line per symbol."""
+    parts = sympy.And.make_args(guard)
+    return all(
+        p.is_Relational and not isinstance(p, (sympy.Eq, sympy.Ne)) and len(p.free_symbols) == 1
+        and any(a.is_Symbol for a in p.args) and any(a.is_Number for a in p.args)
+        for p in parts
+    )
+
+
+def torch_kept(case: dict) -> tuple[int, int]:
+    """``(relational lines, range lines)`` torch keeps, per the protocol in the docstring."""
+    backed = {s["name"] for s in case["symbols"] if s["kind"] == "backed"}
+    symbolic = [r for r in case["replacements"] if r["symbol"] in backed and not sympy.sympify(r["str"]).is_Number]
+    final = case["produce_guards"]["final"]
+    if final and not any(line.startswith("<error") for line in final):
+        kinds = case["counts"]["produce_guards_final_kinds"]
+        return kinds["relational"] + kinds["other"] + len(symbolic), kinds["range"]
+    nontrivial = {g["str"] if isinstance(g, dict) else g for g in case["nontrivial_guards"]}
+    replaced = {r["symbol"] for r in case["replacements"]}
+    return len(nontrivial) + len(symbolic), len(backed - replaced)
+
+
+def z3_equivalent(inputs: list[sympy.Basic], outputs: list[sympy.Basic], rlimit: int = 50_000_000) -> str:
+    """``yes`` when z3 shows each side implies every guard of the other, else z3's answer."""
+    translator = Translator(z3.Context())
+    for premises, conclusions in ((inputs, outputs), (outputs, inputs)):
+        for guard in conclusions:
+            if guard in premises:
+                continue
+            solver = z3.Solver(ctx=translator.ctx)
+            solver.set("rlimit", rlimit)
+            solver.add(*(translator.holds(g) for g in premises), z3.Not(translator.holds(guard)), *translator.axioms)
+            answer = solver.check()
+            if answer != z3.unsat:
+                return str(answer)
+    return "yes"
+
+
+def bench_corpus() -> None:
+    print("1. corpus: symbolic guards torch keeps vs shapecore keeps (relational + range lines)")
+    print(f"   {'case':40s} {'torch':>8s} {'shapecore':>10s} {'time':>9s}  equivalent")
+    totals = [0, 0, 0, 0]
+    for path in sorted(glob.glob(os.path.join(CORPUS, "*.json"))):
+        with open(path) as handle:
+            text = handle.read()
+        case = json.loads(text)
+        t_rel, t_range = torch_kept(case)
+        guards = [g.expr for g in read_guard_set(text, path).guards if g.kind != "runtime_assert"]
+        start = time.perf_counter()
+        result = simplify(guards)
+        elapsed = time.perf_counter() - start
+        kept = [g for g in result.guards if not _is_static(g)]
+        s_range = sum(map(_is_range, kept))
+        s_rel = len(kept) - s_range
+        for i, n in enumerate((t_rel, t_range, s_rel, s_range)):
+            totals[i] += n
+        verdict = z3_equivalent(guards, list(result.guards))
+        print(f"   {case['case']:40s} {t_rel:4d}+{t_range:<3d} {s_rel:6d}+{s_range:<3d} {elapsed * 1000:7.1f}ms  {verdict}")
+    t_rel, t_range, s_rel, s_range = totals
+    print(f"   {'total':40s} {t_rel:4d}+{t_range:<3d} {s_rel:6d}+{s_range:<3d}")
+    print(f"   reduction, all symbolic lines: {t_rel + t_range} -> {s_rel + s_range} "
+          f"({100 * (1 - (s_rel + s_range) / (t_rel + t_range)):.0f}% fewer)")
+    print(f"   reduction, lines beyond one range line per symbol: {t_rel} -> {s_rel} ({100 * (1 - s_rel / t_rel):.0f}% fewer)")
+
+
+# -- scale ----------------------------------------------------------------------------------------
+
+
+def generated_guards(n_symbols: int, n_guards: int, seed: int = 0) -> tuple[list[sympy.Basic], dict[str, int]]:
+    """Torch-like guards over ``s0..s{n-1}`` that hold at the returned example values.
+
+    Symbols come in groups of five (one tensor's dims); most guards are about one symbol
+    (bounds, exclusions, divisibility, floor divisions), the rest relate two symbols of a group
+    (products, orderings, divisibility of products), a few two symbols anywhere; every third
+    group has a derived dim (``Eq(s_k, 2*s_i)``). Half are repeats, as torch repeats guards.
+    """
+    rng = random.Random(seed)
+    xs = [int_symbol(f"s{i}") for i in range(n_symbols)]
+    align = {x: rng.choice([1, 2, 8, 8, 16]) for x in xs}
+    hints = {x.name: align[x] * rng.randint(2, 64) for x in xs}
+    groups = [xs[i : i + 5] for i in range(0, n_symbols, 5)]
+    unique: list[sympy.Basic] = []
+    for group in groups[::3]:
+        hints[group[-1].name] = 2 * hints[group[0].name]
+        unique.append(sympy.Eq(group[-1], 2 * group[0]))
+
+    def single(x: sympy.Symbol) -> sympy.Basic:
+        k, c = align[x], rng.randint(1, 9)
+        return rng.choice([
+            lambda: x >= rng.randint(1, 8), lambda: x > rng.randint(0, 3), lambda: sympy.Ne(x, rng.randint(0, 3)),
+            lambda: x <= rng.choice([4096, 8192, 65536]) * k, lambda: sympy.Eq(Mod(x, k), 0),
+            lambda: sympy.Eq(Mod(c * x, c * k), 0), lambda: sympy.Eq(k * FloorDiv(x, k), x),
+            lambda: sympy.Ne(FloorDiv(x, 8 * k), 0), lambda: x >= FloorDiv(x, 3),
+            lambda: sympy.Ne(x - FloorDiv(x, 3), 1), lambda: x - FloorDiv(x, 3) >= 2,
+            lambda: Max(x, 2) >= 2, lambda: sympy.Ne(Mod(1, FloorDiv(x, 2)), 0),
+        ])()
+
+    def pair(x: sympy.Symbol, y: sympy.Symbol) -> sympy.Basic:
+        return rng.choice([
+            lambda: x * y >= 4, lambda: x + y >= 4, lambda: sympy.Eq(Mod(x * y, align[x] * align[y]), 0),
+            lambda: x <= y, lambda: sympy.Ne(x, y), lambda: x * y <= 2**31, lambda: FloorDiv(x * y, 4) <= x * y,
+            lambda: Max(x, y) >= 2, lambda: x + y <= 3 * Max(x, y), lambda: sympy.Ne(x * y, 1),
+        ])()
+
+    while len(unique) < n_guards // 2:
+        group = rng.choice(groups)
+        roll = rng.random()
+        guard = single(rng.choice(group)) if roll < 0.6 else pair(*rng.sample(group if roll < 0.96 else xs, 2))
+        if guard not in (sympy.true, sympy.false):
+            unique.append(guard if holds(guard, hints) else sympy.Not(guard))
+    guards = unique + [rng.choice(unique) for _ in range(n_guards - len(unique))]
+    rng.shuffle(guards)
+    return guards, hints
+
+
+def naive_irredundant(guards: list[sympy.Basic], ranges: dict[str, tuple[int, None]], timeout_ms: int) -> int:
+    """The peer: drop each guard that all the others imply, one z3 query per guard."""
+    translator = Translator(z3.Context())
+    solver = z3.Solver(ctx=translator.ctx)
+    for name, (lo, _) in ranges.items():
+        solver.add(translator.symbol(name) >= lo)
+    tracks = []
+    for i, guard in enumerate(guards):
+        tracks.append(z3.Bool(f"!t{i}", translator.ctx))
+        solver.add(z3.Implies(tracks[-1], translator.holds(guard)))
+    solver.add(*translator.axioms)
+    solver.set("rlimit", timeout_ms * 5000)
+    kept = set(range(len(guards)))
+    for i, guard in enumerate(guards):
+        query = z3.Bool(f"!q{i}", translator.ctx)
+        solver.add(z3.Implies(query, z3.Not(translator.holds(guard))), *translator.axioms)
+        if solver.check(*[tracks[j] for j in kept if j != i], query) == z3.unsat:
+            kept.discard(i)
+    return len(kept)
+
+
+def _sampled_disagreement(guards, result, hints, rng, points=3000):
+    names = sorted(hints)
+    for _ in range(points):
+        point = {n: max(2, hints[n] + rng.choice([0, 0, 0, -1, 1, -8, 8, -hints[n] // 2, hints[n]])) for n in names}
+        if all(holds(g, point) for g in guards) != all(holds(g, point) for g in result):
+            return point
+    return None
+
+
+def _timed_simplify(guards, ranges):
+    start = time.perf_counter()
+    result = simplify(guards, ranges=ranges)
+    return result, time.perf_counter() - start
+
+
+def bench_scale(n_symbols: int, n_guards: int, peer_symbols: int, peer_guards: int) -> tuple[list, dict]:
+    print(f"\n2. scale: {n_guards} generated guards over {n_symbols} symbols")
+    rng = random.Random(1)
+    small, small_hints = generated_guards(peer_symbols, peer_guards, seed=1)
+    small_ranges = {n: (2, None) for n in small_hints}
+    result, elapsed = _timed_simplify(small, small_ranges)
+    start = time.perf_counter()
+    naive_kept = naive_irredundant(list(dict.fromkeys(small)), small_ranges, timeout_ms=200)
+    naive = time.perf_counter() - start
+    print(f"   peer set ({peer_guards} guards, {peer_symbols} symbols): shapecore {elapsed:.2f} s, keeps {len(result.guards)}; "
+          f"naive one-z3-query-per-guard {naive:.2f} s, keeps {naive_kept}; ratio {naive / elapsed:.1f}x")
+    guards, hints = generated_guards(n_symbols, n_guards, seed=0)
+    ranges = {n: (2, None) for n in hints}
+    result, elapsed = _timed_simplify(guards, ranges)
+    disagreement = _sampled_disagreement(guards, result.guards, hints, rng)
+    print(f"   shapecore: {len(guards)} guards ({len(set(guards))} distinct) -> {len(result.guards)} in {elapsed:.2f} s; "
+          f"{len(result.dropped)} dropped, {len(result.rewritten)} rewritten; "
+          f"sampled equivalence around the example values: {'ok' if disagreement is None else disagreement}")
+    return [guards, list(result.guards)], hints
+
+
+# -- compile_guards -------------------------------------------------------------------------------
+
+
+def _per_call_us(function, repeat: int = 7) -> float:
+    number = max(1, int(0.05 / max(timeit.timeit(function, number=1), 1e-7)))
+    return statistics.median(timeit.repeat(function, number=number, repeat=repeat)) / number * 1e6
+
+
+def bench_compile_guards(sets: list[list[sympy.Basic]], hints: dict[str, int]) -> None:
+    print("\n3. compile_guards: per-call cost at values where every guard holds")
+    for guards in sets:
+        start = time.perf_counter()
+        check = compile_guards(guards)
+        compile_ms = (time.perf_counter() - start) * 1000
+        values = {p: hints[p] for p in check.parameters}
+        assert check(**values) is None
+        compiled = _per_call_us(lambda: check(**values))
+        one_by_one = _per_call_us(lambda: all(holds(g, values) for g in guards), repeat=3)
+        line = (f"   {len(guards):5d} guards: compiled {compiled:8.1f} us/call (compiled once in {compile_ms:.0f} ms); "
+                f"holds() one by one {one_by_one:9.1f} us ({one_by_one / compiled:.0f}x)")
+        if len(guards) <= 500:
+            env = ShapeEnv()
+            for name in sorted({s.name for g in guards for s in g.free_symbols}):
+                env.create_symbol(hints[name], name=name)
+            for guard in guards:
+                env.add_fact(guard)
+            env_values = {n: hints[n] for n in env.symbols}
+            assert env.check_guards(env_values) == []
+            per_env = _per_call_us(lambda: env.check_guards(env_values), repeat=3)
+            line += f"; ShapeEnv.check_guards {per_env:9.1f} us ({per_env / compiled:.0f}x)"
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1,000 guards over 25 symbols instead of 4,000 over 50")
+    args = parser.parse_args(argv)
+    bench_corpus()
+    n_symbols, n_guards = (25, 1000) if args.quick else (50, 4000)
+    sets, hints = bench_scale(n_symbols, n_guards, peer_symbols=10, peer_guards=300)
+    bench_compile_guards(sets[::-1], hints)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
