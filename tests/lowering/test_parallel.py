@@ -61,6 +61,14 @@ def _scenario(rank, name, mesh, options, batches, extra):
             pm(*pm.shard_inputs(make(8 if rank else 16)))
         except RankMismatch as error:
             result["mismatch"] = str(error)
+        try:
+            pm() if rank == 1 else pm(*pm.shard_inputs(make(8)))
+        except RankMismatch as error:
+            result["missing"] = str(error)
+        try:
+            pm(*pm.shard_inputs(make(8)[:, :6]))  # the sequence length was traced static (8)
+        except GuardViolation as error:
+            result["static"] = str(error)
     if "recompile" in extra:
         with pytest.warns(UserWarning, match="compiling again"):
             x = make(extra["recompile"])
@@ -151,9 +159,17 @@ def test_a_batch_that_breaks_the_users_constraint_is_refused_on_every_rank(decod
 
 
 def test_ranks_whose_inputs_disagree_get_the_same_error(decoder_on_2x2):
-    messages = {r["mismatch"] for r in decoder_on_2x2}
+    for key, text in (("mismatch", "ranks disagree on their local input shapes"),
+                      ("missing", "rank 1 passed 0 inputs, the program takes 1")):
+        messages = {r[key] for r in decoder_on_2x2}
+        assert len(messages) == 1
+        assert text in messages.pop()
+
+
+def test_a_static_dim_of_the_wrong_size_is_refused_by_name(decoder_on_2x2):
+    messages = {r["static"] for r in decoder_on_2x2}
     assert len(messages) == 1
-    assert "ranks disagree on their local input shapes" in messages.pop()
+    assert "input tokens dim 1 has global size 6" in messages.pop()
 
 
 def test_a_call_outside_the_compiled_programs_assumptions_compiles_again_and_is_counted(attention_on_4):

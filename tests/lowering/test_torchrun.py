@@ -1,0 +1,18 @@
+"""ParallelModule under torchrun (env:// rendezvous), not only under lowering.launch."""
+
+import json
+import os
+import subprocess
+import sys
+
+
+def test_a_parallel_module_runs_under_torchrun(tmp_path):
+    result = tmp_path / "result.json"
+    worker = os.path.join(os.path.dirname(__file__), "torchrun_worker.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           worker, str(result)], timeout=180, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(result.read_text())
+    assert data["world"] == 2 and data["compiles"] == 1
+    assert max(data["errors"]) < 1e-4
