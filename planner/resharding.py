@@ -102,6 +102,7 @@ class StateGraph:
         for a, (i, _, _, _) in enumerate(arcs):
             self.out[i].append(a)
         self._trees: dict[tuple[int, bytes], tuple[list[float], list[int]]] = {}
+        self._adjacency: dict[bytes, list[list[tuple[int, float, int]]]] = {}
 
     def _tree(self, src: int, weights: np.ndarray) -> tuple[list[float], list[int]]:
         """Dijkstra from ``src``: distance and the arc into each state (-1: none)."""
@@ -109,22 +110,28 @@ class StateGraph:
         found = self._trees.get(key)
         if found is not None:
             return found
-        scalar = (self.costs @ weights).tolist()
-        dist = [float("inf")] * len(self.states)
+        adjacency = self._adjacency.get(weights.tobytes())
+        if adjacency is None:
+            scalar = (self.costs @ weights).tolist()
+            adjacency = self._adjacency[weights.tobytes()] = [
+                [(self.arcs[a][1], scalar[a], a) for a in arcs] for arcs in self.out
+            ]
+        inf = float("inf")
+        dist = [inf] * len(self.states)
         via = [-1] * len(self.states)
         dist[src] = 0.0
         heap = [(0.0, src)]
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            d, i = heapq.heappop(heap)
+            d, i = pop(heap)
             if d > dist[i]:
                 continue
-            for a in self.out[i]:
-                j = self.arcs[a][1]
-                nd = d + scalar[a]
-                if nd < dist[j] - 1e-15 * max(1.0, nd):
+            for j, cost, a in adjacency[i]:
+                nd = d + cost
+                if nd < dist[j] - 1e-15 * nd:
                     dist[j] = nd
                     via[j] = a
-                    heapq.heappush(heap, (nd, j))
+                    push(heap, (nd, j))
         self._trees[key] = (dist, via)
         return dist, via
 

@@ -343,6 +343,20 @@ def _slice(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return rules
 
 
+@_rule("slice_backward", "select_backward")
+def _slice_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    ndim = node.output.ndim
+    dim = _dim(_args(node)[2], ndim)
+    grad = graph.operand_meta(node, 0)
+    rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
+    for d in range(ndim):
+        if d == dim:
+            continue
+        src = d if grad.ndim == ndim or d < dim else d - 1  # select removed ``dim`` from the gradient
+        rules.append(AxisRule((Shard(d),), (Shard(src),), f"S{d}"))
+    return rules
+
+
 @_rule("select")
 def _select(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     src = graph.operand_meta(node, 0)

@@ -82,7 +82,7 @@ def _local_size_args(node: Node, out_shape: Sequence[int], out_placements: Place
     return local
 
 
-_SIZE_ARG_OPS = {"view", "_unsafe_view", "reshape", "expand"}
+_SIZE_ARG_OPS = {"view", "_unsafe_view", "reshape", "expand", "slice_backward", "select_backward"}
 
 
 def check_strategy(node: Node, values: dict[str, Any], operand_nodes: Sequence[Node], strategy: Any, mesh: Sequence[int], seed: int = 0) -> None:
