@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sympy
-
+import torch
 from torch.distributed.tensor import Shard
 
 from lowering.collectives import apply_steps
@@ -47,7 +47,6 @@ from planner.placements import shard_factor
 from planner.plan import Plan, Redistribution
 
 if TYPE_CHECKING:
-    import torch
     from torch.fx import GraphModule, Node
 
 __all__ = ["EmittedCollective", "LocalInput", "LocalProgram", "lower"]
@@ -96,8 +95,6 @@ class LocalProgram:
     @property
     def coordinate(self) -> torch.Tensor:
         """This rank's mesh coordinate, the program's last input."""
-        import torch
-
         return torch.tensor(self.groups.coordinate, dtype=torch.int64)
 
     def __call__(self, symbol_values: Sequence[int], tensors: Sequence[torch.Tensor]) -> list[Any]:
@@ -108,25 +105,22 @@ class LocalProgram:
 # -- ops whose arguments need care ---------------------------------------------------------------
 
 
-def _ops() -> tuple[dict[Any, int], dict[Any, tuple[int, ...]]]:
-    """(op -> index of its size argument, op -> indices of dim arguments that must not be split)."""
-    import torch
-
-    aten = torch.ops.aten
-    size_arg = {
-        aten.view.default: 1, aten.reshape.default: 1, aten._unsafe_view.default: 1, aten.expand.default: 1,
-        aten.new_zeros.default: 1, aten.new_ones.default: 1, aten.new_empty.default: 1, aten.new_full.default: 1,
-        aten.zeros.default: 0, aten.ones.default: 0, aten.full.default: 0, aten.empty.memory_format: 0,
-        aten.empty_strided.default: 0,
-    }
-    whole_dim = {
-        aten.cat.default: (1,), aten.split.Tensor: (2,), aten.split_with_sizes.default: (2,), aten.chunk.default: (2,),
-        aten.narrow.default: (1,), aten.select.int: (1,), aten.unbind.int: (1,), aten._softmax.default: (1,),
-        aten.softmax.int: (1,), aten._log_softmax.default: (1,), aten.log_softmax.int: (1,), aten.cumsum.default: (1,),
-        aten.sort.default: (1,), aten.index_select.default: (1,), aten.gather.default: (1,), aten.flip.default: (1,),
-        aten.roll.default: (2,), aten.topk.default: (2,), aten.slice.Tensor: (1,),
-    }
-    return size_arg, whole_dim
+_aten = torch.ops.aten
+_SIZE_ARGUMENT = {  # op -> index of its size argument (the output's shape)
+    _aten.view.default: 1, _aten.reshape.default: 1, _aten._unsafe_view.default: 1, _aten.expand.default: 1,
+    _aten.new_zeros.default: 1, _aten.new_ones.default: 1, _aten.new_empty.default: 1, _aten.new_full.default: 1,
+    _aten.zeros.default: 0, _aten.ones.default: 0, _aten.full.default: 0, _aten.empty.memory_format: 0,
+    _aten.empty_strided.default: 0,
+}
+_WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be split
+    _aten.cat.default: (1,), _aten.split.Tensor: (2,), _aten.split_with_sizes.default: (2,), _aten.chunk.default: (2,),
+    _aten.narrow.default: (1,), _aten.select.int: (1,), _aten.unbind.int: (1,), _aten._softmax.default: (1,),
+    _aten.softmax.int: (1,), _aten._log_softmax.default: (1,), _aten.log_softmax.int: (1,), _aten.cumsum.default: (1,),
+    _aten.sort.default: (1,), _aten.index_select.default: (1,), _aten.gather.default: (1,), _aten.flip.default: (1,),
+    _aten.roll.default: (2,), _aten.topk.default: (2,), _aten.slice.Tensor: (1,),
+}
+_VIEWS = (_aten.view.default, _aten._unsafe_view.default)
+_READS_SIZE = (_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default)
 
 
 _DEFAULT_DIM = {"cat": 0, "split": 0, "split_with_sizes": 0, "chunk": 0, "unbind": 0, "slice": 0, "sort": -1,
@@ -134,8 +128,6 @@ _DEFAULT_DIM = {"cat": 0, "split": 0, "split_with_sizes": 0, "chunk": 0, "unbind
 
 
 def _is_tensor(value: Any) -> bool:
-    import torch
-
     return isinstance(value, torch.Tensor)
 
 
@@ -198,8 +190,6 @@ def _sharded_symbols(gm: GraphModule, plan: Plan, shapes: _GlobalShapes) -> set[
 
 
 def _all_symbols(gm: GraphModule, shapes: _GlobalShapes) -> set[str]:
-    import torch
-
     found: set[str] = set()
     for node in gm.graph.nodes:
         value = node.meta.get("val")
@@ -241,15 +231,12 @@ class _Replay:
 
     def __init__(self, gm: GraphModule, plan: Plan, localizer: Localizer, groups: MeshGroups,
                  shapes: _GlobalShapes) -> None:
-        import torch
         from torch._dynamo.source import ConstantSource
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
         self.gm, self.plan, self.localizer, self.groups, self.shapes = gm, plan, localizer, groups, shapes
         self.redistributions: dict[tuple[str, int], Redistribution] = {(r.consumer, r.operand): r for r in plan.redistributions}
-        self.size_arg, self.whole_dim = _ops()
-        self.views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
         self.local_symbols: dict[str, Any] = {}  # b name -> SymInt of the local env
@@ -261,7 +248,6 @@ class _Replay:
             self.torch_names[symbol.name] = s.name
         self.inputs = self._inputs()
         self.collectives: list[EmittedCollective] = []
-        self._torch = torch
 
     # -- sizes ----------------------------------------------------------------------------------
 
@@ -307,11 +293,11 @@ class _Replay:
         example_symbols = [self.local_symbols[n] for n in names]
         with self.fake_mode:
             example_tensors = [
-                self._torch.empty([self._symint(e, dict(zip(symbol_keys, example_symbols))) for e in i.local_shape],
+                torch.empty([self._symint(e, dict(zip(symbol_keys, example_symbols))) for e in i.local_shape],
                                   dtype=i.dtype)
                 for i in self.inputs
             ]
-            example_tensors.append(self._torch.empty(self.plan.mesh.ndim, dtype=self._torch.int64))
+            example_tensors.append(torch.empty(self.plan.mesh.ndim, dtype=torch.int64))
 
         def local_program(*flat: Any) -> list[Any]:
             *tensors, coordinate = flat[len(names):]
@@ -349,7 +335,7 @@ class _Replay:
             elif node.op == "output":
                 return self._outputs(node, values)
             elif node.op == "call_function":
-                if self._reads_size(node):
+                if node.target in _READS_SIZE:
                     values[node] = self._global_scalar(node, value, symint)
                     continue
                 operands: list[Any] = []
@@ -363,23 +349,18 @@ class _Replay:
 
                 args, kwargs = map_arg((node.args, node.kwargs), fetch)
                 target, args, adjust = self._localize_arguments(node, list(args), operands, symint)
-                if target in self.views:  # local strides may differ from the trace's: copy where a view cannot
-                    target = self._torch.ops.aten.reshape.default
+                if target in _VIEWS:  # local strides may differ from the trace's: copy where a view cannot
+                    target = torch.ops.aten.reshape.default
                 values[node] = adjust(target(*args, **kwargs))
                 self._check_shape(node, values[node])
             else:
                 raise LoweringError(f"node {node.name} is a {node.op}; the lowering reads flat aten graphs")
         raise LoweringError("the graph has no output node")
 
-    def _reads_size(self, node: Node) -> bool:
-        aten = self._torch.ops.aten
-        return node.target in (aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int,
-                               aten.sym_storage_offset.default)
-
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
         if isinstance(value, (int, bool, float)) or value is None:
             return value
-        if isinstance(value, self._torch.SymInt):
+        if isinstance(value, torch.SymInt):
             return symint(self.localizer.value(self.shapes.expr(value)))
         raise LoweringError(f"node {node.name} ({node.op} {node.target}) yields {type(value).__name__}, which "
                             "the lowering cannot rebuild from the local symbols")
@@ -419,16 +400,16 @@ class _Replay:
         """The op to call, its arguments with shape arguments localized, and what to apply to its result."""
         target, adjust = node.target, _unchanged
         value = node.meta.get("val")
-        if node.target in self.size_arg and _is_tensor(value):
+        if node.target in _SIZE_ARGUMENT and _is_tensor(value):
             placements = self._placements(node.name)
-            index = self.size_arg[node.target]
+            index = _SIZE_ARGUMENT[node.target]
             local = [symint(e) for e in self._local_shape(value, placements)]
             args[index] = local
-            if node.target == self._torch.ops.aten.empty_strided.default:
+            if node.target == torch.ops.aten.empty_strided.default:
                 args[index + 1] = self._dense_strides(value, local)
         elif str(node.target).startswith("aten.arange."):
             target, args, adjust = self._arange(node, args, symint)
-        if node.target in self.whole_dim and operands:
+        if node.target in _WHOLE_DIM and operands:
             self._check_whole_dims(node, args, operands)
         return target, args, adjust
 
@@ -453,12 +434,12 @@ class _Replay:
         piece: Any = 0
         for a in (a for a, p in enumerate(placements) if p == Shard(0)):  # outer axis first
             piece = piece * self.plan.mesh.shape[a] + self.coordinate[a]
-        return (self._torch.ops.aten.arange.start_step, [start, start + length * step, step],
+        return (torch.ops.aten.arange.start_step, [start, start + length * step, step],
                 lambda local: local + (piece * length * step).to(local.dtype))
 
     def _check_whole_dims(self, node: Node, args: list[Any], operands: list[Node]) -> None:
         short = str(node.target).split(".")[1]
-        for index in self.whole_dim[node.target]:
+        for index in _WHOLE_DIM[node.target]:
             dim = args[index] if index < len(args) else _DEFAULT_DIM.get(short)
             if dim is None:
                 continue

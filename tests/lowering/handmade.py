@@ -27,5 +27,7 @@ def handmade_plan(gm, mesh: Mesh, placements: Mapping[str, str], *, redistributi
         input_placements=tuple(parsed.get(n.name) for n in placeholders),
         output_placements=tuple(parse_placements(t) for t in outputs), guards=tuple(guards), proofs=(),
         pruned=(), decisions={}, cost=CostBreakdown(),
-        batch_costs=(), stats=SolverStats("handmade", "optimal", 0, 0, 0, 0, 0.0, None, None),
+        batch_costs=(), stats=SolverStats(solver="handmade", objective_kind="expected", status="optimal", graph_nodes=0,
+                                          decision_nodes=0, variables=0, constraints=0, objective=0.0, bound=None,
+                                          gap=None),
     )
