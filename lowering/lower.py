@@ -123,10 +123,6 @@ _VIEWS = (_aten.view.default, _aten._unsafe_view.default)
 _READS_SIZE = (_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default)
 
 
-_DEFAULT_DIM = {"cat": 0, "split": 0, "split_with_sizes": 0, "chunk": 0, "unbind": 0, "slice": 0, "sort": -1,
-                "topk": -1, "roll": None, "flip": None}
-
-
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
@@ -348,7 +344,7 @@ class _Replay:
                     return values[arg]
 
                 args, kwargs = map_arg((node.args, node.kwargs), fetch)
-                target, args, adjust = self._localize_arguments(node, list(args), operands, symint)
+                target, args, adjust = self._localize_arguments(node, list(args), kwargs, operands, symint)
                 if target in _VIEWS:  # local strides may differ from the trace's: copy where a view cannot
                     target = torch.ops.aten.reshape.default
                 values[node] = adjust(target(*args, **kwargs))
@@ -395,7 +391,7 @@ class _Replay:
         r = self.redistributions.get((consumer.name, k))
         return tuple(r.dst) if r is not None else self._producer_placements(producer)
 
-    def _localize_arguments(self, node: Node, args: list[Any], operands: list[Node],
+    def _localize_arguments(self, node: Node, args: list[Any], kwargs: dict[str, Any], operands: list[Node],
                             symint: Callable[[sympy.Basic], Any]) -> tuple[Any, list[Any], Callable[[Any], Any]]:
         """The op to call, its arguments with shape arguments localized, and what to apply to its result."""
         target, adjust = node.target, _unchanged
@@ -410,7 +406,7 @@ class _Replay:
         elif str(node.target).startswith("aten.arange."):
             target, args, adjust = self._arange(node, args, symint)
         if node.target in _WHOLE_DIM and operands:
-            self._check_whole_dims(node, args, operands)
+            self._check_whole_dims(node, args, kwargs, operands)
         return target, args, adjust
 
     def _dense_strides(self, value: Any, local: list[Any]) -> list[Any]:
@@ -437,10 +433,11 @@ class _Replay:
         return (torch.ops.aten.arange.start_step, [start, start + length * step, step],
                 lambda local: local + (piece * length * step).to(local.dtype))
 
-    def _check_whole_dims(self, node: Node, args: list[Any], operands: list[Node]) -> None:
+    def _check_whole_dims(self, node: Node, args: list[Any], kwargs: dict[str, Any], operands: list[Node]) -> None:
         short = str(node.target).split(".")[1]
         for index in _WHOLE_DIM[node.target]:
-            dim = args[index] if index < len(args) else _DEFAULT_DIM.get(short)
+            argument = node.target._schema.arguments[index]
+            dim = args[index] if index < len(args) else kwargs.get(argument.name, argument.default_value)
             if dim is None:
                 continue
             dims = dim if isinstance(dim, (list, tuple)) else [dim]
