@@ -171,7 +171,7 @@ def generated_guards(n_symbols: int, n_guards: int, seed: int = 0) -> tuple[list
         return rng.choice([
             lambda: x * y >= 4, lambda: x + y >= 4, lambda: sympy.Eq(Mod(x * y, align[x] * align[y]), 0),
             lambda: x <= y, lambda: sympy.Ne(x, y), lambda: x * y <= 2**31, lambda: FloorDiv(x * y, 4) <= x * y,
-            lambda: Max(x, y) >= 2, lambda: x + y <= 3 * Max(x, y), lambda: sympy.Ne(x * y, 1),
+            lambda: Max(x, y) >= 2, lambda: sympy.Ne(x * y, 1), lambda: x + 2 * y >= rng.randint(4, 12),
         ])()
 
     while len(unique) < n_guards // 2:

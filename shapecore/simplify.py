@@ -55,7 +55,7 @@ import z3
 from shapecore.errors import ConstraintError
 from shapecore.evaluation import evaluate, holds
 from shapecore.guard_code import compile_predicate
-from shapecore.functions import FloorDiv, Mod, int_symbol
+from shapecore.functions import FloorDiv, Max, Min, Mod, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet
 from shapecore.ranges import UNBOUNDED, ValueRange, bound
@@ -226,6 +226,7 @@ class _Atom:
     current: sympy.Basic  # ``expr`` or its rewritten form
     fate: tuple | None = None  # settled: ("duplicate", atom) ("implied", ...) ...
     rewrite: Rewrite | None = None
+    learned: tuple | None = None  # what the digest knew of its symbols when it last learned it
 
 
 @dataclass
@@ -252,6 +253,33 @@ def _range_guard(x: sympy.Symbol, lo: int | None, hi: int | None) -> sympy.Basic
 
 def _finite(value: object) -> int | None:
     return None if isinstance(value, float) and math.isinf(value) else int(value)  # type: ignore[arg-type]
+
+
+def _ordered(items: Iterable[sympy.Basic]) -> list[sympy.Basic]:
+    """A set of expressions in sympy's canonical order (a set's own order changes from run to
+    run with string hashing, and z3's answers near its budget depend on the order of assertions)."""
+    return sorted(items, key=sympy.default_sort_key)
+
+
+def _spent(solver: z3.Solver) -> int:
+    """The resource units z3 used on ``solver`` (as counted against ``rlimit``)."""
+    statistics = solver.statistics()
+    return int(statistics.get_key_value("rlimit count")) if "rlimit count" in statistics.keys() else 0
+
+
+def _is_linear(expr: sympy.Basic) -> bool:
+    """No product or power of symbols and no symbolic divisor: linear integer arithmetic
+    (``//`` and ``%`` by constants, ``Max``/``Min`` included), which z3 decides quickly."""
+    for node in sympy.preorder_traversal(expr):
+        if node.is_Mul and sum(1 for a in node.args if not a.is_Number) > 1:
+            return False
+        if node.is_Pow or (isinstance(node, (FloorDiv, Mod)) and not node.args[1].is_Number):
+            return False
+        if not (node.is_Symbol or node.is_Number or node.is_Relational or node.is_Add or node.is_Mul
+                or isinstance(node, (FloorDiv, Mod, Max, Min, sympy.And, sympy.Or, sympy.Not))
+                or node in (sympy.true, sympy.false)):
+            return False
+    return True
 
 
 def _complexity(expr: sympy.Basic) -> int:
@@ -281,7 +309,7 @@ class _Simplification:
         self.atoms: list[_Atom] = []
         for source, guard in enumerate(guards):
             claim = as_claim(guard)
-            for conjunct in sympy.And.make_args(claim):
+            for conjunct in claim.args if isinstance(claim, sympy.And) else (claim,):  # make_args is a set
                 self.atoms.append(self._atom(conjunct, source))
 
     def _atom(self, conjunct: sympy.Basic, source: int) -> _Atom:
@@ -307,6 +335,7 @@ class _Simplification:
             self._learn(fact, None)
         for atom in unique:
             self._learn(atom.canonical, atom)
+            atom.learned = (atom.current, self._known_about(symbols_of(atom.canonical)))
         for _ in range(_ROUNDS):
             if self.knowledge.contradiction is not None:
                 return self._contradiction(self._owners(self.knowledge.contradiction))
@@ -413,8 +442,15 @@ class _Simplification:
                 return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical) | symbols_of(expr)))
         for atom in unique:
             if atom.fate is None:
-                self._learn(canonicalize(atom.current), atom)
+                state = (atom.current, self._known_about(symbols_of(atom.canonical) | symbols_of(atom.current)))
+                if state != atom.learned:  # the digest may take it now
+                    self._learn(canonicalize(atom.current), atom)
+                    atom.learned = state
         return None
+
+    def _known_about(self, symbols: Iterable[sympy.Symbol]) -> tuple:
+        k = self.knowledge
+        return tuple((k.replacements.get(x), k.ranges.get(x), k.congruences.get(x)) for x in sorted(symbols, key=str))
 
     # -- single-symbol rewriting ------------------------------------------------------------
 
@@ -676,7 +712,7 @@ class _Simplification:
             cand = rest[0]
             if cand.kept:
                 return None
-            via = [self.summary_candidates[("=", x)] for x in symbols_of(atom.canonical) if ("=", x) in self.summary_candidates]
+            via = [self.summary_candidates[("=", x)] for x in _ordered(symbols_of(atom.canonical)) if ("=", x) in self.summary_candidates]
             by = self._implying(cand) + [c for c in via if c.kept]
             return Dropped(atom.expr, "implied" if by else "tautology", tuple(dict.fromkeys(c.expr for c in by)))
         expr, found = self._substituted(atom, self.context)
@@ -744,6 +780,7 @@ class _GroupSolver:
 
     _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
     _JUMBLES = 200
+    _BUDGETS = 4  # z3 work per member, in per-query budgets, before it is kept unanswered
 
     def __init__(self, group: list[_Candidate], related: list[sympy.Basic],
                  replacements: Mapping[sympy.Symbol, sympy.Basic], timeout_ms: int) -> None:
@@ -753,12 +790,13 @@ class _GroupSolver:
         self.translator = Translator(z3.Context())
         tr = self.translator
         self.members = [
-            z3.And(tr.holds(c.formula), *(tr.holds(sympy.Ne(d, 0)) for d in c.extra_divisors)) for c in group
+            z3.And(tr.holds(c.formula), *(tr.holds(sympy.Ne(d, 0)) for d in _ordered(c.extra_divisors))) for c in group
         ]
         self.facts = [tr.holds(f) for f in related]
         self.tracks = [z3.Bool(f"!member{i}", tr.ctx) for i in range(len(group))]
+        self.linear = [_is_linear(c.formula) and not c.extra_divisors for c in group]
         self.axioms = list(tr.axioms)
-        self.predicates = [compile_predicate([c.formula, *(sympy.Ne(d, 0) for d in c.extra_divisors)]) for c in group]
+        self.predicates = [compile_predicate([c.formula, *(sympy.Ne(d, 0) for d in _ordered(c.extra_divisors))]) for c in group]
         self.fact_predicates = [(symbols_of(f), compile_predicate([f])) for f in related]
         self.touching: dict[sympy.Symbol, list[int]] = {}
         for i, c in enumerate(group):
@@ -768,11 +806,14 @@ class _GroupSolver:
         self.definitions = {x: e for x, e in replacements.items() if x in symbols}
         self.linked = {x: symbols_of(e) & symbols for x, e in self.definitions.items()}
         self.model: dict[str, int] | None = None
+        self.spent = 0  # z3 resource units spent on the member being decided
 
-    def _solver(self) -> z3.Solver:
+    def _solver(self, symbols: set[sympy.Symbol] | None = None) -> z3.Solver:
+        """A fresh solver with the division axioms and the context facts (those on ``symbols``)."""
         solver = z3.Solver(ctx=self.translator.ctx)
         _limit(solver, self.timeout_ms)
-        solver.add(*self.facts, *self.axioms)
+        solver.add(*self.axioms)
+        solver.add(*(f for f, (mentions, _) in zip(self.facts, self.fact_predicates) if symbols is None or mentions & symbols))
         return solver
 
     def _holds_all(self, values: Mapping[str, int], members: Iterable[int], symbols: Iterable[sympy.Symbol]) -> bool:
@@ -828,12 +869,15 @@ class _GroupSolver:
     def implied_by(self, i: int) -> list[int] | None:
         """The kept members that imply member ``i`` (z3's unsat core), or None if not shown."""
         group = self.group
-        if self.model is not None and self._moved_counterexample(i):
-            return None
+        self.spent = 0
         others = set(self._kept_others(i))
         inner = set(group[i].symbols)
-        near: set[int] = set()
-        while True:
+        inner |= {x for y in list(inner) for x, uses in self.linked.items() if y in uses}
+        near = {j for x in inner for j in self.touching.get(x, ()) if j in others}
+        if self.model is not None and (self._moved_counterexample(i) or self._boundary_counterexample(i, inner, near)):
+            return None
+        near = set()
+        while self.spent < self._BUDGETS * self.timeout_ms * _RLIMIT_PER_MS:
             inner |= {x for y in list(inner) for x, uses in self.linked.items() if y in uses}
             wider = {j for x in inner for j in self.touching.get(x, ()) if j in others}
             if near and wider == near:  # nothing more is connected to member i
@@ -847,14 +891,30 @@ class _GroupSolver:
             if self.model is not None and self._boundary_counterexample(i, inner, near):
                 return None
             inner |= {x for j in near for x in group[j].symbols}
+        return None  # z3 spent this member's budget without an answer: keep it
 
     def _prove_from(self, i: int, members: set[int]) -> tuple[str, list[int]]:
-        """z3 on ``members ∧ ¬member i``: ``("unsat", core)``, ``("sat", [])`` or ``("unknown", [])``."""
-        solver = self._solver()
-        for j in members:
+        """z3 on ``members ∧ ¬member i``: ``("unsat", core)``, ``("sat", [])`` or ``("unknown", [])``.
+
+        The linear members are tried alone first: linear integer arithmetic is decidable and
+        fast, most implications need nothing else, and fewer premises can only weaken them.
+        """
+        linear = {j for j in members if self.linear[j]}
+        if linear != members:
+            status, core = self._query(i, linear)
+            if status == "unsat":
+                return status, core
+        return self._query(i, members)
+
+    def _query(self, i: int, members: set[int]) -> tuple[str, list[int]]:
+        symbols = set(self.group[i].symbols).union(*(self.group[j].symbols for j in members))
+        solver = self._solver(symbols)
+        ordered = sorted(members)  # z3's answers near its budget depend on the order
+        for j in ordered:
             solver.add(z3.Implies(self.tracks[j], self.members[j]))
         solver.add(z3.Not(self.members[i]))
-        result = solver.check(*[self.tracks[j] for j in members])
+        result = solver.check(*[self.tracks[j] for j in ordered])
+        self.spent += _spent(solver)
         if result != z3.unsat:
             return str(result), []
         names = {str(self.tracks[j]): j for j in members}
@@ -875,7 +935,10 @@ class _GroupSolver:
         numbers = {int(n) for n in cand.formula.atoms(sympy.Integer)}
         for x in symbols:
             near = {model[y.name] + e for y in symbols for e in (-1, 0, 1)}
-            trial_values = {model[x.name] + d for d in self._STEPS} | near | {n + e for n in numbers for e in (0, *self._STEPS)}
+            # past a product's bound: n // y + 1 for each other symbol y of the member
+            past = {n // model[y.name] + e for n in numbers for y in symbols if y != x and model[y.name] > 0 for e in (0, 1)}
+            trial_values = ({model[x.name] + d for d in self._STEPS} | near | past
+                            | {n + e for n in numbers for e in (0, *self._STEPS)} | {2 * model[x.name], 16 * model[x.name]})
             dependents = {y for y, uses in self.linked.items() if x in uses}
             for v in sorted(trial_values - {model[x.name]}):
                 values = dict(model)
@@ -914,14 +977,16 @@ class _GroupSolver:
         """z3: a counterexample moving only ``inner``; every other symbol stays at the model."""
         model = self.model
         assert model is not None
-        solver = self._solver()
-        for j in near:
+        solver = self._solver(set(inner))
+        for j in sorted(near):
             solver.add(self.members[j])
         solver.add(z3.Not(self.members[i]))
         for name, var in self.translator.symbols.items():
             if int_symbol(name) not in inner:
                 solver.add(var == model[name])
-        if solver.check() != z3.sat:
+        result = solver.check()
+        self.spent += _spent(solver)
+        if result != z3.sat:
             return False
         found = solver.model()
         values = dict(model)
@@ -938,7 +1003,7 @@ def _unsatisfiable(atoms: list[_Atom], context: list[sympy.Basic], timeout_ms: i
     _limit(solver, timeout_ms)
     solver.add(*(translator.holds(f) for f in context))
     for atom in atoms:
-        defined = [translator.holds(sympy.Ne(d, 0)) for d in atom.divisors if not d.is_Number]
+        defined = [translator.holds(sympy.Ne(d, 0)) for d in _ordered(atom.divisors) if not d.is_Number]
         solver.add(translator.holds(atom.canonical), *defined)
     solver.add(*translator.axioms)
     return solver.check() == z3.unsat

@@ -4,6 +4,7 @@ import glob
 import itertools
 import os
 import random
+import subprocess
 import sys
 
 import pytest
@@ -266,3 +267,19 @@ def test_larger_torch_like_sets_stay_equivalent():
     for _ in range(3000):  # points near the hints, where guards flip
         point = {n: max(2, hints[n] + rng.choice([0, 0, -1, 1, -8, 8, -hints[n] // 2])) for n in names}
         assert all(holds(g, point) for g in guards) == all(holds(g, point) for g in result.guards), point
+
+
+def test_same_input_same_output_whatever_the_hash_seed(tmp_path):
+    """Sets of symbols iterate in a different order each run; the result must not follow it."""
+    rng = random.Random(3)
+    guards, _ = torch_like_guards(rng, [f"s{i}" for i in range(6)])
+    path = tmp_path / "guards.txt"
+    path.write_text("".join(f"{g}\n" for g in guards))
+    outputs = set()
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        result = subprocess.run([sys.executable, "-m", "shapecore.cli", "simplify", str(path), "--explain"],
+                                capture_output=True, text=True, env=env)
+        assert result.returncode == 0, result.stderr
+        outputs.add(result.stdout)
+    assert len(outputs) == 1
