@@ -73,6 +73,27 @@ def _on_rank_zero(what: str, make: Any) -> Any:
     return body
 
 
+def _together(what: str, make: Callable[[], Any]) -> Any:
+    """``make()`` on every rank, then one exchange of outcomes: if any rank failed, every rank raises.
+
+    Keeps a rank from waiting forever in the next collective for a peer that already failed.
+    """
+    import torch.distributed as dist
+
+    result, error = None, None
+    try:
+        result = make()
+    except Exception as failure:  # noqa: BLE001 - shared with every rank below
+        error = failure
+    outcomes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(outcomes, None if error is None else f"{type(error).__name__}: {error}")
+    failed = [(rank, text) for rank, text in enumerate(outcomes) if text is not None]
+    if failed:
+        rank, text = failed[0]
+        raise LoweringError(f"{what} failed on rank {rank}: {text}") from error
+    return result
+
+
 def _replicated(n: int) -> tuple[Any, ...]:
     from torch.distributed.tensor import Replicate
 
@@ -103,8 +124,8 @@ class ParallelModule:
         self.mesh = _as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
         self.training = training
-        gm, exported, self.env, dims = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes,
-                                                          training=training)
+        gm, exported, self.env, dims = _together("tracing", lambda: trace_for_planning(
+            model, example_inputs, dynamic_shapes=dynamic_shapes, training=training))
         self.graph_module = gm
         dims = {**dims, **plan_options.pop("dims", {})}
         clock = self._phase("trace", clock)
@@ -114,7 +135,7 @@ class ParallelModule:
                 **plan_options).to_json()))
         self.plan = plan
         clock = self._phase("plan", clock)
-        self.program: LocalProgram = lower(gm, plan, groups=self.groups)
+        self.program: LocalProgram = _together("lowering", lambda: lower(gm, plan, groups=self.groups))
         self._out_spec = exported.call_spec.out_spec if exported is not None else None
         self._graph = read_graph(gm, exported=exported)
         self._feed = self._feeds(model)
@@ -190,11 +211,13 @@ class ParallelModule:
         code = hashlib.sha256(self.program.graph_module.code.encode()).hexdigest()
         codes: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(codes, code)
-        if len(set(codes)) > 1:
-            return compile_program(self.program, values=values)
-        compiled = compile_program(self.program, values=values) if dist.get_rank() == 0 else None
-        dist.barrier()
-        return compiled if compiled is not None else compile_program(self.program, values=values)
+        shared, rank = len(set(codes)) == 1, dist.get_rank()
+        first = _together("compiling", lambda: compile_program(self.program, values=values)
+                          if rank == 0 or not shared else None)
+        if not shared:
+            return first
+        rest = _together("compiling", lambda: None if rank == 0 else compile_program(self.program, values=values))
+        return first if rank == 0 else rest
 
     # -- properties ------------------------------------------------------------------------------
 

@@ -177,3 +177,32 @@ def test_a_call_outside_the_compiled_programs_assumptions_compiles_again_and_is_
         compiles, error = r["recompiled"]  # batch 4 on 4 ranks: one row each, below the compiled range
         assert compiles == 2 and error < 1e-4
         assert r["after"] == 2  # and the first program still serves the batches it covers
+
+
+class _BrokenOnRankOne(torch.nn.Module):
+    def __init__(self, rank):
+        super().__init__()
+        self.rank = rank
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.rank == 1:
+            raise RuntimeError("this rank's model cannot be traced")
+        return self.fc(x)
+
+
+def _construct_with_one_broken_rank(rank):
+    try:
+        ParallelModule(_BrokenOnRankOne(rank), (torch.randn(4, 4),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,))
+    except Exception as error:  # noqa: BLE001 - the test inspects it
+        return type(error).__name__, str(error)
+    return None
+
+
+def test_a_rank_failing_during_construction_fails_every_rank_instead_of_hanging():
+    start = time.monotonic()
+    results = launch(_construct_with_one_broken_rank, 2, timeout=TIMEOUT)
+    assert time.monotonic() - start < 60
+    for kind, message in results:
+        assert kind == "LoweringError"
+        assert message.startswith("tracing failed on rank 1: RuntimeError: this rank's model cannot be traced")
