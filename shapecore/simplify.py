@@ -28,13 +28,19 @@ Algorithm, cheapest first; each step keeps the set equivalent:
    that range (or those ``Ne``), which feeds back into the digest:
    ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. Steps 2–4 repeat
    until the digest stops changing.
-5. **z3 on small groups** — the remaining conjuncts and summary guards are grouped by the
+5. **z3 on groups, locally** — the remaining conjuncts and summary guards are grouped by the
    symbols they share (a guard can only be implied by guards connected to it through shared
-   symbols, context facts or replacements). Each group gets one incremental solver with every
-   member behind a tracking literal; members are visited most complex first and dropped when
-   the others imply them (the unsat core names which). A group that is unsatisfiable as a whole
-   is a contradiction. Dropping one member at a time, each implied by what is still kept, keeps
-   the set equivalent and leaves no member implied by the rest.
+   symbols, context facts or replacements). One model of each group (z3's nonlinear tactic,
+   checked by exact evaluation) makes most answers local; see :class:`_GroupSolver`. Members
+   are visited most complex first; each is kept as soon as a counterexample is found (an
+   assignment where all the other kept members hold and it does not, checked exactly), and
+   dropped when z3 proves it from a neighbourhood of members (the unsat core names which).
+   z3 never sees more than a neighbourhood, and its work per member is bounded. Dropping one
+   member at a time, each implied by what is still kept, keeps the set equivalent and leaves no
+   member that z3 shows implied by the rest. A group that cannot hold is a contradiction.
+
+Every z3 budget is a resource count (``rlimit``), and everything that reaches z3 is in a fixed
+order, so the same input gives the same output on any machine load and any hash seed.
 
 A contradiction is reported as a minimal unsatisfiable subset of the input conjuncts, which is
 then also the output (it accepts nothing, like the input).
@@ -58,7 +64,7 @@ from shapecore.guard_code import compile_predicate
 from shapecore.functions import FloorDiv, Max, Min, Mod, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet
-from shapecore.ranges import UNBOUNDED, ValueRange, bound
+from shapecore.ranges import ValueRange, bound
 from shapecore.reasoner import ExprLike, _CheapLayers, _tighten, as_claim
 from shapecore.rewrite import canonicalize, divisors, substitute, symbols_of
 from shapecore.z3backend import Translator
@@ -189,6 +195,7 @@ def _relation_key(claim: sympy.Basic) -> object:
     return (kind, difference)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _fold_remainders(claim: sympy.Basic) -> sympy.Basic:
     """``claim`` with ``k*(a - d*FloorDiv(a, d))`` in a relation's difference written ``k*Mod(a, d)``.
 
@@ -224,7 +231,7 @@ class _Atom:
     canonical: sympy.Basic
     divisors: frozenset[sympy.Basic]  # non-constant divisors of ``expr``: where it is undefined
     current: sympy.Basic  # ``expr`` or its rewritten form
-    fate: tuple | None = None  # settled: ("duplicate", atom) ("implied", ...) ...
+    fate: tuple | None = None  # ("duplicate", first), ("summary",): the summary implies it, ("open", candidate)
     rewrite: Rewrite | None = None
     learned: tuple | None = None  # what the digest knew of its symbols when it last learned it
 
@@ -290,6 +297,8 @@ def _complexity(expr: sympy.Basic) -> int:
 
 
 class _Simplification:
+    """One run of :func:`simplify`: the steps of the module docstring, in :meth:`run`."""
+
     def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
         self.timeout_ms = timeout_ms
         self.context_facts: list[sympy.Basic] = []
@@ -768,14 +777,21 @@ class _GroupSolver:
     """Decides, member by member, whether the other kept members of a group imply it.
 
     One model ``M`` of the whole group (from z3, checked by exact evaluation) makes most
-    answers local. For member ``g``: (1) a counterexample is sought by moving one of ``g``'s
-    symbols away from ``M`` and evaluating exactly; then, for growing neighbourhoods (the
-    members that share a symbol with ``g``, then with those, ...), (2) z3 tries to prove ``g``
-    from the neighbourhood alone (then it follows from the group), and (3) z3 looks for a
-    counterexample that moves only the neighbourhood's inner symbols, the others fixed at
-    ``M`` (then the members outside still hold, so it is a counterexample for the group; it
-    is checked by exact evaluation). Once the neighbourhood is the whole group, z3's answer
-    on it is final; ``unknown`` keeps the member.
+    answers local. For member ``g``:
+
+    1. a counterexample is sought by moving ``g``'s symbols away from ``M`` (one at a time to
+       nearby and boundary values, then all together by small random steps) and evaluating
+       exactly: if every other kept member still holds and ``g`` does not, ``g`` stays;
+    2. z3 looks for a counterexample that moves only ``g``'s symbols, every other symbol fixed
+       at ``M`` (so members that do not mention them still hold);
+    3. for growing neighbourhoods (the members sharing a symbol with ``g``, then with those,
+       ...) z3 tries to prove ``g`` from the neighbourhood alone, its linear members first
+       (then it follows from the group), and otherwise looks for a counterexample moving the
+       neighbourhood's inner symbols as in 2.
+
+    Any counterexample is checked by exact evaluation before it counts. Once the neighbourhood
+    is the whole group, z3's answer is final; ``unknown``, or more than a few query budgets
+    spent on ``g``, keeps it.
     """
 
     _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
