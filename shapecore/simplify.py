@@ -573,6 +573,7 @@ class _Simplification:
         """Drop the members each group's others imply; returns a contradiction if one is found."""
         self.candidates: list[_Candidate] = []
         self.summary_candidates: dict[object, _Candidate] = {}
+        self.bounds: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
         by_key = {}
         for key, (guard, sources) in summary.items():
             cand = _Candidate(guard, guard, frozenset(), symbols_of(guard), None, droppable=key[0] != "=",
@@ -670,6 +671,8 @@ class _Simplification:
             if implied_by is not None:
                 group[i].kept = False
                 group[i].implied_by = [group[j] for j in implied_by]
+        open_sides = {x: (self._scope(x)[0].lo, self._scope(x)[0].hi) for x in solver.touching if x.is_integer}
+        self.bounds.update(solver.bounds({x: sides for x, sides in open_sides.items() if math.inf in map(abs, sides)}))
         return None
 
     def _atoms_behind(self, candidates: Iterable[_Candidate]) -> list[_Atom]:
@@ -690,7 +693,10 @@ class _Simplification:
             if not x.is_integer:
                 continue
             r = bound(k.replacements[x], k.ranges) if x in k.replacements else self._scope(x)[0]
-            result[x.name] = (None if math.isinf(r.lo) else math.ceil(r.lo), None if math.isinf(r.hi) else math.floor(r.hi))
+            lo, hi = self.bounds.get(x, (None, None))
+            lo = lo if math.isinf(r.lo) else math.ceil(r.lo) if lo is None else max(lo, math.ceil(r.lo))
+            hi = hi if math.isinf(r.hi) else math.floor(r.hi) if hi is None else min(hi, math.floor(r.hi))
+            result[x.name] = (lo, hi)
         return result
 
     def _implying(self, cand: _Candidate) -> list[_Candidate]:
@@ -878,6 +884,32 @@ class _GroupSolver:
         if self._holds_all(values, range(len(self.group)), self.touching):
             self.model = values
         return "sat", []
+
+    def bounds(self, sides: Mapping[sympy.Symbol, tuple[float, float]]) -> dict[sympy.Symbol, tuple[int | None, int | None]]:
+        """Bounds z3's optimizer finds for the open (infinite) ``sides`` of symbols, over the
+        kept linear members (a relaxation of the group, so the bounds hold for all of it).
+
+        Only symbols that a kept linear member relates to another symbol can gain a bound the
+        digest does not have; all objectives are optimized independently in one check (box).
+        """
+        related = {x for c, linear in zip(self.group, self.linear) if c.kept and linear and len(c.symbols) > 1
+                   for x in c.symbols}
+        goals = [(x, i) for x in _ordered(set(sides) & related) for i in (0, 1)
+                 if math.isinf(sides[x][i]) and x.name in self.translator.symbols]
+        if not goals:
+            return {}
+        optimizer = z3.Optimize(ctx=self.translator.ctx)
+        optimizer.set("rlimit", self.timeout_ms * _RLIMIT_PER_MS, priority="box")
+        optimizer.add(*self.axioms, *self.facts)
+        optimizer.add(*(m for m, c, linear in zip(self.members, self.group, self.linear) if c.kept and linear))
+        handles = [(optimizer.maximize if i else optimizer.minimize)(self.translator.symbols[x.name]) for x, i in goals]
+        if optimizer.check() != z3.sat:
+            return {}
+        found: dict[sympy.Symbol, list[int | None]] = {}
+        for (x, i), handle in zip(goals, handles):
+            value = handle.value()
+            found.setdefault(x, [None, None])[i] = value.as_long() if z3.is_int_value(value) else None
+        return {x: (lo, hi) for x, (lo, hi) in found.items() if (lo, hi) != (None, None)}
 
     def _kept_others(self, i: int) -> list[int]:
         return [j for j, c in enumerate(self.group) if j != i and c.kept]

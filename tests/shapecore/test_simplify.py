@@ -144,6 +144,12 @@ def test_replacements_stay_and_restate_ranges():
     assert result.ranges == {"s0": (5, None), "s1": (10, None)}
 
 
+def test_ranges_are_tightened_through_relations():
+    result = simplify(["s0 <= s1", "s1 <= 10", "s1 >= s2", "s2 >= 3", "Ne(s0, s2)"])
+    assert result.ranges == {"s0": (None, 10), "s1": (3, 10), "s2": (3, 10)}
+    assert len(result.guards) == 5  # all needed, none implied
+
+
 def test_contradiction_is_a_minimal_unsatisfiable_subset():
     result = simplify(["s2 >= 0", "s0 >= 5", "s1 >= 1", "s0 <= 3"])
     assert texts(result.contradiction) == ["s0 >= 5", "s0 <= 3"]
