@@ -353,6 +353,21 @@ def test_the_known_export_failure_has_only_guards_shapecore_proves():
     assert traced.env.guards == [], "under the user's range shapecore records none of them"
 
 
+def test_the_cli_keeps_no_guard_of_the_known_export_failure(tmp_path, capsys):
+    from shapecore.cli import main
+
+    traced = CASES["export_arange_third"].trace()
+    as_n = {int_symbol(traced.dims["n"]): int_symbol("n")}
+    path = tmp_path / "guards.txt"
+    path.write_text("".join(f"{g.xreplace(as_n)}\n" for g in traced.torch_guards))
+    assert main(["simplify", str(path), "--range", "n=3..10000"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert printed and all(line.startswith("#") for line in printed), printed
+    assert main(["simplify", str(path), "--range", "n=3..10000", "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["guards"] == [] and len(result["dropped"]) == len(traced.torch_guards)
+
+
 def test_a_real_export_violation_gets_a_counterexample_torch_agrees_with():
     traced = CASES["export_conv_net_too_small"].trace()
     assert "Constraints violated" in traced.error
