@@ -231,7 +231,8 @@ class Decision:
     ``strategy`` is ``outputs <- operands`` in placement text; ``compute`` the node's expected
     compute seconds; ``incoming`` the expected seconds of redistributing its operands;
     ``alternatives`` the other surviving strategies with the change in total plan cost if only
-    this node switched (cheapest first); ``shared_with`` the node whose decision it shares
+    this node switched (cheapest first; recorded on the first instance of identical layers
+    only); ``shared_with`` the node whose decision it shares
     (the first instance of an identical layer, the producer it follows, the parameter its
     gradient is tied to); ``same_candidates_as`` the node with the same signature whose
     pruning log in ``Plan.pruned`` also applies to this one.
@@ -458,6 +459,8 @@ class Plan:
             lines.append("  alternatives (change in total expected cost if only this node switched):")
             for a in d.alternatives:
                 lines.append(f"    {a.strategy}: {a.delta:+.4g} s")
+        elif d.shared_with and d.shared_with in self.decisions and self.decisions[d.shared_with].alternatives:
+            lines.append(f"  alternatives: see {d.shared_with}, which decides for it")
         else:
             lines.append("  no other strategy survived pruning")
         source = d.same_candidates_as or node
