@@ -129,17 +129,25 @@ class ShapeEnv:
         return self._register(SymbolInfo(name, "backed", hint, source), min, max)
 
     def create_unbacked_symbol(
-        self, *, min: int | None = None, max: int | None = None, size_like: bool = False, source: str | None = None
+        self,
+        *,
+        name: str | None = None,
+        min: int | None = None,
+        max: int | None = None,
+        size_like: bool = False,
+        source: str | None = None,
     ) -> sympy.Symbol:
-        """An unbacked symbol ``u0, u1, …`` (a data-dependent value: no hint).
+        """An unbacked symbol (``u0, u1, …`` unless ``name`` is given): a value with no hint.
 
         ``size_like`` marks a size (its ``min`` defaults to 0).
         """
-        while f"u{self._unbacked}" in self._symbols:
-            self._unbacked += 1
+        if name is None:
+            while f"u{self._unbacked}" in self._symbols:
+                self._unbacked += 1
+            name = f"u{self._unbacked}"
         if size_like and min is None:
             min = 0
-        return self._register(SymbolInfo(f"u{self._unbacked}", "unbacked", None, source, size_like), min, max)
+        return self._register(SymbolInfo(name, "unbacked", None, source, size_like), min, max)
 
     @property
     def symbols(self) -> dict[str, SymbolInfo]:

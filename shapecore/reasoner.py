@@ -249,7 +249,9 @@ class Reasoner:
         witness = find_counterexample(claim, knowledge, self.hints, budget=budget)
         if witness is not None:
             return self._proof(claim, "refuted", "search", counterexample=witness)
-        return self._prove_z3(claim, searched=budget)
+        # z3 gets the claim with the facts' replacements applied when that is sound (prepared
+        # is defined wherever the facts hold): substitution spares it nonlinear reasoning.
+        return self._prove_z3(claim, searched=budget, encoded=claim if prepared is None else prepared)
 
     def _prepare(self, claim: sympy.Basic) -> sympy.Basic | None:
         """``claim`` canonicalized and substituted, or None if it may be undefined.
@@ -276,13 +278,13 @@ class Reasoner:
         self._z3_facts = len(facts)
         return self._z3
 
-    def _prove_z3(self, claim: sympy.Basic, *, searched: int) -> Proof:
-        """Ask z3; a model is reported only if exact evaluation confirms it.
+    def _prove_z3(self, claim: sympy.Basic, *, searched: int, encoded: sympy.Basic) -> Proof:
+        """Ask z3 about ``encoded`` (``claim`` or an equivalent form wherever the facts hold).
 
-        ``searched`` is the search budget already spent on ``claim``; if z3 gives up, a
-        larger search runs.
+        A model is reported only if exact evaluation confirms it against ``claim``. ``searched``
+        is the search budget already spent on ``claim``; if z3 gives up, a larger search runs.
         """
-        answer = self._session().check(claim, self.timeout_ms)
+        answer = self._session().check(encoded, self.timeout_ms)
         if answer.status == "unsat":
             return self._proof(claim, "proved", "z3", facts_used=self._used(answer.core or ()))
         if answer.status == "sat":

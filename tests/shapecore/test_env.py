@@ -23,6 +23,8 @@ def test_symbols_are_named_like_torch():
     assert [env.create_symbol(8), env.create_symbol(4)] == [int_symbol("s0"), int_symbol("s1")]
     assert env.create_unbacked_symbol() == int_symbol("u0")
     assert env.create_symbol(3, name="batch") == int_symbol("batch")
+    assert env.create_unbacked_symbol(name="u7") == int_symbol("u7")
+    assert env.symbols["u7"].kind == "unbacked"
     assert env.hints == {"s0": 8, "s1": 4, "batch": 3}
     assert env.var_to_range[int_symbol("s0")] == ValueRange(2, float("inf"))
 

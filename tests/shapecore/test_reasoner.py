@@ -160,3 +160,10 @@ def test_soundness_with_sharding_style_facts(claim, congruence, lo):
     facts = [f"Eq(Mod(s0, {m}), {r % m})", f"s0 >= {lo}", "s1 >= 1"]
     proof = prove(claim, facts=facts, timeout_ms=200)
     _check_against_brute_force(proof, facts)
+
+
+def test_z3_sees_the_claim_with_replacements_applied():
+    sizes = {"s7": (2, None), "s75": (2, None), "s96": (2, None)}
+    proof = prove("Eq(Mod(s7*s75*s96, s75 - 1), 0)", facts=["Eq(s75 - 1, s7)"], ranges=sizes, timeout_ms=2000)
+    assert proof.status == "proved"
+    assert prove("Eq(Mod(s7*s75*s96, s75 - 1), 0)", facts=["Eq(s75 - 1, s7)"]).status == "refuted", "s7 = 0 divides by 0"
