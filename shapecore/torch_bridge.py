@@ -309,13 +309,6 @@ def _recording(what: str, torch_expr: sympy.Basic, record: Callable[[], Any]) ->
         ) from exc
 
 
-def _unbacked_index(name: str) -> int:
-    match = re.fullmatch(r"u(\d+)", name)
-    if match is None:
-        raise ShapecoreError(f"torch's unbacked symbol {name} is not named u<n>; shapecore cannot keep its name")
-    return int(match.group(1))
-
-
 class _Translator:
     """torch's expressions over one torch ShapeEnv, as shapecore expressions over integer symbols.
 
@@ -358,17 +351,12 @@ def _create_symbols(env: ShapeEnv, shape_env: TorchShapeEnv, symbols: Sequence[s
             )
         else:
             unbacked.append((symbol, lo, hi))
-    for symbol, lo, hi in sorted(unbacked, key=lambda entry: _unbacked_index(entry[0].name)):
-        created = _recording(
+    for symbol, lo, hi in sorted(unbacked, key=lambda entry: entry[0].name):
+        _recording(
             "symbol", symbol,
-            lambda: env.create_unbacked_symbol(min=lo, max=hi, size_like=symbol.name in size_like,
+            lambda: env.create_unbacked_symbol(name=symbol.name, min=lo, max=hi, size_like=symbol.name in size_like,
                                                source=sources.get(symbol.name)),
         )
-        if created.name != symbol.name:
-            raise ShapecoreError(
-                f"torch's unbacked symbols skip a number before {symbol.name}; shapecore numbers unbacked "
-                f"symbols densely and would call it {created.name}"
-            )
 
 
 def _add_guard(env: ShapeEnv, guard: sympy.Basic, torch_guard: sympy.Basic) -> None:
