@@ -104,3 +104,18 @@ def test_custom_strategy_provider_is_asked_first(mlp_trace):
     plan = _plan(mlp_trace, strategies=[RowsOnly(), planner.BuiltinProvider()], batch_sizes=[64])
     linear = [d for d in plan.decisions.values() if d.op == "aten.addmm.default"]
     assert linear and all(d.provider == "rows-only" and d.rule == "rows" for d in linear)
+
+
+def test_derived_dims_and_constraints_over_the_root_dim():
+    model = on_meta(MLP, 64, 256)
+    batch = Dim("batch")
+    x = torch.randn(32, 64, device="meta")
+    plan = planner.plan_module(model, (x,), dynamic_shapes={"x": {0: 8 * batch}}, mesh=Mesh((8,)),
+                               constraints=["batch <= 1024"], batch_sizes=[{"batch": 2}, {"batch": 512}])
+    symbol = plan.dims["batch"]
+    assert plan.guards == (f"{symbol} <= 1024",)
+    rows = [p for p in plan.proofs if p.dim == 0 and symbol in p.size]
+    assert rows and all(p.status == "proved" for p in rows)  # 8*batch always splits 8 ways
+    with pytest.raises(ValueError, match="breaks"):
+        planner.plan_module(model, (x,), dynamic_shapes={"x": {0: 8 * batch}}, mesh=Mesh((8,)),
+                            constraints=["batch <= 1024"], batch_sizes=[{"batch": 2048}])
