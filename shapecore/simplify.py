@@ -23,7 +23,7 @@ Algorithm, cheapest first; each step keeps the set equivalent:
    is a contradiction.
 4. **Rewrite single-symbol guards** — a conjunct in one symbol ``x`` (after replacements) that
    the cheap layers cannot settle is evaluated on ``x``'s admissible values: all of them when
-   there are at most ``2**14``, else a window at the finite end, with z3 proving the guard
+   there are at most ``2**12``, else a window at the finite end, with z3 proving the guard
    beyond it. If it holds exactly on a sub-range (or everywhere except a few values) it becomes
    that range (or those ``Ne``), which feeds back into the digest:
    ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. Steps 2–4 repeat
@@ -48,10 +48,11 @@ then also the output (it accepts nothing, like the input).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,7 +75,7 @@ __all__ = ["simplify", "Simplified", "Dropped", "Rewrite", "Fate"]
 Ranges = Mapping[str, tuple[int | None, int | None]]
 DropKind = Literal["duplicate", "tautology", "merged", "implied", "contradiction"]
 
-_ENUMERATE = 1 << 14  # a single-symbol guard is evaluated at every value when there are at most this many
+_ENUMERATE = 1 << 12  # a single-symbol guard is evaluated at every value when there are at most this many
 _WINDOW = 64  # else at this many values from the finite end of the range
 _FEW = 3  # at most this many failing values become Ne guards
 _ROUNDS = 6  # digest / decide / rewrite rounds at most
@@ -253,8 +254,8 @@ class _Candidate:
 
 
 def _range_guard(x: sympy.Symbol, lo: int | None, hi: int | None) -> sympy.Basic:
-    if lo is not None and hi is not None:
-        return sympy.And(sympy.Ge(x, lo), sympy.Le(x, hi))
+    if lo is not None and hi is not None:  # unevaluated: sympy's And would try to simplify it
+        return sympy.And(sympy.Ge(x, lo), sympy.Le(x, hi), evaluate=False)
     return sympy.Ge(x, lo) if lo is not None else sympy.Le(x, hi)
 
 
@@ -266,12 +267,6 @@ def _ordered(items: Iterable[sympy.Basic]) -> list[sympy.Basic]:
     """A set of expressions in sympy's canonical order (a set's own order changes from run to
     run with string hashing, and z3's answers near its budget depend on the order of assertions)."""
     return sorted(items, key=sympy.default_sort_key)
-
-
-def _spent(solver: z3.Solver) -> int:
-    """The resource units z3 used on ``solver`` (as counted against ``rlimit``)."""
-    statistics = solver.statistics()
-    return int(statistics.get_key_value("rlimit count")) if "rlimit count" in statistics.keys() else 0
 
 
 def _is_linear(expr: sympy.Basic) -> bool:
@@ -309,6 +304,7 @@ class _Simplification:
             if hi is not None:
                 self.context_facts.append(sympy.Le(x, hi))
         self.context_facts += [as_claim(f) for f in facts]
+        self.single: Translator | None = None  # for single-symbol proofs, made when first needed
         self.context = Knowledge()
         for fact in self.context_facts:
             self.context.add(fact)
@@ -522,23 +518,33 @@ class _Simplification:
         return None
 
     def _proves_single(self, x: sympy.Symbol, assumption: sympy.Basic, claim: sympy.Basic) -> bool:
-        """Whether ``claim`` holds wherever ``assumption`` and what is known of ``x`` do."""
-        translator = Translator(z3.Context())
-        solver = z3.Solver(ctx=translator.ctx)
-        _limit(solver, self.timeout_ms)
+        """Whether ``claim`` holds wherever ``assumption`` and what is known of ``x`` do.
+
+        One translator and solver serve every such proof of a run (a z3 context costs
+        milliseconds); each proof is a scope, given all division axioms so far (they only
+        define fresh quotients, so extra ones change nothing).
+        """
+        if self.single is None:
+            self.single = Translator(z3.Context())
+            self.single_solver = z3.Solver(ctx=self.single.ctx)
+        translator, solver = self.single, self.single_solver
         scope = self.knowledge.range_of(x)
         residues = self.knowledge.congruences.get(x)
         var = translator.symbol(x.name)
-        if not math.isinf(scope.lo):
-            solver.add(var >= int(scope.lo))
-        if not math.isinf(scope.hi):
-            solver.add(var <= int(scope.hi))
-        if residues is not None and residues.coeff > 1:
-            solver.add(var % residues.coeff == residues.base)
-        solver.add(translator.holds(assumption))
-        solver.add(z3.Not(translator.holds(claim)))
-        solver.add(*translator.axioms)
-        return solver.check() == z3.unsat
+        negated = z3.Not(translator.holds(claim))
+        solver.push()
+        try:
+            _limit(solver, self.timeout_ms)
+            if not math.isinf(scope.lo):
+                solver.add(var >= int(scope.lo))
+            if not math.isinf(scope.hi):
+                solver.add(var <= int(scope.hi))
+            if residues is not None and residues.coeff > 1:
+                solver.add(var % residues.coeff == residues.base)
+            solver.add(translator.holds(assumption), negated, *translator.axioms)
+            return solver.check() == z3.unsat
+        finally:
+            solver.pop()
 
     # -- summary guards ---------------------------------------------------------------------
 
@@ -796,13 +802,13 @@ class _GroupSolver:
        neighbourhood's inner symbols as in 2.
 
     Any counterexample is checked by exact evaluation before it counts. Once the neighbourhood
-    is the whole group, z3's answer is final; ``unknown``, or more than a few query budgets
-    spent on ``g``, keeps it.
+    is the whole group, z3's answer is final; ``unknown``, or more than a few queries about
+    ``g`` without an answer, keeps it.
     """
 
     _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
-    _JUMBLES = 200
-    _BUDGETS = 4  # z3 work per member, in per-query budgets, before it is kept unanswered
+    _JUMBLES = 64
+    _QUERIES = 6  # z3 queries about one member, each within the budget, before it is kept unanswered
 
     def __init__(self, group: list[_Candidate], related: list[sympy.Basic],
                  replacements: Mapping[sympy.Symbol, sympy.Basic], timeout_ms: int) -> None:
@@ -816,8 +822,12 @@ class _GroupSolver:
         ]
         self.facts = [tr.holds(f) for f in related]
         self.tracks = [z3.Bool(f"!member{i}", tr.ctx) for i in range(len(group))]
+        self.tracked = [z3.Implies(t, m) for t, m in zip(self.tracks, self.members)]
+        self.track_index = {f"!member{i}": i for i in range(len(group))}
         self.linear = [_is_linear(c.formula) and not c.extra_divisors for c in group]
         self.axioms = list(tr.axioms)
+        self.solver = z3.Solver(ctx=tr.ctx)
+        self.solver.add(*self.axioms)
         self.predicates = [compile_predicate([c.formula, *(sympy.Ne(d, 0) for d in _ordered(c.extra_divisors))]) for c in group]
         self.fact_predicates = [(symbols_of(f), compile_predicate([f])) for f in related]
         self.touching: dict[sympy.Symbol, list[int]] = {}
@@ -828,15 +838,22 @@ class _GroupSolver:
         self.definitions = {x: e for x, e in replacements.items() if x in symbols}
         self.linked = {x: symbols_of(e) & symbols for x, e in self.definitions.items()}
         self.model: dict[str, int] | None = None
-        self.spent = 0  # z3 resource units spent on the member being decided
+        self.queries = 0  # z3 queries asked about the member being decided
 
-    def _solver(self, symbols: set[sympy.Symbol] | None = None) -> z3.Solver:
-        """A fresh solver with the division axioms and the context facts (those on ``symbols``)."""
-        solver = z3.Solver(ctx=self.translator.ctx)
-        _limit(solver, self.timeout_ms)
-        solver.add(*self.axioms)
-        solver.add(*(f for f, (mentions, _) in zip(self.facts, self.fact_predicates) if symbols is None or mentions & symbols))
-        return solver
+    @contextlib.contextmanager
+    def _scope(self, symbols: set[sympy.Symbol], milliseconds: int | None = None) -> Iterator[z3.Solver]:
+        """The group's one solver, with the context facts on ``symbols``, for one query.
+
+        Queries push and pop a scope on one solver that holds the division axioms: a fresh
+        z3 solver costs milliseconds to set up, more than most of these queries take.
+        """
+        self.solver.push()
+        try:
+            _limit(self.solver, milliseconds or self.timeout_ms)
+            self.solver.add(*(f for f, (mentions, _) in zip(self.facts, self.fact_predicates) if mentions & symbols))
+            yield self.solver
+        finally:
+            self.solver.pop()
 
     def _holds_all(self, values: Mapping[str, int], members: Iterable[int], symbols: Iterable[sympy.Symbol]) -> bool:
         try:
@@ -867,14 +884,12 @@ class _GroupSolver:
             if result != z3.unknown:
                 break
         if result == z3.unsat:
-            tracked = self._solver()
-            _limit(tracked, timeout)
-            for track, member in zip(self.tracks, self.members):
-                tracked.add(z3.Implies(track, member))
-            if tracked.check(*self.tracks) != z3.unsat:
-                return "unsat", list(range(len(self.group)))
-            names = {str(t): i for i, t in enumerate(self.tracks)}
-            return "unsat", [names[str(t)] for t in tracked.unsat_core() if str(t) in names]
+            with self._scope(set(self.touching), timeout) as tracked:
+                tracked.add(*self.tracked)
+                if tracked.check(*self.tracks) != z3.unsat:
+                    return "unsat", list(range(len(self.group)))
+                return "unsat", [self.track_index[t.decl().name()] for t in tracked.unsat_core()
+                                 if t.decl().name() in self.track_index]
         if result != z3.sat:
             return "unknown", []
         model = solver.model()
@@ -917,15 +932,15 @@ class _GroupSolver:
     def implied_by(self, i: int) -> list[int] | None:
         """The kept members that imply member ``i`` (z3's unsat core), or None if not shown."""
         group = self.group
-        self.spent = 0
+        self.queries = 0
         others = set(self._kept_others(i))
         inner = set(group[i].symbols)
         inner |= {x for y in list(inner) for x, uses in self.linked.items() if y in uses}
         near = {j for x in inner for j in self.touching.get(x, ()) if j in others}
-        if self.model is not None and (self._moved_counterexample(i) or self._boundary_counterexample(i, inner, near)):
+        if self.model is not None and self._moved_counterexample(i):
             return None
         near = set()
-        while self.spent < self._BUDGETS * self.timeout_ms * _RLIMIT_PER_MS:
+        while self.queries < self._QUERIES:
             inner |= {x for y in list(inner) for x, uses in self.linked.items() if y in uses}
             wider = {j for x in inner for j in self.touching.get(x, ()) if j in others}
             if near and wider == near:  # nothing more is connected to member i
@@ -939,7 +954,7 @@ class _GroupSolver:
             if self.model is not None and self._boundary_counterexample(i, inner, near):
                 return None
             inner |= {x for j in near for x in group[j].symbols}
-        return None  # z3 spent this member's budget without an answer: keep it
+        return None  # z3 was asked enough about this member without an answer: keep it
 
     def _prove_from(self, i: int, members: set[int]) -> tuple[str, list[int]]:
         """z3 on ``members ∧ ¬member i``: ``("unsat", core)``, ``("sat", [])`` or ``("unknown", [])``.
@@ -956,17 +971,15 @@ class _GroupSolver:
 
     def _query(self, i: int, members: set[int]) -> tuple[str, list[int]]:
         symbols = set(self.group[i].symbols).union(*(self.group[j].symbols for j in members))
-        solver = self._solver(symbols)
         ordered = sorted(members)  # z3's answers near its budget depend on the order
-        for j in ordered:
-            solver.add(z3.Implies(self.tracks[j], self.members[j]))
-        solver.add(z3.Not(self.members[i]))
-        result = solver.check(*[self.tracks[j] for j in ordered])
-        self.spent += _spent(solver)
-        if result != z3.unsat:
-            return str(result), []
-        names = {str(self.tracks[j]): j for j in members}
-        return "unsat", [names[str(t)] for t in solver.unsat_core() if str(t) in names]
+        with self._scope(symbols) as solver:
+            solver.add(*(self.tracked[j] for j in ordered))
+            solver.add(z3.Not(self.members[i]))
+            result = solver.check(*[self.tracks[j] for j in ordered])
+            self.queries += 1
+            if result != z3.unsat:
+                return str(result), []
+            return "unsat", [self.track_index[t.decl().name()] for t in solver.unsat_core() if t.decl().name() in self.track_index]
 
     def _is_counterexample(self, i: int, values: dict[str, int], moved: set[sympy.Symbol]) -> bool:
         touched = {j for x in moved for j in self.touching.get(x, ())}
@@ -1025,22 +1038,22 @@ class _GroupSolver:
         """z3: a counterexample moving only ``inner``; every other symbol stays at the model."""
         model = self.model
         assert model is not None
-        solver = self._solver(set(inner))
-        for j in sorted(near):
-            solver.add(self.members[j])
-        solver.add(z3.Not(self.members[i]))
-        for name, var in self.translator.symbols.items():
-            if int_symbol(name) not in inner:
-                solver.add(var == model[name])
-        result = solver.check()
-        self.spent += _spent(solver)
-        if result != z3.sat:
-            return False
-        found = solver.model()
-        values = dict(model)
-        for x in inner:
-            if x.is_integer and x.name in self.translator.symbols:
-                values[x.name] = found.eval(self.translator.symbols[x.name], model_completion=True).as_long()
+        with self._scope(set(inner)) as solver:
+            for j in sorted(near):
+                solver.add(self.members[j])
+            solver.add(z3.Not(self.members[i]))
+            for name, var in self.translator.symbols.items():
+                if int_symbol(name) not in inner:
+                    solver.add(var == model[name])
+            result = solver.check()
+            self.queries += 1
+            if result != z3.sat:
+                return False
+            found = solver.model()
+            values = dict(model)
+            for x in inner:
+                if x.is_integer and x.name in self.translator.symbols:
+                    values[x.name] = found.eval(self.translator.symbols[x.name], model_completion=True).as_long()
         return self._is_counterexample(i, values, inner)
 
 
