@@ -102,9 +102,13 @@ class _Reader:
         except TypeError as error:
             raise self.error(offset, str(error)) from None
 
-    def guard(self, source: str, offset: int, kind: GuardKind = "guard") -> Guard:
+    def location(self, offset: int) -> str:
+        """``file:line:column`` of ``offset``."""
         line, column = _position(self.text, offset)
-        return Guard(self.parsed(source, offset), f"{self.where}:{line}:{column}", kind)
+        return f"{self.where}:{line}:{column}"
+
+    def guard(self, source: str, offset: int, kind: GuardKind = "guard") -> Guard:
+        return Guard(self.parsed(source, offset), self.location(offset), kind)
 
 
 # -- plain lines ----------------------------------------------------------------------------------
@@ -150,7 +154,7 @@ def _is_log(text: str) -> bool:
     return any(p.search(line) for line in text.split("\n") for p in _LOG_PATTERNS.values())
 
 
-def _declared_range(text: str, name: str) -> Range:
+def _declared_range(text: str) -> Range:
     """``3 <= n <= 10000`` / ``n <= 4096`` / ``2 <= n`` → ``(lo, hi)``."""
     parts = [p.strip() for p in text.split("<=")]
     lo = _bound(parts[0]) if len(parts) > 1 else None
@@ -174,11 +178,10 @@ def _read_log_line(reader: _Reader, result: GuardSet, line: str, offset: int) ->
         result.guards.append(reader.guard(m["expr"], offset + m.start("expr"), kind))
     elif m := p["replacement"].search(line):
         target = sympy.Eq(symbol_for(m["symbol"]), reader.parsed(m["expr"], offset + m.start("expr"), claim=False))
-        where = "{}:{}:{}".format(reader.where, *_position(reader.text, offset + m.start("symbol")))
-        result.guards.append(Guard(target, where, "replacement"))
+        result.guards.append(Guard(target, reader.location(offset + m.start("symbol")), "replacement"))
     elif m := p["constrain"].search(line):
         lo, hi = _bound(m[2]), _bound(m[3])
-        where = "{}:{}:{}".format(reader.where, *_position(reader.text, offset + m.start("symbol")))
+        where = reader.location(offset + m.start("symbol"))
         x = int_symbol(m["symbol"])
         for bound in ([sympy.Ge(x, lo)] if lo is not None else []) + ([sympy.Le(x, hi)] if hi is not None else []):
             result.guards.append(Guard(bound, where, "range"))
@@ -200,9 +203,8 @@ def _read_log_line(reader: _Reader, result: GuardSet, line: str, offset: int) ->
             claim = as_claim(parse(expr))
         except (ParseError, TypeError) as error:
             raise reader.error(offset + m.start("expr"), f"{getattr(error, 'message', error)} in {m['expr']!r}") from None
-        where = "{}:{}:{}".format(reader.where, *_position(reader.text, offset + m.start("expr")))
-        result.guards.append(Guard(claim, where))
-        result.ranges.setdefault(name, _declared_range(m["range"], name))
+        result.guards.append(Guard(claim, reader.location(offset + m.start("expr"))))
+        result.ranges.setdefault(name, _declared_range(m["range"]))
         result.sources.setdefault(name, source)
 
 
@@ -278,15 +280,14 @@ def _read_corpus(reader: _JsonReader, document: dict[str, Any]) -> GuardSet:
             raise reader.error(reader.cursor, f"replacements[{i}]: expected a symbol name and expression text")
         offset = reader.locate(value)
         target = reader.parsed(value, offset, claim=False)
-        line, column = _position(reader.text, offset)
-        result.guards.append(Guard(sympy.Eq(symbol_for(symbol), target), f"{reader.where}:{line}:{column}", "replacement"))
+        result.guards.append(Guard(sympy.Eq(symbol_for(symbol), target), reader.location(offset), "replacement"))
         replaced.add(symbol)
     for entry in backed:
         if entry["name"] in replaced:
             continue
         lo, hi = (_corpus_bound(b) for b in entry.get("range", [None, None]))
         x = int_symbol(entry["name"])
-        where = "{}:{}:{}".format(reader.where, *_position(reader.text, reader.key_offset(entry["name"], "range")))
+        where = reader.location(reader.key_offset(entry["name"], "range"))
         if lo is not None and hi is not None:
             result.guards.append(Guard(sympy.And(sympy.Ge(x, lo), sympy.Le(x, hi)), where, "range"))
         elif lo is not None or hi is not None:

@@ -513,6 +513,8 @@ class _Simplification:
             return None
         where = f"every {x} in [{points[0]}, {points[-1]}]" if side is None else f"{x} in [{points[0]}, {points[-1]}] and proved beyond"
         shown = ", ".join(str(v) for v in failing[:4]) + (", ..." if len(failing) > 4 else "")
+        if _relation_key(canonicalize(to)) == _relation_key(expr):  # already in that form
+            return None
         atom.rewrite = Rewrite(atom.expr, to, f"evaluated at {where}: fails only for {x} = {shown}")
         atom.current = to
         return None
