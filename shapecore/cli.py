@@ -154,7 +154,9 @@ def _simplify_parser(sub: argparse._SubParsersAction) -> None:
                         "dropped, rewritten, contradiction and ranges; python: Python source over the inputs' sources")
     parser.add_argument("--explain", action="store_true",
                         help="also print every input guard, what became of it and why (json: an 'explain' list)")
-    parser.add_argument("--timeout-ms", type=int, default=200, help="z3 time limit per query (default 200)")
+    parser.add_argument("--timeout-ms", type=int, default=200,
+                        help="z3's budget per query, in milliseconds of typical solving; a resource limit, so the "
+                        "result does not depend on the machine's load (default 200)")
     parser.set_defaults(run=_run_simplify)
 
 
