@@ -22,7 +22,6 @@ in order (:func:`tensor_operands`): a node reading one producer twice has two op
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -162,9 +161,6 @@ class _Shapes:
         if not _is_tensor(value):
             return None
         return TensorMeta(tuple(self.size(s) for s in value.shape), str(value.dtype).removeprefix("torch."), value.dtype.itemsize)
-
-
-_LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
 
 
 def _module_path(fx_node: Any) -> str:
@@ -341,12 +337,3 @@ def _read_output(fx_node: Any, nodes: dict[str, GraphNode], outputs: list[str | 
         )
         operand += 1
         outputs.append(name)
-
-
-def layer_key(path: str) -> tuple[str, int] | None:
-    """``("layers.*.attn", 3)`` for ``layers.3.attn``: a module path with its first index abstracted."""
-    m = _LAYER_INDEX.search(path)
-    if m is None:
-        return None
-    start, end = m.span(1)
-    return path[:start] + "*" + path[end:], int(m.group(1))

@@ -28,9 +28,6 @@ __all__ = [
     "placement_key",
     "shard_axes",
     "shard_factor",
-    "sharded_dims",
-    "has_partial",
-    "replicated",
 ]
 
 Placements = tuple[Placement, ...]
@@ -95,18 +92,10 @@ def shard_factor(ps: Sequence[Placement], mesh_shape: Sequence[int], dim: int) -
     return math.prod(mesh_shape[a] for a in shard_axes(ps, dim))
 
 
-def sharded_dims(ps: Sequence[Placement]) -> tuple[int, ...]:
-    """Tensor dims sharded on some axis, ascending."""
-    return tuple(sorted({p.dim for p in ps if isinstance(p, Shard)}))
 
 
-def has_partial(ps: Sequence[Placement]) -> bool:
-    return any(isinstance(p, Partial) for p in ps)
 
 
-def replicated(ndim: int) -> Placements:
-    """``(Replicate(),) * ndim``."""
-    return (Replicate(),) * ndim
 
 
 # -- compact codes for the planner's inner loops ------------------------------------------------

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from planner.mesh import Mesh
@@ -570,7 +570,3 @@ class Plan:
             dims=dict(d["dims"]),
             divisibility=d["divisibility"],
         )
-
-    def without_timings(self) -> Plan:
-        """This plan with wall-clock seconds zeroed (what ``from_json(to_json())`` gives back)."""
-        return replace(self, stats=replace(self.stats, build_seconds=0.0, solve_seconds=0.0, regret_seconds=0.0))

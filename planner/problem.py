@@ -28,7 +28,6 @@ be checked against it.
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,8 +46,6 @@ from planner.resharding import StateGraph
 from planner.strategies.base import Strategy, StrategyProvider
 
 __all__ = ["Candidate", "Group", "EdgeClass", "Problem", "build_problem", "Evaluation", "MEMORY_PARTS"]
-
-log = logging.getLogger(__name__)
 
 MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
 
@@ -596,4 +593,3 @@ def build_problem(
     builder.groups()
     builder.costs()
     return builder.problem
-
