@@ -439,7 +439,9 @@ class _Simplification:
                 continue
             expr, found = self._substituted(atom)
             verdict = False if expr is sympy.false else self._cheap(layers, expr, found)
-            if verdict is None:
+            if verdict is None and isinstance(expr, sympy.Or):
+                self._prune_alternatives(atom, expr, layers)
+            elif verdict is None:
                 verdict = {"summary": True, "never": False}.get(self._try_rewrite(atom, expr, found))  # type: ignore[arg-type]
             if verdict is True:
                 atom.fate = ("summary",)
@@ -452,6 +454,28 @@ class _Simplification:
                     self._learn(canonicalize(atom.current), atom)
                     atom.learned = state
         return None
+
+    def _prune_alternatives(self, atom: _Atom, expr: sympy.Basic, layers: _CheapLayers) -> None:
+        """Drop the alternatives of an ``Or`` that never hold where the summary does.
+
+        ``A | B`` is ``B`` wherever ``A`` is false, as long as ``A`` is defined there (strict
+        evaluation: a zero divisor in ``A`` makes the whole guard fail), so only alternatives
+        without a symbolic divisor go. ``(s0 < 2) | (s1 > 5)`` under ``s0 >= 2`` is ``s1 > 5``.
+        """
+        if atom.rewrite is not None:
+            return
+        kept = []
+        for alternative in expr.args:
+            try:
+                never = not divisors(alternative) and layers.decide(alternative) is False
+            except ZeroDivisionError:
+                never = False
+            if not never:
+                kept.append(alternative)
+        if kept and len(kept) < len(expr.args):
+            to = sympy.Or(*kept)
+            atom.rewrite = Rewrite(atom.expr, to, "the other alternatives never hold where the other guards do")
+            atom.current = to
 
     def _known_about(self, symbols: Iterable[sympy.Symbol]) -> tuple:
         k = self.knowledge

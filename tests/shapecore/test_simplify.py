@@ -101,6 +101,16 @@ def test_view8_guards_become_a_range_and_a_divisibility():
     assert result.ranges == {"s77": (16, None)}
 
 
+def test_alternatives_that_never_hold_are_pruned():
+    result = simplify(["(s0 < 2) | (s1 > 5)", "s0 >= 2"])
+    assert texts(result.guards) == ["s1 >= 6", "s0 >= 2"]
+    assert [(str(r.guard), str(r.to)) for r in result.rewritten] == [("(s1 > 5) | (s0 < 2)", "s1 > 5")]
+    # an alternative that may divide by zero stays: where s2 == 0 the whole guard fails
+    kept = simplify(["(s0 < 2) | (s1 > 5) | Eq(Mod(s1, s2), 0)", "s0 >= 2"])
+    assert sampled_equivalent(["(s0 < 2) | (s1 > 5) | Eq(Mod(s1, s2), 0)", "s0 >= 2"], kept.guards,
+                              ("s0", "s1", "s2"), range(-3, 9)) is None
+
+
 def test_ranges_merge_into_one_guard_per_symbol():
     result = simplify(["s0 >= 2", "s0 > 4", "s0 <= 100", "Ne(s0, 5)", "s0 < 200"])
     assert texts(result.guards) == ["(s0 >= 6) & (s0 <= 100)"]
