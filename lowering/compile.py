@@ -28,7 +28,7 @@ from lowering.lower import LocalProgram
 __all__ = ["CompiledProgram", "compile_program"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class CompiledProgram:
     """A compiled local program: ``run(symbol_values, tensors)`` returns the flat outputs.
 
@@ -44,13 +44,12 @@ class CompiledProgram:
     def __post_init__(self) -> None:
         from shapecore import compile_guards
 
-        object.__setattr__(self, "_check", compile_guards(self.guards, {g.name: f"values[{g.name!r}]" for guard in
-                                                                       self.guards for g in guard.free_symbols}))
+        names = sorted({s.name for guard in self.guards for s in guard.free_symbols})
+        self._check = compile_guards(self.guards, {name: f"values[{name!r}]" for name in names})
 
-    def accepts(self, values: Mapping[str, int]) -> sympy.Basic | None:
-        """The first guard that ``values`` (local symbol name -> int) break, or None."""
-        check = self._check  # type: ignore[attr-defined]
-        return check(values=values) if check.parameters else check()
+    def first_broken(self, values: Mapping[str, int]) -> sympy.Basic | None:
+        """The first guard that ``values`` (local symbol name -> int) break, or None when all hold."""
+        return self._check(values=values) if self._check.parameters else self._check()
 
 
 def _names(program: LocalProgram) -> dict[str, str]:

@@ -62,7 +62,6 @@ class EntryCheck:
         self._guards = compile_guards(contract, {name: f"values[{name!r}]" for name in env.symbols})
         self.names = dict(names)
         self._length = 2 + sum(len(s.global_shape) for s in self.specs if s.placements is not None)
-        self._symbols = sorted({x.name for s in self.specs for e in s.global_shape for x in e.free_symbols})
 
     # -- 1. agreement ----------------------------------------------------------------------------
 
@@ -163,11 +162,13 @@ class EntryCheck:
         for spec, d, e, n in dims:
             if {x.name for x in e.free_symbols} <= set(values) and evaluate(e, values) == n:
                 continue
+            pieces = shard_factor(spec.placements, self.mesh_shape, d)
+            split = f" ({pieces} local pieces of {n // pieces}, {format_placements(spec.placements)})" if pieces > 1 else ""
             raise GuardViolation(
-                f"input {spec.name} dim {d} has global size {n} (local size times the {shard_factor(spec.placements, self.mesh_shape, d)} "
-                f"pieces of {format_placements(spec.placements)}), but the program was traced for {self._show(e)}"
+                f"input {spec.name} dim {d} has global size {n}{split}, but the program was traced for {self._show(e)}"
                 + (f" with {self._values(values)}" if values else ""),
-                guard=f"{spec.name}.size()[{d}] == {self._show(e)}", values=values)
+                guard=f"{spec.name}.size()[{d}] == {self._show(e)}",
+                values={self.names.get(k, k): v for k, v in values.items()})
         return values
 
     # -- 3. guards ---------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ Contract:
   threads (at least one), as torchrun does: ranks spinning more OpenMP threads than the
   machine has cores slow every step down by orders of magnitude.
 
-Processes are forked from a ``forkserver`` that has imported torch once, so a launch costs
-milliseconds rather than an interpreter start and a torch import per rank.
+Processes are forked from a ``forkserver`` that has imported torch and Inductor once (and
+detected the CPU's vector ISA, :mod:`lowering._forkserver_warmup`), so a launch costs
+milliseconds rather than an interpreter start, a torch import and a compiler probe per rank.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ T = TypeVar("T")
 
 _HOST = "127.0.0.1"
 _GRACE_SECONDS = 1.0
-_PRELOAD = ["torch", "torch.distributed", "torch._inductor.compile_fx", "lowering"]
+_PRELOAD = ["torch", "torch.distributed", "torch._inductor.compile_fx", "lowering", "lowering._forkserver_warmup"]
 
 
 class LaunchTimeout(TimeoutError):

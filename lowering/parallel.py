@@ -276,7 +276,7 @@ class ParallelModule:
     def _variant(self, values: Mapping[str, int]) -> CompiledProgram:
         broken: list[Any] = []
         for variant in self._variants:
-            failed = variant.accepts(values)
+            failed = variant.first_broken(values)
             if failed is None:
                 return variant
             broken.append(failed)

@@ -2,10 +2,13 @@
 LLaMA-style decoder, compiled once per rank, equal to the single-device model at every batch
 size the guards accept; bad inputs rejected on every rank without a hang.
 
-Each scenario runs once per session (a module fixture) and several tests read its results.
+All scenarios of one mesh run in one launch, once per session (shared with pytest-xdist workers
+through a file), and several tests read each scenario's results.
 """
 
+import fcntl
 import functools
+import pickle
 import time
 
 import pytest
@@ -16,7 +19,7 @@ from lowering import GuardViolation, RankMismatch, launch
 from lowering.examples import MLP, Attention, Decoder
 from lowering.parallel import ParallelModule
 
-TIMEOUT = 300
+TIMEOUT = 600
 MOD4 = ["Eq(Mod(batch, 4), 0)"]
 
 
@@ -96,38 +99,61 @@ SCENARIOS = {
 }
 
 
-def _launch(key):
-    name, mesh, options, batches, extra = SCENARIOS[key]
+def _scenarios_on(mesh, rank):
+    """Every scenario of one mesh in the same processes: Inductor's start-up is paid once per mesh."""
+    results = {}
+    for key, (name, scenario_mesh, options, batches, extra) in SCENARIOS.items():
+        if scenario_mesh == mesh:
+            options = {**options, "batch_sizes": list(batches)}
+            results[key] = _scenario(rank, name, mesh, options, batches, extra)
+    return results
+
+
+def _launch_mesh(mesh):
     world = 1
     for size in mesh:
         world *= size
-    options = {**options, "batch_sizes": list(batches)}
-    return launch(functools.partial(_scenario, name=name, mesh=mesh, options=options, batches=batches, extra=extra),
-                  world, timeout=TIMEOUT)
+    per_rank = launch(functools.partial(_scenarios_on, mesh), world, timeout=TIMEOUT)
+    return {scenario: [r[scenario] for r in per_rank] for scenario in per_rank[0]}
 
 
-_RESULTS: dict[str, list] = {}
+@pytest.fixture(scope="session")
+def results(tmp_path_factory, worker_id):
+    """``results(key)``: per-rank results of a scenario. Each mesh is launched once per session,
+    also under pytest-xdist: workers share the results through a file, under a lock."""
+    memory: dict[str, list] = {}
+    shared = None if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+
+    def get(key):
+        if key not in memory:
+            mesh = SCENARIOS[key][1]
+            if shared is None:
+                memory.update(_launch_mesh(mesh))
+            else:
+                path = shared / f"lowering-mesh-{'x'.join(map(str, mesh))}.pickle"
+                with open(f"{path}.lock", "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    if not path.exists():
+                        path.write_bytes(pickle.dumps(_launch_mesh(mesh)))
+                    memory.update(pickle.loads(path.read_bytes()))
+        return memory[key]
+
+    return get
 
 
-def _results(key):
-    if key not in _RESULTS:
-        _RESULTS[key] = _launch(key)
-    return _RESULTS[key]
+@pytest.fixture
+def attention_on_4(results):
+    return results("attention_on_4")
 
 
-@pytest.fixture(scope="module")
-def attention_on_4():
-    return _results("attention_on_4")
+@pytest.fixture
+def decoder_on_2x2(results):
+    return results("decoder_on_2x2")
 
 
-@pytest.fixture(scope="module")
-def decoder_on_2x2():
-    return _results("decoder_on_2x2")
-
-
-@pytest.fixture(scope="module", params=list(SCENARIOS))
-def scenario(request):
-    return request.param, _results(request.param)
+@pytest.fixture(params=list(SCENARIOS))
+def scenario(request, results):
+    return request.param, results(request.param)
 
 
 def test_gathered_outputs_equal_the_single_device_model_at_every_batch_size(scenario):
