@@ -117,8 +117,8 @@ def _rank(rank: int, plan_json: str, batch_sizes: list[int], steps: int, blocks:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch-sizes", default="8,16,24,32,40")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per block (default 10)")
-    parser.add_argument("--blocks", type=int, default=3, help="alternating blocks per batch size (default 3)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per block (default 5)")
+    parser.add_argument("--blocks", type=int, default=8, help="alternating blocks per batch size (default 8)")
     args = parser.parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-lowering-")
