@@ -1,7 +1,5 @@
 """Placement changes on local tensors, eagerly and compiled by Inductor with dynamic shapes (gloo)."""
 
-import functools
-
 import pytest
 import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
