@@ -47,7 +47,7 @@ from shapecore.printing import python_str, torch_str
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange
 from shapecore.reasoner import Reasoner, prove
-from shapecore.simplify import Simplified, simplify
+from shapecore.simplifier import Simplified, simplify
 
 __all__ = [
     "CeilDiv",

@@ -181,7 +181,7 @@ def _explain_table(rows: list[tuple[str, ...]]) -> str:
 
 def _run_simplify(args: argparse.Namespace) -> int:
     from shapecore.printing import python_str
-    from shapecore.simplify import simplify
+    from shapecore.simplifier import simplify
 
     guards = _read_input(args.file)
     facts, ranges = _guard_scope(args, guards)

@@ -28,7 +28,7 @@ from fractions import Fraction
 import sympy
 
 from shapecore import functions as F
-from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence
+from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence, tighten
 from shapecore.ranges import UNBOUNDED, ValueRange
 from shapecore.rewrite import Simplifier, canonicalize, substitute, symbols_of
 
@@ -315,20 +315,14 @@ class Knowledge:
             self._add_replacement(x, sympy.Integer(int(tightened.lo)), set(self._provenance.get(x, ())))
 
     def _tighten(self, x: sympy.Symbol, declared: ValueRange) -> ValueRange:
-        congruence = self.congruences.get(x)
+        """``declared`` shrunk to ``x``'s residue class, then off excluded values at both ends."""
+        congruence = self.congruences.get(x) or ModularSet(1, 0)
+        r = tighten(declared, congruence)
         excluded = self._excluded.get(x, set())
-        lo, hi = declared.lo, declared.hi
-        if congruence is not None and congruence.is_constant:
-            value = congruence.base
-            return ValueRange(value, value) if value in declared and value not in excluded else ValueRange(1, 0)
-        step = congruence.coeff if congruence else 1
-        base = congruence.base if congruence else 0
-        if not math.isinf(lo):
-            lo = lo + (base - lo) % step
-            while lo in excluded:
-                lo += step
-        if not math.isinf(hi):
-            hi = hi - (hi - base) % step
-            while hi in excluded:
-                hi -= step
+        step = congruence.coeff or 1
+        lo, hi = r.lo, r.hi
+        while lo in excluded and lo <= hi:
+            lo += step
+        while hi in excluded and lo <= hi:
+            hi -= step
         return ValueRange(lo, hi)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from fractions import Fraction
 
 import sympy
 
 from shapecore import functions as F
+from shapecore.ranges import ValueRange
 
-__all__ = ["ModularSet", "modular_set", "solve_linear_congruence", "combine_congruences"]
+__all__ = ["ModularSet", "modular_set", "solve_linear_congruence", "combine_congruences", "tighten"]
 
 
 class ModularSet:
@@ -206,3 +208,21 @@ def combine_congruences(x: ModularSet, y: ModularSet) -> ModularSet | None:
     step = y.coeff // g
     t = ((y.base - x.base) // g * pow(x.coeff // g, -1, step)) % step if step > 1 else 0
     return ModularSet.of(lcm, x.base + x.coeff * t)
+
+
+def tighten(r: ValueRange, residues: ModularSet) -> ValueRange:
+    """``r`` shrunk to its integer members in the residue class ``residues`` (maybe empty).
+
+    ``x ≡ 0 (mod 8)`` and ``x >= 1`` give ``x >= 8``.
+    """
+    if residues.is_constant:
+        return ValueRange.point(residues.base) if residues.base in r else ValueRange(1, 0)
+    step, base = residues.coeff, residues.base
+    lo, hi = r.lo, r.hi
+    if not math.isinf(lo):
+        lo = math.ceil(Fraction(lo))
+        lo += (base - lo) % step
+    if not math.isinf(hi):
+        hi = math.floor(Fraction(hi))
+        hi -= (hi - base) % step
+    return ValueRange(lo, hi)

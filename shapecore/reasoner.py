@@ -18,30 +18,26 @@ evaluation. Answers are cached per claim; any new fact starts a new cache.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from fractions import Fraction
 
 import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
+from shapecore.decide import LAYERS, CheapLayers
 from shapecore.errors import UnboundSymbolError
 from shapecore.evaluation import holds
 from shapecore.functions import int_symbol
 from shapecore.knowledge import Knowledge
-from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.proof import Proof
-from shapecore.ranges import ValueRange, decide_difference
-from shapecore.rewrite import Simplifier, canonicalize, divisors, needs_rewriting, substitute, symbols_of
+from shapecore.rewrite import canonicalize, divisors, needs_rewriting, substitute, symbols_of
 from shapecore.search import find_counterexample, satisfies
 from shapecore.z3backend import Z3Session
 
 __all__ = ["Reasoner", "prove", "as_expr", "as_claim"]
 
 ExprLike = str | sympy.Basic | int | bool
-_LAYERS = ("rewrite", "ranges", "modular")
 _PROBE_BUDGET = 2  # points tried before any analysis
 _QUICK_SEARCH_BUDGET = 48  # points tried before z3
 _SEARCH_BUDGET = 512  # points tried when the claim is known false, or z3 gave up
@@ -68,85 +64,6 @@ def as_claim(value: ExprLike) -> sympy.Basic:
             f"expected a claim such as Eq(Mod(s0, 8), 0) or s0 >= 2, got the integer expression {expr}"
         )
     return expr
-
-
-def _tighten(r: ValueRange, residues: ModularSet) -> ValueRange:
-    """``r`` shrunk to the members of the residue class ``residues``."""
-    if residues.is_constant:
-        return ValueRange.point(residues.base) if residues.base in r else ValueRange(1, 0)
-    step, base = residues.coeff, residues.base
-    lo, hi = r.lo, r.hi
-    if not math.isinf(lo):
-        lo = math.ceil(Fraction(lo))
-        lo += (base - lo) % step
-    if not math.isinf(hi):
-        hi = math.floor(Fraction(hi))
-        hi -= (hi - base) % step
-    return ValueRange(lo, hi)
-
-
-class _CheapLayers:
-    """Decides a claim with ranges and residue classes, tracking the layer used.
-
-    With ``rewrite``, each ``lhs - rhs`` is first simplified (:class:`Simplifier`), which
-    decides more but builds new sympy expressions; without, the analyzers read it as is.
-    """
-
-    def __init__(self, knowledge: Knowledge, *, rewrite: bool = True) -> None:
-        self.simplify = Simplifier(knowledge.ranges, knowledge.congruences)
-        self.rewrite = rewrite
-        self.layer = 0  # index into _LAYERS of the most expensive layer needed
-
-    def _use(self, layer: str) -> None:
-        self.layer = max(self.layer, _LAYERS.index(layer))
-
-    def decide(self, claim: sympy.Basic) -> bool | None:
-        if claim is sympy.true or claim is sympy.false:
-            return claim is sympy.true
-        if claim.is_Relational:
-            return self._relation(type(claim), claim.args[0] - claim.args[1])
-        if isinstance(claim, sympy.Not):
-            inner = self.decide(claim.args[0])
-            return None if inner is None else not inner
-        if isinstance(claim, (sympy.And, sympy.Or)):
-            values = [self.decide(arg) for arg in claim.args]
-            absorbing = isinstance(claim, sympy.Or)
-            if absorbing in values:
-                return absorbing
-            return None if None in values else not absorbing
-        return None
-
-    def _relation(self, relation: type, difference: sympy.Basic) -> bool | None:
-        simplify = self.simplify
-        d = simplify(difference) if self.rewrite and needs_rewriting(difference) else difference
-        for layer in ("modular", "ranges"):
-            if layer in simplify.used:
-                self._use(layer)
-        if d.is_Number:
-            value = Fraction(int(d.p), int(d.q)) if d.is_Rational else float(d)
-            return decide_difference(relation, ValueRange.point(value))
-        if relation is sympy.Eq or relation is sympy.Ne:
-            # (In)equalities are mostly settled by residues alone: d ≡ 0 mod m facts.
-            residues = simplify.residues.analyze(d)
-            if residues is not None and (residues.coeff == 0 or residues.base != 0):
-                self._use("modular")
-                is_zero = residues.coeff == 0 and residues.base == 0  # else d can never be 0
-                return is_zero if relation is sympy.Eq else not is_zero
-        bounds = simplify.bounds.bound(d)
-        verdict = decide_difference(relation, bounds)
-        if verdict is not None:
-            self._use("ranges")
-            return verdict
-        residues = simplify.residues.analyze(d)
-        if residues is None or residues == ModularSet(1, 0):
-            return None
-        tightened = _tighten(bounds, residues)
-        if tightened.is_empty:
-            return None
-        verdict = decide_difference(relation, tightened)
-        if verdict is not None:
-            self._use("modular")
-        return verdict
 
 
 class Reasoner:
@@ -229,7 +146,7 @@ class Reasoner:
         verdict = None
         if prepared is not None:
             for rewrite in (False, True):
-                cheap = _CheapLayers(knowledge, rewrite=rewrite)
+                cheap = CheapLayers(knowledge, rewrite=rewrite)
                 try:
                     verdict = cheap.decide(prepared)
                 except ZeroDivisionError:
@@ -237,7 +154,7 @@ class Reasoner:
                 if verdict is True:
                     symbols = symbols_of(claim) | symbols_of(prepared)
                     used = self._used(knowledge.provenance(symbols))
-                    return self._proof(claim, "proved", _LAYERS[cheap.layer], facts_used=used)
+                    return self._proof(claim, "proved", LAYERS[cheap.layer], facts_used=used)
                 if verdict is False or rewrite or not needs_rewriting(prepared):
                     break
                 # Before rewriting (which builds expressions): most false claims fail at once.
@@ -263,7 +180,7 @@ class Reasoner:
         replacements = self.knowledge.replacements
         claim_divisors = divisors(claim)
         if claim_divisors:
-            nonzero = _CheapLayers(self.knowledge)
+            nonzero = CheapLayers(self.knowledge)
             for divisor in claim_divisors:
                 if nonzero.decide(sympy.Ne(substitute(canonicalize(divisor), replacements), 0)) is not True:
                     return None

@@ -35,7 +35,6 @@ torch's ShapeEnv, shapecore's, the sources and (export) the user's ``Dim`` names
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field

@@ -13,13 +13,13 @@ import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import shapecore.simplifier as simplify_module
 from shapecore import ConstraintError, FloorDiv, Max, Mod, holds, int_symbol, parse, simplify
 from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
 from shapecore.z3backend import Translator
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
-simplify_module = sys.modules["shapecore.simplify"]  # the package attribute is the function
 
 s0, s1, s2 = (int_symbol(n) for n in ("s0", "s1", "s2"))
 
