@@ -1,19 +1,19 @@
-"""Clustering: nodes that must make the same decision, found once so they share variables.
-
-Two kinds of sharing, both exact (the clustered problem's optimum is a plan of the original
-problem, and its objective is that plan's true cost):
+"""Clustering: nodes that make the same decision, found once so they share variables.
 
 * **signatures** — :func:`node_signature` captures everything a node's candidate strategies
   and costs depend on (op, constant arguments, operand and output shapes, role). Nodes with
-  equal signatures get their strategies computed once.
+  equal signatures get their strategies computed once (exact: nothing is restricted).
 * **identical layers** — nodes are grouped into *instances* by the first numbered component
   of their module path (``layers.3.attn.wq`` → instance 3 of ``layers``; parameters and their
   gradients by their qualified name; an op without a path, such as a gradient accumulation,
-  by its users') and phase (forward/backward). Instances of one family
-  whose node sequences match — same signatures, same operands *inside* the instance at the
-  same positions — form a cluster: the ``j``-th nodes of its instances share one decision
-  (a :class:`Unit`). Operands from outside an instance (the previous layer's output) need
-  only equal shapes; the edges they form are priced per edge, so nothing is approximated.
+  by its users') and phase (forward/backward). Instances of one family whose node sequences
+  match — same signatures, same operands *inside* the instance at the same positions — form
+  a cluster: the ``j``-th nodes of its instances share one decision (a :class:`Unit`).
+  Operands from outside an instance (the previous layer's output) need only equal shapes;
+  the edges they form are priced per edge. Sharing is a restriction — every layer of a
+  cluster is sharded alike, even the first and last, which might prefer otherwise — and the
+  objective stays the true cost of the plan chosen (on the LLaMA bench the optimum moves by
+  under 0.1%).
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@
   placement), by *tying* (a parameter's gradient is delivered in the parameter's placement;
   a user output in the placement of its tangent), or by *following* (an elementwise or
   layout op keeps the placement of its first operand's producer, when each of the
-  producer's placements leaves it exactly one strategy: no resharding between them).
+  producer's placements leaves it exactly one strategy and its output is no larger than
+  that operand: no resharding between them, so any resharding happens after the op, on no
+  more bytes than before it). Sharing restricts the plans considered; the objective is
+  always the true cost of the plan chosen.
 * **edges** — every (consumer, operand) pair, linked to its producer. An edge inside one
   group is priced into that group's choices. Edges across groups are collected into *edge
   classes*: edges over the same tensor shape whose producer-placement and consumer-need
@@ -451,8 +454,14 @@ class _Builder:
             first = graph.nodes[node.operands[0]].output
             if len(node.operands) > 1 and first.shape != node.output.shape:
                 return None  # following a broadcast operand would pin the op to its placement
+            if self._bytes(node.output) > self._bytes(first):
+                return None  # (expand, upcast) resharding its smaller input may be the better move
             return self._aligned(unit, [graph.nodes[m].operands[0] for m in unit.members], unit_of, "follower")
         return None
+
+    def _bytes(self, meta: TensorMeta) -> float:
+        """Size of a tensor like ``meta`` at the largest batch point."""
+        return float(self.problem.local(meta, (R_CODE,) * self.mesh.ndim).nbytes.max())
 
     @staticmethod
     def _aligned(unit: Unit, leaders: list[str], unit_of: dict[str, Unit], how: str) -> tuple[Unit, str] | None:

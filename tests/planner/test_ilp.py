@@ -81,18 +81,18 @@ def decoder_trace():
     return trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True)
 
 
-def test_clustering_identical_layers_is_exact(decoder_trace):
+def test_clustering_prices_the_plan_it_picks_and_costs_little(decoder_trace):
     gm, _, env, dims = decoder_trace
     objectives = []
     for cluster in (True, False):
         problem = prepare(gm, Mesh((2, 2)), shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
-                          batch_sizes=[8, 64], cluster=cluster).problem
+                          batch_sizes=[8, 64], cluster=cluster, merge_followers=cluster).problem
         solution = IlpModel(problem).solve(problem.points.weights)
         assert solution.objective == pytest.approx(float(problem.evaluate(solution.choices).total @ problem.points.weights), rel=1e-9)
         objectives.append((solution.objective, len(problem.groups), problem.clusters))
     (clustered, groups_c, clusters), (flat, groups_f, _) = objectives
     assert clusters > 0 and groups_c < groups_f
-    assert clustered == pytest.approx(flat, rel=1e-6)
+    assert flat * (1 - 1e-9) <= clustered <= flat * 1.01  # a restriction, and a mild one
 
 
 def test_plan_reports_true_cost_and_regret(decoder_trace):
