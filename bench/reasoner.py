@@ -3,7 +3,8 @@
 Each query is a claim with facts and ranges. shapecore answers with ``Reasoner.prove``;
 PyTorch with ``statically_known_true`` on a ShapeEnv whose symbols carry the same ranges and
 whose facts are installed as guards (``evaluate_expr`` at hints that satisfy them) or, for
-unbacked symbols, as runtime asserts. Ground truth is brute force over a box inside the
+unbacked symbols, as runtime asserts. Both engines get the same hints (torch's ShapeEnv needs
+them; shapecore's reasoner uses them as torch does, to dismiss a claim false there at once). Ground truth is brute force over a box inside the
 ranges: a ``proved`` (torch: True) is wrong if some point satisfying the facts falsifies the
 claim; a ``refuted`` is wrong if its counterexample does not check.
 
@@ -106,7 +107,7 @@ def _scope(query: Query) -> tuple[sympy.Basic, list[sympy.Basic]]:
 
 def brute_force_counterexample(query: Query) -> dict[str, int] | None:
     claim, facts = _scope(query)
-    names = sorted({s.name for s in claim.free_symbols.union(*(f.free_symbols for f in facts))})
+    names = _names(claim, facts)
     for point in itertools.product(BOX, repeat=len(names)):
         values = dict(zip(names, point))
         if all(holds(f, values) for f in facts) and not holds(claim, values):
@@ -138,6 +139,7 @@ class Answer:
 def run_shapecore(query: Query, violation: dict[str, int] | None, repeat: int) -> Answer:
     claim, facts = _scope(query)
     reasoner = shapecore.Reasoner(timeout_ms=1000)
+    reasoner.hints = _hints(_names(claim, facts), facts)  # the example values torch's env holds too
     for fact in facts:
         reasoner.add_fact(fact)
     with _timing():
@@ -167,7 +169,7 @@ def _torch_setup(query: Query):
     from shapecore.torch_bridge import to_torch
 
     claim, facts = _scope(query)
-    names = sorted({s.name for s in claim.free_symbols.union(*(f.free_symbols for f in facts))})
+    names = _names(claim, facts)
     hints = _hints(names, facts)
     env = ShapeEnv(duck_shape=False)  # duck sizing would unify symbols whose hints happen to match
     symbols = {}
@@ -188,7 +190,12 @@ def _torch_setup(query: Query):
     return env, to_torch(claim.xreplace(rename), env)
 
 
+def _names(claim: sympy.Basic, facts: list[sympy.Basic]) -> list[str]:
+    return sorted({s.name for s in claim.free_symbols.union(*(f.free_symbols for f in facts))})
+
+
 def _hints(names: list[str], facts: list[sympy.Basic]) -> dict[str, int]:
+    """Example values for the backed symbols (not ``u*``) at which every fact on them holds."""
     backed = [n for n in names if not n.startswith("u")]
     relevant = [f for f in facts if all(s.name in backed for s in f.free_symbols)]
     for point in itertools.product(range(2, 130), repeat=len(backed)):

@@ -26,7 +26,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from shapecore.decide import LAYERS, CheapLayers
 from shapecore.errors import UnboundSymbolError
-from shapecore.evaluation import holds
+from shapecore.evaluation import evaluate, holds
 from shapecore.functions import int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.parsing import parse
@@ -79,6 +79,9 @@ class Reasoner:
         self.knowledge = Knowledge()
         self.timeout_ms = timeout_ms
         self.hints: dict[str, int] = {}
+        self._hints_key: tuple[int, int] | None = None  # (hints, replacements) the point was built from
+        self._hints_checked = 0  # facts verified at the point so far
+        self._hints_point: dict[str, int] | None = None
         self._cache: dict[object, Proof] = {}
         self._cache_version = -1
         self._z3: Z3Session | None = None
@@ -102,6 +105,8 @@ class Reasoner:
         """Assume ``fact`` from now on; returns it as parsed and canonicalized."""
         claim = as_claim(fact)
         index = self.knowledge.add(claim)
+        if self.hints:
+            self._hint_point()  # check the facts at the hints now, as torch does when recording a guard
         return self.knowledge.facts[index]
 
     def set_range(self, symbol: str | sympy.Symbol, lo: int | None, hi: int | None) -> None:
@@ -139,6 +144,9 @@ class Reasoner:
                 claim, "proved", "facts", facts_used=self._used(knowledge.contradiction),
                 reason="the facts contradict each other, so every claim follows",
             )
+        at_hints = self._hint_point()
+        if at_hints is not None and all(s.name in at_hints for s in symbols_of(claim)) and not holds(claim, at_hints):
+            return self._proof(claim, "refuted", "search", counterexample=dict(at_hints))
         try:
             prepared = self._prepare(claim)
         except ZeroDivisionError:  # a divisor is zero wherever the facts hold: the claim never holds
@@ -169,6 +177,34 @@ class Reasoner:
         # z3 gets the claim with the facts' replacements applied when that is sound (prepared
         # is defined wherever the facts hold): substitution spares it nonlinear reasoning.
         return self._prove_z3(claim, searched=budget, encoded=claim if prepared is None else prepared)
+
+    def _hint_point(self) -> dict[str, int] | None:
+        """The hints, extended through the replacements, if they satisfy every fact.
+
+        A claim false there is refuted at once, with the hints as counterexample: the
+        cheapest answer there is, and the common one for an env, whose guards hold at its
+        hints by construction. Facts are checked once each, as they arrive.
+        """
+        knowledge = self.knowledge
+        key = (len(self.hints), len(knowledge.replacements))
+        if self._hints_key != key:
+            self._hints_key, self._hints_checked = key, 0
+            self._hints_point = dict(self.hints) if self.hints else None
+            try:
+                for symbol, expression in knowledge.replacements.items():
+                    if self._hints_point is not None:
+                        self._hints_point.setdefault(symbol.name, evaluate(expression, self._hints_point))
+            except (UnboundSymbolError, ZeroDivisionError):
+                self._hints_point = None
+        point = self._hints_point
+        if point is not None and self._hints_checked < len(knowledge.facts):
+            try:
+                if not satisfies(knowledge.facts[self._hints_checked :], point):
+                    self._hints_point = None
+            except UnboundSymbolError:  # a fact on a symbol without a hint: no full point
+                self._hints_point = None
+            self._hints_checked = len(knowledge.facts)
+        return self._hints_point
 
     def _prepare(self, claim: sympy.Basic) -> sympy.Basic | None:
         """``claim`` canonicalized and substituted, or None if it may be undefined.

@@ -167,3 +167,15 @@ def test_z3_sees_the_claim_with_replacements_applied():
     proof = prove("Eq(Mod(s7*s75*s96, s75 - 1), 0)", facts=["Eq(s75 - 1, s7)"], ranges=sizes, timeout_ms=2000)
     assert proof.status == "proved"
     assert prove("Eq(Mod(s7*s75*s96, s75 - 1), 0)", facts=["Eq(s75 - 1, s7)"]).status == "refuted", "s7 = 0 divides by 0"
+
+
+def test_hints_refute_at_once_but_only_when_they_satisfy_the_facts():
+    r = Reasoner()
+    r.hints = {"b": 4, "s": 2}
+    r.add_fact("Eq(Mod(b, 4), 0)")
+    proof = r.prove("Eq(Mod(b*s, 16), 0)")
+    assert proof.refuted and proof.counterexample == {"b": 4, "s": 2}
+    r.add_fact("s >= 3")  # the hints no longer satisfy the facts: they must not be reported
+    proof = r.prove("Eq(Mod(b*s, 16), 0)")
+    assert proof.refuted and proof.counterexample["s"] >= 3
+    assert holds(parse("Eq(Mod(b, 4), 0)"), proof.counterexample)
