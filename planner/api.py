@@ -5,26 +5,25 @@ facts and the user's constraints, builds the decision problem, solves it (python
 HiGHS or CBC, or the greedy baseline) at the expected cost over the batch points, solves
 once more per point for the regret report, and assembles the :class:`~planner.plan.Plan`.
 
-``plan_module`` traces first: ``torch.export`` through :func:`shapecore.torch_bridge.trace_export`
-(dynamic dims from ``dynamic_shapes`` only), decomposed to core aten ops except the composite
-ops the built-in rules understand whole (attention, normalizations, activations); with
-``training=True``, the exported module is traced again into a joint forward+backward graph
-(``aot_export_joint_with_descriptors``) and torch's ShapeEnv is handed to shapecore afterwards,
-so guards added by the backward trace are included.
+``plan_module`` traces first (:func:`trace_for_planning`): ``torch.export`` through
+:func:`shapecore.torch_bridge.trace_export` (dynamic dims from ``dynamic_shapes`` only),
+decomposed to core aten ops except the composite ops the built-in rules understand whole
+(attention, normalizations, activations); with ``training=True``, the exported module is
+traced again into a joint forward+backward graph (``aot_export_joint_with_descriptors``).
+torch's ShapeEnv is handed to shapecore after the last trace, so every guard is included.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import sympy
 
-from shapecore import ShapeEnv, parse
 from planner.assemble import assemble_plan
 from planner.batches import BatchPoints, BatchSizes
 from planner.cost import AlphaBetaCostModel, CostModel, Hardware
@@ -36,6 +35,7 @@ from planner.mesh import Mesh
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
 from planner.strategies import StrategyProvider, default_providers
+from shapecore import ShapeEnv, parse
 
 __all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_for_planning"]
 
@@ -226,13 +226,13 @@ def trace_for_planning(model: Any, example_inputs: Sequence[Any], *, dynamic_sha
     dims: dict[str, Any] = dict(traced.dim_exprs)
     if not training:
         exported = traced.exported.run_decompositions(_decompositions())
-        return exported.graph_module, exported, traced.env, dims
+        return exported.graph_module, exported, from_torch(traced.torch_env), dims
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+    from torch._guards import detect_fake_mode
 
     fake_inputs = [n.meta["val"] for n in traced.exported.graph.nodes if n.op == "placeholder"]
     user_inputs = fake_inputs[len(fake_inputs) - len(example_inputs):]
-    fake_mode = user_inputs[0].fake_mode
-    with contextlib.ExitStack() as stack, fake_mode:
+    with contextlib.ExitStack() as stack, detect_fake_mode(fake_inputs):
         joint = aot_export_joint_with_descriptors(stack, traced.exported.module(), tuple(user_inputs))
     return joint.graph_module, None, from_torch(traced.torch_env), dims
 
