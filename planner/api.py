@@ -30,14 +30,19 @@ from planner.cost import AlphaBetaCostModel, CostModel, Hardware
 from planner.divisibility import Divisibility, Policy
 from planner.graph import PlanGraph, read_graph
 from planner.greedy import GreedyModel
-from planner.ilp import IlpModel
+from planner.ilp import IlpModel, Optimum
 from planner.mesh import Mesh
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
 from planner.strategies import StrategyProvider, default_providers
 from shapecore import ShapeEnv, parse
 
-__all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_for_planning"]
+__all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_for_planning", "OBJECTIVES", "REGRET_MODES"]
+
+Objective = Literal["expected", "regret", "worst-regret"]
+RegretMode = Literal["bound", "exact", "off"]
+OBJECTIVES: tuple[Objective, ...] = ("expected", "regret", "worst-regret")
+REGRET_MODES: tuple[RegretMode, ...] = ("bound", "exact", "off")
 
 _KEEP_WHOLE = (
     "scaled_dot_product_attention.default",
@@ -161,8 +166,8 @@ def plan(
     cost_model: CostModel | None = None,
     time_limit: float = 60,
     dims: Mapping[str, str | sympy.Basic] | None = None,
-    objective: Literal["expected", "regret"] = "expected",
-    regret: bool = True,
+    objective: Objective = "expected",
+    regret: RegretMode = "bound",
     cluster: bool = True,
     merge_followers: bool = True,
     replicate_outputs: bool = False,
@@ -177,34 +182,60 @@ def plan(
     or over trace symbols. ``memory_budget``: bytes per device. ``divisibility``: ``prove`` /
     ``assume`` / ``uneven`` (:mod:`planner.divisibility`). ``batch_sizes``: see
     :mod:`planner.batches`. ``objective``: ``expected`` minimizes the expected cost over the
-    batch points; ``regret`` the worst ratio of a point's cost to that point's own optimum.
-    ``regret``: also solve each batch point alone and report the ratio. ``cluster`` /
+    batch points; ``regret`` the mean ratio of each point's cost to that point's own optimum;
+    ``worst-regret`` the largest such ratio (a harder MIP). ``regret``: how each point's own
+    optimum is found, for the regret report and the regret objectives: ``bound`` (a lower
+    bound from the LP relaxation, fast; the reported regret is then an upper bound),
+    ``exact`` (the MIP solved for that point alone, within ``time_limit``) or ``off``. ``cluster`` /
     ``merge_followers``: share decisions of identical layers / of ops with their first
     operand's producer. ``replicate_outputs``: deliver user outputs replicated. ``explain``:
     record each node's runners-up (:meth:`Plan.explain`).
     """
-    if objective not in ("expected", "regret"):
-        raise ValueError(f"objective must be 'expected' or 'regret', got {objective!r}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}")
+    if regret not in REGRET_MODES:
+        raise ValueError(f"regret must be one of {', '.join(map(repr, REGRET_MODES))}, got {regret!r}")
     if solver not in ("highs", "cbc", "greedy"):
         raise ValueError(f"solver must be 'highs', 'cbc' or 'greedy', got {solver!r}")
+    if objective != "expected" and regret == "off":
+        raise ValueError(f"objective={objective!r} measures each batch point against its own optimum: use regret='bound' or 'exact'")
+    if objective == "worst-regret" and solver == "greedy":
+        raise ValueError("the greedy baseline has no worst-regret objective: use objective='regret' or solver='highs'")
     prepared = prepare(gm, mesh, shape_env=shape_env, hardware=hardware, batch_sizes=batch_sizes, constraints=constraints,
                        divisibility=divisibility, strategies=strategies, cost_model=cost_model, dims=dims, cluster=cluster,
                        merge_followers=merge_followers, replicate_outputs=replicate_outputs)
     problem, points = prepared.problem, prepared.problem.points
     start = time.perf_counter()
-    solver_model = GreedyModel(problem, memory_budget=memory_budget) if solver == "greedy" else IlpModel(
-        problem, solver=solver, memory_budget=memory_budget)
+    ilp = None if solver == "greedy" and regret == "off" else IlpModel(
+        problem, solver="highs" if solver == "greedy" else solver, memory_budget=memory_budget)
+    solver_model = GreedyModel(problem, memory_budget=memory_budget) if solver == "greedy" else ilp
     build_seconds = prepared.seconds + time.perf_counter() - start
     start = time.perf_counter()
-    optima = None
-    if (regret or objective == "regret") and len(points) > 1:
-        optima = [solver_model.solve(np.eye(len(points))[k], time_limit=time_limit).objective for k in range(len(points))]
+    optima = None if regret == "off" or len(points) == 1 else _point_optima(ilp, len(points), exact=regret == "exact", time_limit=time_limit)
     regret_seconds = time.perf_counter() - start
-    solution = (solver_model.solve_worst_regret(points.weights, np.array(optima), time_limit=time_limit)
-                if objective == "regret" and optima is not None else solver_model.solve(points.weights, time_limit=time_limit))
+    if objective == "expected" or optima is None:  # one batch point: every objective ranks plans alike
+        solution = solver_model.solve(points.weights, time_limit=time_limit)
+    elif objective == "regret":
+        solution = solver_model.solve_mean_regret(points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
+    else:
+        solution = ilp.solve_worst_regret(points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
     timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}
     return assemble_plan(problem, solution, solver=solver, objective=objective, optima=optima, constraints=prepared.constraints,
                          memory_budget=memory_budget, dims=prepared.dims, explain=explain, timings=timings)
+
+
+def _point_optima(model: IlpModel, points: int, *, exact: bool, time_limit: float) -> list[Optimum]:
+    """Each batch point's own optimum (``exact``: its MIP; else the LP relaxation's lower bound)."""
+    optima = []
+    for k in range(points):
+        weights = np.eye(points)[k]
+        if not exact:
+            optima.append(Optimum(model.lower_bound(weights, time_limit=time_limit), exact=False))
+            continue
+        solution = model.solve(weights, time_limit=time_limit)
+        proved = solution.status == "optimal"
+        optima.append(Optimum(solution.objective if proved else solution.bound, exact=proved))  # type: ignore[arg-type]
+    return optima
 
 
 def _decompositions() -> dict[Any, Any]:

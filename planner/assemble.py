@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.ilp import Solution
+from planner.ilp import Optimum, Solution
 from planner.placements import Codes, Placements, decode, decode_one, format_codes
 from planner.plan import (
     Alternative,
@@ -43,14 +43,14 @@ def assemble_plan(
     *,
     solver: str,
     objective: str,
-    optima: Sequence[float] | None,
+    optima: Sequence[Optimum] | None,
     constraints: Sequence[str],
     memory_budget: float | None,
     dims: dict[str, str],
     explain: bool = True,
     timings: dict[str, float] | None = None,
 ) -> Plan:
-    """The plan for ``solution`` (``optima``: per-point optimal costs, for regret)."""
+    """The plan for ``solution`` (``optima``: each point's own optimum or a lower bound, for regret)."""
     graph, mesh, points = problem.graph, problem.mesh, problem.points
     choices = solution.choices
     weights = points.weights
@@ -109,7 +109,8 @@ def assemble_plan(
     peak = int(np.argmax(sum(evaluation.memory.values(), np.zeros(len(points)))))
     memory = MemoryBreakdown(**{part: float(evaluation.memory[part][peak]) for part in MEMORY_PARTS})
     batch_costs = tuple(
-        BatchCost(points.labels[k], float(weights[k]), float(evaluation.total[k]), None if optima is None else optima[k])
+        BatchCost(points.labels[k], float(weights[k]), float(evaluation.total[k]),
+                  None if optima is None else optima[k].value, optima is not None and optima[k].exact)
         for k in range(len(points))
     )
     decisions = _decisions(problem, choices, incoming, explain)

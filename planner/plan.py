@@ -316,16 +316,21 @@ class CostBreakdown:
 
 @dataclass(frozen=True)
 class BatchCost:
-    """The plan's cost at one batch point beside the optimum solved for that point alone."""
+    """The plan's cost at one batch point beside the optimum solved for that point alone.
+
+    ``optimum`` is that optimum when ``optimum_exact``, else a lower bound on it (the LP
+    relaxation), so :attr:`regret` never understates.
+    """
 
     values: Mapping[str, int]
     weight: float
     cost: float
     optimum: float | None = None
+    optimum_exact: bool = False
 
     @property
     def regret(self) -> float | None:
-        """``cost / optimum`` (1.0 is optimal)."""
+        """``cost / optimum`` (1.0 is optimal): exact when ``optimum_exact``, else an upper bound."""
         if self.optimum is None:
             return None
         return self.cost / self.optimum if self.optimum > 0 else 1.0
@@ -336,11 +341,12 @@ class BatchCost:
             "weight": _num(self.weight),
             "cost": _num(self.cost),
             "optimum": None if self.optimum is None else _num(self.optimum),
+            "optimum_exact": self.optimum_exact,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BatchCost:
-        return cls(d["values"], d["weight"], d["cost"], d["optimum"])
+        return cls(d["values"], d["weight"], d["cost"], d["optimum"], d["optimum_exact"])
 
 
 _TIMINGS = ("build_seconds", "solve_seconds", "regret_seconds")
@@ -350,7 +356,7 @@ _TIMINGS = ("build_seconds", "solve_seconds", "regret_seconds")
 class SolverStats:
     """How the plan was found.
 
-    ``objective_kind`` is ``expected`` or ``regret``; ``objective`` the expected cost (seconds)
+    ``objective_kind`` is ``expected``, ``regret`` or ``worst-regret``; ``objective`` the expected cost (seconds)
     of the plan, ``bound`` the solver's lower bound on it and ``gap`` the relative gap of the
     problem solved; ``decision_nodes`` the one-hot decisions after clustering and merging.
     ``build_seconds`` (reading the graph, deciding obligations, building the problem and the
@@ -507,7 +513,8 @@ class Plan:
                    + (f" (budget {c.memory_budget / 2**30:.3f} GiB)" if c.memory_budget else ""))
         for b in self.batch_costs:
             point = ", ".join(f"{k}={v}" for k, v in sorted(b.values.items()))
-            regret = f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum is not None else ""
+            regret = "" if b.optimum is None else (f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum_exact
+                                                   else f", optimum ≥ {b.optimum:.4g} s, regret ≤ {b.regret:.3f}")
             out.append(f"  at {point} (weight {b.weight:.3g}): {b.cost:.4g} s{regret}")
         return "\n".join(out)
 

@@ -95,16 +95,27 @@ def test_clustering_prices_the_plan_it_picks_and_costs_little(decoder_trace):
     assert flat * (1 - 1e-9) <= clustered <= flat * 1.01  # a restriction, and a mild one
 
 
+def _mean_regret(plan) -> float:
+    return sum(b.weight * b.regret for b in plan.batch_costs) / sum(b.weight for b in plan.batch_costs)
+
+
 def test_plan_reports_true_cost_and_regret(decoder_trace):
     gm, _, env, dims = decoder_trace
     options = dict(shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64, 512])
-    expected = planner.plan(gm, Mesh((2, 2)), **options)
+    expected = planner.plan(gm, Mesh((2, 2)), regret="exact", **options)
     assert expected.stats.objective == pytest.approx(expected.cost.total, rel=1e-9)
     assert expected.stats.clusters > 0 and expected.stats.merged_followers > 0
     for point in expected.batch_costs:
-        assert point.regret >= 1 - 1e-9
-    worst = planner.plan(gm, Mesh((2, 2)), objective="regret", **options)
-    assert worst.worst_regret <= expected.worst_regret + 1e-9
+        assert point.optimum_exact and point.regret >= 1 - 1e-9
+    bounded = planner.plan(gm, Mesh((2, 2)), **options)  # regret="bound": the LP relaxation never overstates an optimum
+    assert bounded.placements == expected.placements
+    for loose, tight in zip(bounded.batch_costs, expected.batch_costs):
+        assert not loose.optimum_exact and loose.optimum <= tight.optimum * (1 + 1e-9)
+        assert loose.regret >= tight.regret * (1 - 1e-9)
+    mean = planner.plan(gm, Mesh((2, 2)), objective="regret", regret="exact", **options)
+    assert _mean_regret(mean) <= _mean_regret(expected) * (1 + 1e-3)  # the MIP's default relative gap is 1e-4
+    worst = planner.plan(gm, Mesh((2, 2)), objective="worst-regret", regret="exact", **options)
+    assert worst.worst_regret <= expected.worst_regret / 0.99 + 1e-9  # solved to within 1% of its bound
     assert [b.optimum for b in worst.batch_costs] == pytest.approx([b.optimum for b in expected.batch_costs], rel=1e-9)
     greedy = planner.plan(gm, Mesh((2, 2)), solver="greedy", **options)
     assert greedy.stats.objective >= expected.stats.objective * (1 - 1e-12)
