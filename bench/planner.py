@@ -40,6 +40,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
+import planner  # noqa: E402
 from planner import Mesh  # noqa: E402
 from planner.api import prepare, trace_for_planning  # noqa: E402
 from planner.greedy import GreedyModel  # noqa: E402
@@ -167,6 +168,10 @@ def run_case(graph, env, dims, mesh: Mesh, batch_sizes, args) -> dict:
         return problem.evaluate(solution.choices, weights).total / optima
 
     greedy = GreedyModel(problem).solve(weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan, plan_s = _timed(lambda: planner.plan(graph, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 8), 0)"],
+                                                   batch_sizes=batch_sizes, objective="regret", time_limit=args.time_limit))
     row = {
         "nodes": problem.graph.fx_node_count,
         "decisions": len(problem.groups),
@@ -184,6 +189,8 @@ def run_case(graph, env, dims, mesh: Mesh, batch_sizes, args) -> dict:
         "regret_regret": regret(mean).tolist(),
         "regret_reported_worst": float((problem.evaluate(mean.choices, weights).total / bounds).max()),
         "regret_gap": mean.gap,
+        "plan_call_s": plan_s,
+        "plan_call_reported_worst": plan.worst_regret,
         "worst_regret_solve_s": minimax_s,
         "worst_regret_regret": regret(minimax).tolist(),
         "worst_regret_gap": minimax.gap,
@@ -220,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     header = (f"{'mode':8} {'L':>2} {'mesh':6} {'nodes':>6} {'dec':>4} {'vars':>7} {'cons':>6} {'build':>6} {'bounds':>6} "
-              f"{'exp s':>6} {'exp worst':>9} {'reg s':>6} {'plan s':>6} {'reg worst':>9} {'≤ rep':>6} {'mm s':>6} {'mm worst':>8} "
+              f"{'exp s':>6} {'exp worst':>9} {'reg s':>6} {'plan s':>6} {'plan()':>6} {'reg worst':>9} {'≤ rep':>6} {'mm s':>6} {'mm worst':>8} "
               f"{'exact s':>7} {'1-size':>6} {'greedy':>6}" + (f" {'flat s':>7} {'speedup':>7}" if args.peer_unclustered else ""))
     print(header, flush=True)
     for mode in args.modes:
@@ -233,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 line = (f"{mode:8} {layers:>2} {text:6} {row['nodes']:>6} {row['decisions']:>4} {row['variables']:>7} "
                         f"{row['constraints']:>6} {row['build_s']:>6.2f} {row['bounds_s']:>6.2f} {row['expected_solve_s']:>6.2f} "
-                        f"{max(row['expected_regret']):>9.3f} {row['regret_solve_s']:>6.2f} {row['regret_plan_s']:>6.2f} "
+                        f"{max(row['expected_regret']):>9.3f} {row['regret_solve_s']:>6.2f} {row['regret_plan_s']:>6.2f} {row['plan_call_s']:>6.2f} "
                         f"{max(row['regret_regret']):>9.3f} {row['regret_reported_worst']:>6.3f} {row['worst_regret_solve_s']:>6.1f} "
                         f"{max(row['worst_regret_regret']):>8.3f} {row['exact_optima_s']:>7.1f} {max(row['single_size_regret']):>6.2f} "
                         f"{row['greedy_over_ilp']:>6.2f}")
@@ -242,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
     print("columns (seconds unless said): build = read graph, decide obligations, build problem and ILP; bounds = each batch "
           "size's optimum bounded below by its LP relaxation; exp = objective='expected' (its solve, its worst regret); "
-          "reg = objective='regret' (mean regret over the bounds): its solve, plan s = build + bounds + solve (what planner.plan "
-          "takes), its worst regret against the exact optima and '≤ rep' as the plan reports it (against the bounds); "
+          "reg = objective='regret' (mean regret over the bounds): its solve, plan s = build + bounds + solve, plan() = "
+          "a whole planner.plan(objective='regret') call (tracing excluded), its worst regret against the exact optima and '≤ rep' as the plan reports it (against the bounds); "
           "mm = objective='worst-regret'; exact s = the exact per-size optima (regret='exact'); 1-size = worst regret of the "
           "plan solved at the smallest batch size alone, as a planner that sees one example size; greedy = greedy cost / "
           "ILP cost; flat s = build+solve without clustering or merging")
