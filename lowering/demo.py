@@ -24,6 +24,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,11 @@ def _batch_sizes(text: str) -> list[int]:
     if not sizes or any(s < 1 for s in sizes):
         raise argparse.ArgumentTypeError(f"expected positive batch sizes, got {text!r}")
     return sizes
+
+
+def _hide_torch_internal_deprecations() -> None:
+    """torch 2.13's export warns about its own pytree internals (``LeafSpec``): nothing a demo user can act on."""
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 
 def _say(text: str = "") -> None:
@@ -137,6 +143,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
     from lowering.parallel import ParallelModule
     from planner.plan import Plan
 
+    _hide_torch_internal_deprecations()
     model = _model()
     progress = _Progress() if rank == 0 else None
     try:
@@ -183,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     from shapecore import holds, parse
 
     start = time.monotonic()
+    _hide_torch_internal_deprecations()
     bad = [b for b in args.batch_sizes if not holds(parse(_CONSTRAINT), {"batch": b})]
     if bad:
         print(f"shapecore demo: batch size(s) {', '.join(map(str, bad))} break {_CONSTRAINT}; "
