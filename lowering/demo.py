@@ -101,7 +101,7 @@ def _plan(batch_sizes: Sequence[int]) -> Any:
     gm, exported, env, dims = trace_for_planning(_model(), (_tokens(batch_sizes[0]),), dynamic_shapes=_dynamic_shapes())
     return planner.plan(exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=env, dims=dims,
                         constraints=[_CONSTRAINT], memory_budget=_MEMORY_BUDGET, batch_sizes=list(batch_sizes),
-                        hardware="cpu-gloo")
+                        hardware="cpu-gloo", regret="exact")  # a small problem: each batch size's optimum solved exactly
 
 
 def _show_plan(plan: Any) -> None:
