@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -172,6 +172,7 @@ def plan(
     merge_followers: bool = True,
     replicate_outputs: bool = False,
     explain: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> Plan:
     """Pick placements for every node of ``gm`` on ``mesh``.
 
@@ -189,8 +190,10 @@ def plan(
     ``exact`` (the MIP solved for that point alone, within ``time_limit``) or ``off``. ``cluster`` /
     ``merge_followers``: share decisions of identical layers / of ops with their first
     operand's producer. ``replicate_outputs``: deliver user outputs replicated. ``explain``:
-    record each node's runners-up (:meth:`Plan.explain`).
+    record each node's runners-up (:meth:`Plan.explain`). ``progress``: called with a line
+    as each phase starts (on a large graph the whole call can take a minute).
     """
+    say = progress or (lambda line: None)
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}")
     if regret not in REGRET_MODES:
@@ -201,18 +204,22 @@ def plan(
         raise ValueError(f"objective={objective!r} measures each batch point against its own optimum: use regret='bound' or 'exact'")
     if objective == "worst-regret" and solver == "greedy":
         raise ValueError("the greedy baseline has no worst-regret objective: use objective='regret' or solver='highs'")
+    say("reading the graph, choosing strategies, deciding divisibility")
     prepared = prepare(gm, mesh, shape_env=shape_env, hardware=hardware, batch_sizes=batch_sizes, constraints=constraints,
                        divisibility=divisibility, strategies=strategies, cost_model=cost_model, dims=dims, cluster=cluster,
                        merge_followers=merge_followers, replicate_outputs=replicate_outputs)
     problem, points = prepared.problem, prepared.problem.points
     start = time.perf_counter()
+    say(f"building the ILP over {len(problem.groups)} decisions")
     ilp = None if solver == "greedy" and regret == "off" else IlpModel(
         problem, solver="highs" if solver == "greedy" else solver, memory_budget=memory_budget)
     solver_model = GreedyModel(problem, memory_budget=memory_budget) if solver == "greedy" else ilp
     build_seconds = prepared.seconds + time.perf_counter() - start
     start = time.perf_counter()
-    optima = None if regret == "off" or len(points) == 1 else _point_optima(ilp, len(points), exact=regret == "exact", time_limit=time_limit)
+    optima = None if regret == "off" or len(points) == 1 else _point_optima(
+        ilp, points.labels, exact=regret == "exact", time_limit=time_limit, say=say)
     regret_seconds = time.perf_counter() - start
+    say(f"solving for the {objective} objective" + (" (greedy)" if solver == "greedy" else f" ({solver})"))
     if objective == "expected" or optima is None:  # one batch point: every objective ranks plans alike
         solution = solver_model.solve(points.weights, time_limit=time_limit)
     elif objective == "regret":
@@ -220,15 +227,19 @@ def plan(
     else:
         solution = ilp.solve_worst_regret(points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
     timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}
+    say("assembling the plan")
     return assemble_plan(problem, solution, solver=solver, objective=objective, optima=optima, constraints=prepared.constraints,
                          memory_budget=memory_budget, dims=prepared.dims, explain=explain, timings=timings)
 
 
-def _point_optima(model: IlpModel, points: int, *, exact: bool, time_limit: float) -> list[Optimum]:
+def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact: bool, time_limit: float,
+                  say: Callable[[str], None]) -> list[Optimum]:
     """Each batch point's own optimum (``exact``: its MIP; else the LP relaxation's lower bound)."""
     optima = []
-    for k in range(points):
-        weights = np.eye(points)[k]
+    for k, label in enumerate(labels):
+        point = ", ".join(f"{name}={value}" for name, value in sorted(label.items()))
+        say(f"{'solving' if exact else 'bounding'} the optimum at {point} alone ({k + 1}/{len(labels)})")
+        weights = np.eye(len(labels))[k]
         if not exact:
             optima.append(Optimum(model.lower_bound(weights, time_limit=time_limit), exact=False))
             continue
@@ -283,5 +294,7 @@ def plan_module(
     ``8*Dim("b")``); parameters and buffers are static. ``constraints`` in ``options`` are
     written over the Dim names.
     """
+    if options.get("progress"):
+        options["progress"]("tracing" + (" forward and backward" if training else ""))
     gm, exported, env, dims = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training)
     return plan(exported if exported is not None else gm, mesh, shape_env=env, dims={**dims, **options.pop("dims", {})}, **options)

@@ -67,6 +67,14 @@ def test_bad_options_get_clear_errors(mlp_trace, options, error, message):
         _plan(mlp_trace, **options)
 
 
+def test_progress_names_each_phase_and_each_batch_point(mlp_trace):
+    lines: list[str] = []
+    _plan(mlp_trace, batch_sizes=[8, 64], progress=lines.append)
+    assert lines[0].startswith("reading the graph") and lines[1].startswith("building the ILP")
+    assert lines[2:4] == ["bounding the optimum at batch=8 alone (1/2)", "bounding the optimum at batch=64 alone (2/2)"]
+    assert lines[4:] == ["solving for the expected objective (highs)", "assembling the plan"]
+
+
 def test_shape_env_must_be_shapecore(mlp_trace):
     gm, exported, env, dims = mlp_trace
     with pytest.raises(TypeError, match="shapecore.ShapeEnv"):
