@@ -1,6 +1,5 @@
 """Residue classes contain every value; congruence solving and combining are exact."""
 
-import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -10,7 +10,6 @@ import torch.utils._sympy.functions as T
 from hypothesis import given
 from hypothesis import strategies as st
 
-import shapecore.functions as F
 from shapecore import ParseError, evaluate, int_symbol, parse, python_str
 from shapecore.printing import PYTHON_NAMESPACE
 from shapecore.testing import assignments, claims, int_exprs

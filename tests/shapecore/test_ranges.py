@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import sympy
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
