@@ -32,39 +32,7 @@ from typing import Any
 # this file is named like the package it benchmarks: keep its directory off the import path
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
-CONSTRAINT = "Eq(Mod(batch, 4), 0)"
-MEMORY_BUDGET = 40_000
-SEQ, VOCAB = 8, 64
-
-
-def _model() -> Any:
-    import torch
-
-    from lowering.examples import Decoder
-
-    torch.manual_seed(0)
-    return Decoder(vocab=VOCAB, seq=SEQ)
-
-
-def _tokens(batch: int) -> Any:
-    import torch
-
-    return torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(batch))
-
-
-def _dynamic_shapes() -> Any:
-    from torch.export import Dim
-
-    return ({0: Dim("batch")},)
-
-
-def _plan(batch_sizes: list[int]) -> str:
-    import planner
-    from planner.api import trace_for_planning
-
-    gm, exported, env, dims = trace_for_planning(_model(), (_tokens(batch_sizes[0]),), dynamic_shapes=_dynamic_shapes())
-    return planner.plan(exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=env, dims=dims, constraints=[CONSTRAINT],
-                        memory_budget=MEMORY_BUDGET, batch_sizes=batch_sizes, hardware="cpu-gloo").to_json()
+from lowering.demo import decoder, dynamic_shapes, plan_decoder, tokens  # noqa: E402  (the demo's scenario)
 
 
 def _steps(pm: Any, inputs: tuple[Any, ...], count: int) -> list[float]:
@@ -84,28 +52,28 @@ def _rank(rank: int, plan_json: str, batch_sizes: list[int], steps: int, blocks:
     from planner.plan import Plan
 
     plan = Plan.from_json(plan_json)
-    model = _model()
+    model = decoder()
     torch.compile(lambda x: (x * 2).sum())(torch.ones(4))  # Inductor's one-time start-up, paid by neither variant
-    example = (_tokens(batch_sizes[0]),)
+    example = (tokens(batch_sizes[0]),)
     variants = {}
     first_results = {}
     for name, dynamic in (("dynamic", True), ("specialized", False)):
         dist.barrier()
         start = time.perf_counter()
-        pm = ParallelModule(model, example, dynamic_shapes=_dynamic_shapes(), mesh=(2, 2), plan=plan, dynamic=dynamic)
+        pm = ParallelModule(model, example, dynamic_shapes=dynamic_shapes(), mesh=(2, 2), plan=plan, dynamic=dynamic)
         for batch in batch_sizes:  # first call at each size: compiles what the variant needs
-            out = pm.gather_outputs(pm(*pm.shard_inputs(_tokens(batch))))
+            out = pm.gather_outputs(pm(*pm.shard_inputs(tokens(batch))))
             with torch.no_grad():
-                assert torch.allclose(out, model(_tokens(batch)), rtol=1e-4, atol=1e-5), (name, batch)
+                assert torch.allclose(out, model(tokens(batch)), rtol=1e-4, atol=1e-5), (name, batch)
         first_results[name] = time.perf_counter() - start
         variants[name] = pm
     timings: dict[str, dict[int, list[float]]] = {name: {b: [] for b in batch_sizes} for name in variants}
     for batch in batch_sizes:
         for name, pm in variants.items():
-            _steps(pm, pm.shard_inputs(_tokens(batch)), 2)  # warm up
+            _steps(pm, pm.shard_inputs(tokens(batch)), 2)  # warm up
         for _ in range(blocks):
             for name, pm in variants.items():
-                timings[name][batch] += _steps(pm, pm.shard_inputs(_tokens(batch)), steps)
+                timings[name][batch] += _steps(pm, pm.shard_inputs(tokens(batch)), steps)
     return {
         "compiles": {name: pm.compile_count for name, pm in variants.items()},
         "compile_seconds": {name: pm.compile_seconds for name, pm in variants.items()},
@@ -126,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from lowering.launch import launch
 
     start = time.monotonic()
-    plan_json = _plan(batch_sizes)
+    plan_json = plan_decoder(batch_sizes).to_json()
     results = launch(functools.partial(_rank, plan_json=plan_json, batch_sizes=batch_sizes, steps=args.steps,
                                        blocks=args.blocks), 4, timeout=1200)
     zero = results[0]

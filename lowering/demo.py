@@ -29,11 +29,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["register", "run"]
+__all__ = ["CONSTRAINT", "MEMORY_BUDGET", "SEQ", "VOCAB", "decoder", "dynamic_shapes", "plan_decoder",
+           "register", "run", "tokens"]
 
-_CONSTRAINT = "Eq(Mod(batch, 4), 0)"
-_MEMORY_BUDGET = 40_000  # bytes per device: less than the replicated weights (about 100 kB)
-_SEQ, _VOCAB = 8, 64
+CONSTRAINT = "Eq(Mod(batch, 4), 0)"
+MEMORY_BUDGET = 40_000  # bytes per device: less than the replicated weights (about 100 kB)
+SEQ, VOCAB = 8, 64
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,13 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "demo",
         help="plan, lower and run a small decoder with a dynamic batch on 4 CPU processes",
         description="Trace a 2-layer LLaMA-style decoder with a dynamic batch, plan it on a (2, 2) CPU mesh "
-        f"under {_CONSTRAINT}, print the plan with the proofs and guards it relies on, then run several batch "
+        f"under {CONSTRAINT}, print the plan with the proofs and guards it relies on, then run several batch "
         "sizes on 4 gloo processes from one Inductor compile per rank and check them against one device.",
         epilog="examples:\n  shapecore demo\n  shapecore demo --batch-sizes 8,16,24,32 --steps 10",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--batch-sizes", default="8,16,24", type=_batch_sizes,
-                        help=f"comma-separated global batch sizes (default 8,16,24); each must satisfy {_CONSTRAINT}")
+                        help=f"comma-separated global batch sizes (default 8,16,24); each must satisfy {CONSTRAINT}")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per batch size (default 5)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the processes are stopped (default 300)")
     parser.set_defaults(run=run)
@@ -73,34 +74,38 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _model() -> Any:
+def decoder() -> Any:
+    """The demo's model (also the one ``bench/lowering.py`` times): a 2-layer LLaMA-style decoder."""
     import torch
 
     from lowering.examples import Decoder
 
     torch.manual_seed(0)
-    return Decoder(vocab=_VOCAB, seq=_SEQ)
+    return Decoder(vocab=VOCAB, seq=SEQ)
 
 
-def _tokens(batch: int) -> Any:
+def tokens(batch: int) -> Any:
+    """A reproducible ``(batch, SEQ)`` batch of token ids."""
     import torch
 
-    return torch.randint(0, _VOCAB, (batch, _SEQ), generator=torch.Generator().manual_seed(batch))
+    return torch.randint(0, VOCAB, (batch, SEQ), generator=torch.Generator().manual_seed(batch))
 
 
-def _dynamic_shapes() -> Any:
+def dynamic_shapes() -> Any:
+    """The batch dimension of the tokens is dynamic (``Dim("batch")``)."""
     from torch.export import Dim
 
     return ({0: Dim("batch")},)
 
 
-def _plan(batch_sizes: Sequence[int]) -> Any:
+def plan_decoder(batch_sizes: Sequence[int]) -> Any:
+    """Trace :func:`decoder` and plan it on a (2, 2) mesh under :data:`CONSTRAINT` and :data:`MEMORY_BUDGET`."""
     import planner
     from planner.api import trace_for_planning
 
-    gm, exported, env, dims = trace_for_planning(_model(), (_tokens(batch_sizes[0]),), dynamic_shapes=_dynamic_shapes())
+    gm, exported, env, dims = trace_for_planning(decoder(), (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes())
     return planner.plan(exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=env, dims=dims,
-                        constraints=[_CONSTRAINT], memory_budget=_MEMORY_BUDGET, batch_sizes=list(batch_sizes),
+                        constraints=[CONSTRAINT], memory_budget=MEMORY_BUDGET, batch_sizes=list(batch_sizes),
                         hardware="cpu-gloo", regret="exact")  # a small problem: each batch size's optimum solved exactly
 
 
@@ -144,10 +149,10 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
     from planner.plan import Plan
 
     _hide_torch_internal_deprecations()
-    model = _model()
+    model = decoder()
     progress = _Progress() if rank == 0 else None
     try:
-        pm = ParallelModule(model, (_tokens(batch_sizes[0]),), dynamic_shapes=_dynamic_shapes(), mesh=(2, 2),
+        pm = ParallelModule(model, (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes(), mesh=(2, 2),
                             plan=Plan.from_json(plan_json), progress=progress)
     finally:
         if progress is not None:
@@ -158,8 +163,8 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
              + f"; local symbols: {_dim_names(pm.plan, local)}")
     rows = []
     for batch in batch_sizes:
-        tokens = _tokens(batch)
-        local_inputs = pm.shard_inputs(tokens)
+        inputs = tokens(batch)
+        local_inputs = pm.shard_inputs(inputs)
         out = pm(*local_inputs)
         times = []
         for _ in range(steps):
@@ -168,7 +173,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
             times.append(time.perf_counter() - start)
         full = pm.gather_outputs(out)
         with torch.no_grad():
-            expected = model(tokens)
+            expected = model(inputs)
         error = float((full - expected).abs().max() / expected.abs().max())
         rows.append({"batch": batch, "error": error, "compiles": pm.compile_count,
                      "step_ms": 1000 * statistics.median(times)})
@@ -191,15 +196,15 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.monotonic()
     _hide_torch_internal_deprecations()
-    bad = [b for b in args.batch_sizes if not holds(parse(_CONSTRAINT), {"batch": b})]
+    bad = [b for b in args.batch_sizes if not holds(parse(CONSTRAINT), {"batch": b})]
     if bad:
-        print(f"shapecore demo: batch size(s) {', '.join(map(str, bad))} break {_CONSTRAINT}; "
+        print(f"shapecore demo: batch size(s) {', '.join(map(str, bad))} break {CONSTRAINT}; "
               "the program would refuse them (try 8,16,24)", file=sys.stderr)
         return 2
-    _say(f"shapecore demo: a 2-layer LLaMA-style decoder (seq {_SEQ}, vocab {_VOCAB}) with a dynamic batch, "
+    _say(f"shapecore demo: a 2-layer LLaMA-style decoder (seq {SEQ}, vocab {VOCAB}) with a dynamic batch, "
          f"on a (2, 2) CPU mesh of 4 gloo processes")
-    _say(f"planning under {_CONSTRAINT} and a memory budget of {_MEMORY_BUDGET // 1000} kB per device…")
-    plan = _plan(args.batch_sizes)
+    _say(f"planning under {CONSTRAINT} and a memory budget of {MEMORY_BUDGET // 1000} kB per device…")
+    plan = plan_decoder(args.batch_sizes)
     _show_plan(plan)
     _say()
     _say(f"launching 4 processes ({time.monotonic() - start:.0f} s so far)…")
