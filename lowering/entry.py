@@ -62,6 +62,7 @@ class EntryCheck:
         self._guards = compile_guards(contract, {name: f"values[{name!r}]" for name in env.symbols})
         self.names = dict(names)
         self._length = 2 + sum(len(s.global_shape) for s in self.specs if s.placements is not None)
+        self._linear_forms: dict[tuple[sympy.Basic, sympy.Symbol], tuple[sympy.Basic, sympy.Basic] | None] = {}
 
     # -- 1. agreement ----------------------------------------------------------------------------
 
@@ -150,15 +151,14 @@ class EntryCheck:
         for plain_only in (True, False):  # plain symbols first, then c*s + d with s still free
             for _spec, _d, e, n in dims:
                 free = [x for x in e.free_symbols if x.name not in values]
-                if len(free) != 1:
+                if len(free) != 1 or (plain_only and not e.is_Symbol):
                     continue
-                poly = sympy.Poly(e, free[0]) if e.is_polynomial(free[0]) else None
-                if poly is None or poly.degree() != 1 or (plain_only and not e.is_Symbol):
+                form = self._linear(e, free[0])
+                if form is None:
                     continue
-                c, rest = poly.all_coeffs()
-                rest = evaluate(rest, values) if rest.free_symbols else int(rest)
-                if (n - rest) % int(c) == 0:
-                    values[free[0].name] = (n - rest) // int(c)
+                c, rest = (evaluate(part, values) if part.free_symbols else int(part) for part in form)
+                if c != 0 and (n - rest) % c == 0:
+                    values[free[0].name] = (n - rest) // c
         for spec, d, e, n in dims:
             if {x.name for x in e.free_symbols} <= set(values) and evaluate(e, values) == n:
                 continue
@@ -170,6 +170,14 @@ class EntryCheck:
                 guard=f"{spec.name}.size()[{d}] == {self._show(e)}",
                 values={self.names.get(k, k): v for k, v in values.items()})
         return values
+
+    def _linear(self, e: sympy.Basic, symbol: sympy.Symbol) -> tuple[sympy.Basic, sympy.Basic] | None:
+        """``(c, rest)`` with ``e == c·symbol + rest``, or None; memoized, as it runs at every call."""
+        key = (e, symbol)
+        if key not in self._linear_forms:
+            poly = sympy.Poly(e, symbol) if e.is_polynomial(symbol) else None
+            self._linear_forms[key] = tuple(poly.all_coeffs()) if poly is not None and poly.degree() == 1 else None  # type: ignore[assignment]
+        return self._linear_forms[key]
 
     # -- 3. guards ---------------------------------------------------------------------------------
 
