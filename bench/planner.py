@@ -44,7 +44,7 @@ import planner  # noqa: E402
 from planner import Mesh  # noqa: E402
 from planner.api import prepare, trace_for_planning  # noqa: E402
 from planner.greedy import GreedyModel  # noqa: E402
-from planner.ilp import IlpModel  # noqa: E402
+from planner.ilp import IlpModel, solve_mean_regret  # noqa: E402
 
 SEQ = 2048
 
@@ -159,7 +159,7 @@ def run_case(graph, env, dims, mesh: Mesh, batch_sizes, args) -> dict:
     weights = problem.points.weights
     eye = np.eye(len(weights))
     bounds, bounds_s = _timed(lambda: np.array([model.lower_bound(eye[k]) for k in range(len(weights))]))
-    mean, mean_s = _timed(lambda: model.solve_mean_regret(weights, bounds, time_limit=args.time_limit))
+    mean, mean_s = _timed(lambda: solve_mean_regret(model, weights, bounds, time_limit=args.time_limit))
     singles, exact_s = _timed(lambda: [model.solve(eye[k], time_limit=args.time_limit) for k in range(len(weights))])
     optima = np.array([s.objective for s in singles])
     minimax, minimax_s = _timed(lambda: model.solve_worst_regret(weights, bounds, time_limit=args.regret_time_limit))

@@ -30,7 +30,7 @@ from planner.cost import AlphaBetaCostModel, CostModel, Hardware
 from planner.divisibility import Divisibility, Policy
 from planner.graph import PlanGraph, read_graph
 from planner.greedy import GreedyModel
-from planner.ilp import IlpModel, Optimum
+from planner.ilp import IlpModel, Optimum, solve_mean_regret
 from planner.mesh import Mesh
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
@@ -223,7 +223,7 @@ def plan(
     if objective == "expected" or optima is None:  # one batch point: every objective ranks plans alike
         solution = solver_model.solve(points.weights, time_limit=time_limit)
     elif objective == "regret":
-        solution = solver_model.solve_mean_regret(points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
+        solution = solve_mean_regret(solver_model, points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
     else:
         solution = ilp.solve_worst_regret(points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
     timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}

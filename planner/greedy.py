@@ -78,10 +78,3 @@ class GreedyModel:
                 status = "over memory budget"
         objective = float(self.problem.evaluate(choices, weights).total @ weights)
         return Solution(choices, status, objective, None, None, 0, 0, self.build_seconds, time.perf_counter() - start)
-
-    def solve_mean_regret(self, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
-        """Greedy on the expected ratio to the optima; ``objective`` is the plan's expected cost."""
-        ratio = weights / optima
-        solution = self.solve(ratio / ratio.sum(), time_limit=time_limit)
-        solution.objective = float(self.problem.evaluate(solution.choices, weights).total @ weights)
-        return solution

@@ -22,7 +22,7 @@ linearized one of two ways, whichever has fewer variables:
   ``out(s) − in(s) = X_e[s] − Z_e[s]``, and cost ``Σ_arc cost_w(arc) · f[e,arc]``.
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
-(:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:meth:`IlpModel.solve_mean_regret`)
+(:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)
 the weights become ``w_k / opt_k``: the mean regret. Under ``objective="worst-regret"``
 (:meth:`IlpModel.solve_worst_regret`) the model minimizes ``t + ε·Σ_k w_k·cost_k(x)/opt_k``
 subject to ``cost_k(x) ≤ t·opt_k`` at every point ``k``: the plan whose worst regret is smallest.
@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import mip
 import numpy as np
 
 from planner.problem import EdgeClass, Problem
 
-__all__ = ["IlpModel", "Optimum", "Solution", "SOLVERS"]
+__all__ = ["IlpModel", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
 
 SOLVERS = {"highs": mip.HIGHS, "cbc": mip.CBC}
 _SCALE = 1e6  # seconds -> microseconds
@@ -252,15 +252,6 @@ class IlpModel:
             raise ValueError(self._failure(status))
         return float(self.model.objective_value) / _SCALE + constant
 
-    def solve_mean_regret(self, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
-        """Minimize the ``weights``-expected ratio of each point's cost to its ``optima``.
-
-        The returned ``objective`` is the plan's expected cost (seconds); ``gap`` is the ratio's.
-        """
-        ratio = weights / optima
-        solution = self.solve(ratio / ratio.sum(), time_limit=time_limit)
-        return replace(solution, objective=float(self.problem.evaluate(solution.choices, weights).total @ weights), bound=None)
-
     def _values(self, choices: list[int], weights: np.ndarray) -> dict[mip.Var, float]:
         """Every variable's value in the solution that takes ``choices`` (redistributions routed for ``weights``)."""
         values: dict[mip.Var, float] = {}
@@ -281,13 +272,13 @@ class IlpModel:
     def solve_worst_regret(self, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
         """Minimize the worst ratio of cost to ``optima`` over the points (ties: expected ratio).
 
-        First the expected ratio is minimized (:meth:`solve_mean_regret`, whose plan seeds the next one);
+        First the expected ratio is minimized (:func:`solve_mean_regret`, whose plan seeds the next one);
         then ``t`` and ``cost_k(x) ≤ t · optimum_k`` for every point ``k`` are added
         (redistributions that are not flows routed for ``weights``), solved to within 1% of the
         bound or the time limit, and removed again. The returned ``gap`` is the worst ratio's.
         """
         start = time.perf_counter()
-        seed = self.solve_mean_regret(weights, optima, time_limit=time_limit).choices
+        seed = solve_mean_regret(self, weights, optima, time_limit=time_limit).choices
         vectors, constant = self._cost_terms(weights)
         variables = list(vectors)
         matrix = np.stack([vectors[v] for v in variables]) / optima
@@ -337,3 +328,12 @@ class IlpModel:
         if status == mip.OptimizationStatus.NO_SOLUTION_FOUND:
             return "the solver found no plan within the time limit; raise time_limit"
         return f"the ILP solver stopped with status {status.name}"
+
+
+def solve_mean_regret(model: IlpModel | Any, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
+    """Minimize the ``weights``-expected ratio of each point's cost to its ``optima`` with
+    ``model`` (the ILP or the greedy baseline). The returned ``objective`` is the plan's
+    expected cost (seconds); ``gap`` is the ratio's."""
+    ratio = weights / optima
+    solution = model.solve(ratio / ratio.sum(), time_limit=time_limit)
+    return replace(solution, objective=float(model.problem.evaluate(solution.choices, weights).total @ weights), bound=None)

@@ -119,3 +119,6 @@ def test_plan_reports_true_cost_and_regret(decoder_trace):
     assert [b.optimum for b in worst.batch_costs] == pytest.approx([b.optimum for b in expected.batch_costs], rel=1e-9)
     greedy = planner.plan(gm, Mesh((2, 2)), solver="greedy", **options)
     assert greedy.stats.objective >= expected.stats.objective * (1 - 1e-12)
+    greedy_mean = planner.plan(gm, Mesh((2, 2)), solver="greedy", objective="regret", regret="exact", **options)
+    assert greedy_mean.stats.objective == pytest.approx(greedy_mean.cost.total, rel=1e-9)  # the expected cost, not the ratio
+    assert _mean_regret(greedy_mean) >= _mean_regret(mean) * (1 - 1e-3)
