@@ -146,10 +146,8 @@ def _batch_symbol(roots: Sequence[str]) -> str:
 def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[sympy.Basic], label: Mapping[str, int]) -> None:
     values = dict(point)
     for symbol, expr in env.replacements.items():
-        try:
+        if {s.name for s in expr.free_symbols} <= values.keys():  # else: over symbols the point does not bind
             values[symbol.name] = int(evaluate(expr, values))
-        except Exception:  # a replacement over symbols the point does not bind
-            continue
     for fact in list(env.facts) + list(env.guards) + list(constraints):
         names = {s.name for s in fact.free_symbols}
         if names <= values.keys() and not holds(fact, values):
