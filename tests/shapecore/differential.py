@@ -1,0 +1,623 @@
+"""Random shape queries, asked of shapecore and checked against the oracle's brute force.
+
+Shared by ``tests/shapecore/test_differential.py`` (hypothesis makes the choices) and
+``bench/fuzz.py`` (a seeded ``random.Random`` does); the text comes from
+:mod:`tests.shapecore.guard_text`, the ground truth from :mod:`tests.shapecore.oracle`.
+
+Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals:
+
+* :class:`ProveQuery` — ``shapecore.prove(claim, facts=..., ranges=...)``. Wrong: ``proved``
+  while the claim does not hold at a box point satisfying the facts; ``refuted`` with a
+  counterexample that leaves a symbol unbound, breaks a fact, or at which the claim holds.
+* :class:`SimplifyQuery` — ``shapecore.simplify``. Wrong: at a box point satisfying the
+  context, the input guards all hold and the output guards do not, or the reverse.
+* :class:`EnvQuery` — a ShapeEnv, its symbols and a sequence of ``evaluate_expr``,
+  ``add_fact``, ``statically_known_true`` and ``to_json``/``from_json`` round trips, run
+  against a model of what the env has been told. Wrong: an answer that differs from Python at
+  the hints (a value where Python raises included), a guard false at the hints, a static
+  answer false at a point the facts allow, a fact false at the hints accepted or one that
+  holds there rejected, an env that answers differently after a rejected fact, a round trip
+  that changes the document.
+
+Where Python's ``and``/``or`` or a chained comparison is what makes an answer wrong (shapecore
+reads them strictly, like ``And``/``Or``), the problem says ``wrong (Python's short circuit)``.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import shapecore
+from tests.shapecore.guard_text import (
+    Chooser,
+    GuardWriter,
+    chance,
+    extra_fact,
+    pick,
+    random_box,
+    random_style,
+    range_texts,
+)
+from tests.shapecore.oracle import Box, Formula, OracleError, formula, holds, satisfying, value_at, zero_divisor
+
+__all__ = [
+    "KINDS",
+    "Outcome",
+    "ProveQuery",
+    "SimplifyQuery",
+    "EnvQuery",
+    "prove_query",
+    "simplify_query",
+    "env_query",
+    "generate",
+    "run",
+]
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One query's answer and what the oracle says of it.
+
+    ``problem`` is None for a correct (or honestly unknown) answer; else ``"wrong: …"`` for a
+    wrong answer or ``"exception: Type"`` for an exception raised where none should be.
+    """
+
+    query: str  # prove, simplify, or env.<verb>
+    status: str  # proved / refuted / unknown, or what the env verb returned
+    seconds: float
+    problem: str | None = None
+    detail: str = ""
+    reproduction: str = ""
+
+    @property
+    def wrong(self) -> bool:
+        return self.problem is not None and self.problem.startswith("wrong")
+
+    def report(self) -> str:
+        return f"{self.problem}: {self.detail}\nreproduce with:\n{self.reproduction}"
+
+
+def _exception_outcome(query: str, exc: BaseException, seconds: float, reproduction: str) -> Outcome:
+    return Outcome(query, "raised", seconds, f"exception: {type(exc).__name__}", f"{type(exc).__name__}: {exc}"[:500],
+                   reproduction)
+
+
+def _timed(call: Callable[[], object]) -> tuple[object, BaseException | None, float]:
+    start = time.perf_counter()
+    try:
+        result, error = call(), None
+    except Exception as exc:  # noqa: BLE001 - every exception is data here
+        result, error = None, exc
+    return result, error, time.perf_counter() - start
+
+
+def _fair_refusal(error: BaseException, texts: Sequence[str]) -> bool:
+    """A ShapecoreError is a fair answer to text with a divisor that is zero for every value."""
+    return isinstance(error, shapecore.ShapecoreError) and any(zero_divisor(t) is not None for t in texts)
+
+
+# -- prove ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProveQuery:
+    """``prove(claim, facts=facts, ranges=...)``: ranges for the box's ``declared`` symbols
+    go in ``ranges=`` or, when ``ranges_in_facts``, in ``facts`` as text; an undeclared
+    symbol is unconstrained for shapecore (brute force still walks its interval)."""
+
+    claim: str
+    facts: tuple[str, ...]
+    box: Box
+    declared: tuple[str, ...]
+    ranges_in_facts: bool
+
+    def arguments(self) -> tuple[str, tuple[str, ...], dict[str, tuple[int, int]]]:
+        ranges = {n: (lo, hi) for n, lo, hi in self.box.intervals if n in self.declared}
+        return self.claim, self.facts, ({} if self.ranges_in_facts else ranges)
+
+    def reproduction(self, timeout_ms: int) -> str:
+        claim, facts, ranges = self.arguments()
+        return f"shapecore.prove({claim!r}, facts={list(facts)!r}, ranges={ranges!r}, timeout_ms={timeout_ms})"
+
+
+def prove_query(choose: Chooser) -> ProveQuery:
+    names = pick(choose, (("x", "y", "z"), ("s0", "s1", "s2"), ("a", "b", "c")))[: choose.integer(1, 3)]
+    box = random_box(choose, names)
+    writer = GuardWriter(choose, box, random_style(choose))
+    claim = writer.any_claim()
+    declared = tuple(n for n in names if not chance(choose, 15))
+    ranges_in_facts = chance(choose, 50)
+    facts: list[str] = []
+    if ranges_in_facts:
+        for name, lo, hi in box.intervals:
+            if name in declared:
+                facts += range_texts(choose, name, lo, hi)
+    facts += [extra_fact(writer) for _ in range(choose.integer(0, 2))]
+    return ProveQuery(claim, tuple(facts), box, declared, ranges_in_facts)
+
+
+def check_prove(query: ProveQuery, *, timeout_ms: int) -> Outcome:
+    claim_text, facts, ranges = query.arguments()
+    reproduction = query.reproduction(timeout_ms)
+    proof, error, seconds = _timed(lambda: shapecore.prove(claim_text, facts=facts, ranges=ranges, timeout_ms=timeout_ms))
+    range_facts = [f for n, lo, hi in query.box.intervals if n in query.declared
+                   for f in (f"{n} >= {lo}", f"{n} <= {hi}")]
+    if error is not None:
+        if _fair_refusal(error, [claim_text, *facts]):
+            return Outcome("prove", "refused", seconds)
+        return _exception_outcome("prove", error, seconds, reproduction)
+    outcome = Outcome("prove", proof.status, seconds, reproduction=reproduction)
+
+    def judge(strict: bool) -> tuple[str | None, str]:
+        given = [formula(f, strict=strict) for f in (*facts, *range_facts)]
+        claim = formula(claim_text, strict=strict)
+        if proof.status == "proved":
+            problem = _first_disagreement(claim, True, satisfying(given, query.box))
+            if problem is not None:
+                point, got = problem
+                how = "is undefined (zero divisor)" if got is ZeroDivisionError else "is False"
+                return f"wrong: proved, but the claim {how} at a point satisfying the facts", f"{claim_text} at {point}: {got!r}"
+        elif proof.status == "refuted":
+            return _bad_counterexample(proof.counterexample, claim, given)
+        return None, ""
+
+    outcome.problem, outcome.detail = _short_circuit_aware(judge, [claim_text, *facts])
+    return outcome
+
+
+def _short_circuit_aware(judge: Callable[[bool], tuple[str | None, str]], texts: Sequence[str]) -> tuple[str | None, str]:
+    """``judge`` under Python's semantics; a wrong answer that is right once ``and``/``or``/chained
+    comparisons are read strictly (as shapecore reads them) says so in its problem."""
+    problem, detail = judge(False)
+    if problem is not None and any(formula(t).short_circuits for t in texts) and judge(True)[0] is None:
+        problem = problem.replace("wrong: ", "wrong (Python's short circuit): ", 1)
+    return problem, detail
+
+
+def _bad_counterexample(counterexample, claim: Formula, facts: Sequence[Formula]) -> tuple[str | None, str]:
+    needed = claim.symbols.union(*(f.symbols for f in facts))
+    if counterexample is None:
+        return "wrong: refuted without a counterexample", ""
+    missing = sorted(needed - counterexample.keys())
+    if missing:
+        return "wrong: refuted, the counterexample leaves symbols unbound", f"{dict(counterexample)} lacks {missing}"
+    try:
+        point = {name: operator.index(value) for name, value in counterexample.items()}
+    except TypeError:
+        return "wrong: refuted, the counterexample is not integers", repr(dict(counterexample))
+    broken = [f.text for f in facts if not holds(f, point)]
+    if broken:
+        return "wrong: refuted, the counterexample breaks a fact", f"{point} breaks {broken}"
+    if holds(claim, point):
+        return "wrong: refuted, but the claim holds at the counterexample", f"{claim.text} holds at {point}"
+    return None, ""
+
+
+# -- simplify ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimplifyQuery:
+    """``simplify(guards, facts=facts, ranges=box)``."""
+
+    guards: tuple[str, ...]
+    facts: tuple[str, ...]
+    box: Box
+
+    def reproduction(self, timeout_ms: int) -> str:
+        ranges = {n: (lo, hi) for n, lo, hi in self.box.intervals}
+        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={ranges!r}, "
+                f"timeout_ms={timeout_ms}).guards")
+
+
+def simplify_query(choose: Chooser) -> SimplifyQuery:
+    """Guards as torch records them, true at an example point, now and then with a trap."""
+    names = pick(choose, (("x", "y"), ("s0", "s1", "s2")))[: choose.integer(1, 3)]
+    box = random_box(choose, names)
+    writer = GuardWriter(choose, box, random_style(choose))
+    example = {name: choose.integer(lo, hi) for name, lo, hi in box.intervals}
+    guards = []
+    for _ in range(choose.integer(1, 3)):
+        guard = writer.any_claim() if chance(choose, 50) else writer.claim(1)
+        if value_at(formula(guard), example) is False:
+            guard = f"Not({guard})" if chance(choose, 50) else f"(not {guard})"
+        guards.append(guard)
+    facts = tuple(extra_fact(writer) for _ in range(choose.integer(0, 1)))
+    return SimplifyQuery(tuple(guards), facts, box)
+
+
+def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
+    ranges = {n: (lo, hi) for n, lo, hi in query.box.intervals}
+    reproduction = query.reproduction(timeout_ms)
+    result, error, seconds = _timed(
+        lambda: shapecore.simplify(list(query.guards), facts=list(query.facts), ranges=ranges, timeout_ms=timeout_ms)
+    )
+    context = [formula(f) for f in query.facts]
+    if isinstance(error, shapecore.ConstraintError):  # documented for a context that cannot hold
+        if next(satisfying(context, query.box), None) is None:
+            return Outcome("simplify", "refused", seconds)
+        point = next(satisfying(context, query.box))
+        return Outcome("simplify", "raised", seconds, "wrong: simplify says the facts and ranges contradict each other",
+                       f"{point} satisfies them: {error}", reproduction)
+    if error is not None:
+        if _fair_refusal(error, [*query.guards, *query.facts]):
+            return Outcome("simplify", "refused", seconds)
+        return _exception_outcome("simplify", error, seconds, reproduction)
+    outputs = [str(g) for g in result.guards]
+    outcome = Outcome("simplify", "contradiction" if result.contradiction else "simplified", seconds,
+                      reproduction=reproduction)
+
+    def judge(strict: bool) -> tuple[str | None, str]:
+        given = [formula(f, strict=strict) for f in query.facts]
+        inputs = [formula(g, strict=strict) for g in query.guards]
+        try:
+            simplified = [formula(g) for g in outputs]
+            for point in satisfying(given, query.box):
+                before, after = all(holds(g, point) for g in inputs), all(holds(g, point) for g in simplified)
+                if before != after:
+                    undefined = any(value_at(g, point) is ZeroDivisionError for g in (*inputs, *simplified))
+                    return (f"wrong: simplify's guards are not equivalent to its input"
+                            f"{' (a guard is undefined at the point)' if undefined else ''}",
+                            f"at {point} the input {'holds' if before else 'fails'} but {outputs} {'hold' if after else 'fail'}")
+        except (OracleError, NameError) as exc:
+            return "wrong: simplify's output is not a guard over the input's symbols", f"{outputs}: {exc}"
+        return None, ""
+
+    outcome.problem, outcome.detail = _short_circuit_aware(judge, [*query.guards, *query.facts])
+    return outcome
+
+
+# -- ShapeEnv ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvSymbol:
+    """A symbol to create: backed (with ``hint``) or unbacked, ranging over ``[lo, hi]``."""
+
+    name: str
+    lo: int
+    hi: int
+    hint: int | None
+
+    def create(self) -> str:
+        if self.hint is None:
+            return f"env.create_unbacked_symbol(min={self.lo}, max={self.hi})"
+        return f"env.create_symbol({self.hint}, min={self.lo}, max={self.hi})"
+
+
+@dataclass(frozen=True)
+class EnvQuery:
+    """A ShapeEnv with ``symbols`` and the calls ``steps``: ``(verb, text)`` pairs, verbs
+    ``evaluate_expr``, ``add_fact``, ``statically_known_true`` and ``round_trip``."""
+
+    symbols: tuple[EnvSymbol, ...]
+    steps: tuple[tuple[str, str], ...]
+
+    def reproduction(self, timeout_ms: int, upto: int | None = None) -> str:
+        """The calls up to step ``upto`` (all of them by default), as Python."""
+        lines = [f"env = shapecore.ShapeEnv(timeout_ms={timeout_ms})"]
+        lines += [s.create() for s in self.symbols]
+        for verb, text in self.steps[: None if upto is None else upto + 1]:
+            if verb == "round_trip":
+                lines.append(f"env = shapecore.ShapeEnv.from_json(env.to_json(), timeout_ms={timeout_ms})")
+            else:
+                lines.append(f"env.{verb}({text!r})")
+        return "\n".join(lines)
+
+    @property
+    def box(self) -> Box:
+        return Box(tuple((s.name, s.lo, s.hi) for s in self.symbols))
+
+    @property
+    def hints(self) -> dict[str, int]:
+        return {s.name: s.hint for s in self.symbols if s.hint is not None}
+
+
+def env_query(choose: Chooser) -> EnvQuery:
+    symbols = []
+    backed = unbacked = 0
+    for _ in range(choose.integer(1, 3)):
+        lo = choose.integer(-4, 4)
+        hi = lo + choose.integer(0, 10)
+        if chance(choose, 70):
+            symbols.append(EnvSymbol(f"s{backed}", lo, hi, choose.integer(lo, hi)))
+            backed += 1
+        else:
+            symbols.append(EnvSymbol(f"u{unbacked}", lo, hi, None))
+            unbacked += 1
+    query = EnvQuery(tuple(symbols), ())
+    # Python's and/or and chained comparisons are the prove and simplify queries' business.
+    writer = GuardWriter(choose, query.box, random_style(choose), short_circuits=False)
+    steps = []
+    for _ in range(choose.integer(1, 8)):
+        verb = pick(choose, ("evaluate_expr", "evaluate_expr", "add_fact", "statically_known_true", "round_trip"))
+        if verb == "round_trip":
+            text = ""
+        elif verb == "evaluate_expr" and chance(choose, 20):
+            text = writer.expr(2)  # an integer expression: evaluate_expr returns its value
+        elif chance(choose, 25):
+            text = _hint_trap(choose, query)
+        else:
+            text = writer.any_claim() if verb != "add_fact" or chance(choose, 30) else extra_fact(writer)
+        steps.append((verb, text))
+    return EnvQuery(query.symbols, tuple(steps))
+
+
+def _hint_trap(choose: Chooser, query: EnvQuery) -> str:
+    """A claim aimed at the hints: a divisor zero there, or a bound that excludes them."""
+    symbol = pick(choose, query.symbols)
+    value = symbol.hint if symbol.hint is not None else choose.integer(symbol.lo, symbol.hi)
+    name = symbol.name
+    shapes = (
+        f"Mod({name}, {name} - {value}) < {name} + 100",
+        f"{name} // ({name} - {value}) >= 0",
+        f"Eq({name}, {value + choose.integer(1, 3)})",
+        f"{name} >= {symbol.hi + choose.integer(1, 10)}",
+        f"{name} < {symbol.lo}",
+        f"Ne({name}, {value})",
+    )
+    return pick(choose, shapes)
+
+
+class _Model:
+    """What an env has been told: its box, hints, and every accepted constraint.
+
+    A constraint is ``(formula, value)``: the point must give ``formula`` that exact value
+    (a fact or a True guard: True; a False guard: False; ``evaluate_expr`` of an integer
+    expression: the integer).
+    """
+
+    def __init__(self, query: EnvQuery) -> None:
+        self.box = query.box
+        self.hints = query.hints
+        self.constraints: list[tuple[Formula, object]] = []
+
+    def _meets(self, point: dict[str, int], extra: Sequence[tuple[Formula, object]] = ()) -> bool:
+        for f, expected in (*self.constraints, *extra):
+            got = value_at(f, point)
+            if type(got) is not type(expected) or got != expected:
+                return False
+        return True
+
+    def points(self, extra: Sequence[tuple[Formula, object]] = ()) -> list[dict[str, int]]:
+        return [p for p in self.box.points() if self._meets(p, extra)]
+
+    def at_hints(self, extra: Sequence[tuple[Formula, object]] = ()) -> list[dict[str, int]]:
+        """Points with every backed symbol at its hint that meet the constraints."""
+        return [p for p in self.points(extra) if all(p[n] == v for n, v in self.hints.items())]
+
+    def backed_only(self, f: Formula) -> bool:
+        return f.symbols <= self.hints.keys()
+
+
+@dataclass
+class _EnvRun:
+    env: shapecore.ShapeEnv
+    model: _Model
+    alive: bool = True  # False once the env and the model disagree: later answers would only repeat it
+    rejected: bool = False  # a fact was rejected: later wrong answers may come from it
+
+    def mark(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """``outcomes``, their wrong answers labelled if they follow a rejected fact."""
+        if self.rejected:
+            for o in outcomes:
+                if o.wrong:
+                    o.problem += " (after a rejected add_fact)"
+        return outcomes
+
+
+def check_env(query: EnvQuery, *, timeout_ms: int) -> list[Outcome]:
+    """Run the query's calls; one outcome per call (per env, after a round trip)."""
+    env = shapecore.ShapeEnv(timeout_ms=timeout_ms)
+    created = []
+    for symbol in query.symbols:
+        if symbol.hint is None:
+            created.append(str(env.create_unbacked_symbol(min=symbol.lo, max=symbol.hi)))
+        else:
+            created.append(str(env.create_symbol(symbol.hint, min=symbol.lo, max=symbol.hi)))
+    if created != [s.name for s in query.symbols]:
+        raise AssertionError(f"the env named its symbols {created}, expected {[s.name for s in query.symbols]}")
+    run = _EnvRun(env, _Model(query))
+    outcomes: list[Outcome] = []
+    for index, (verb, text) in enumerate(query.steps):
+        if not run.alive:
+            break
+        reproduction = query.reproduction(timeout_ms, index)
+        if verb == "round_trip":  # from here on the env read back from JSON answers
+            outcome, restored = _round_trip(run, timeout_ms, reproduction)
+            outcomes.append(outcome)
+            run.env = restored if restored is not None else run.env
+            continue
+        step = {"evaluate_expr": _evaluate, "add_fact": _add_fact, "statically_known_true": _known}[verb]
+        outcomes += run.mark(step(run, text, reproduction) + _check_guards(run, reproduction))
+    return outcomes
+
+
+def _env_outcome(run: _EnvRun, verb: str, status: str, seconds: float, reproduction: str) -> Outcome:
+    return Outcome(f"env.{verb}", status, seconds, reproduction=reproduction)
+
+
+def _refusal(error: BaseException) -> bool:
+    return isinstance(error, (shapecore.ShapecoreError, ZeroDivisionError))
+
+
+def _fair_env_refusal(error: BaseException, f: Formula, model: _Model) -> bool:
+    """Refusing text that is undefined wherever the facts allow (or divides by a zero) is fair."""
+    if not _refusal(error):
+        return False
+    return zero_divisor(f.text) is not None or all(value_at(f, p) is ZeroDivisionError for p in model.points())
+
+
+def _evaluate(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
+    model, f = run.model, formula(text)
+    guards_before = len(run.env.guards)
+    result, error, seconds = _timed(lambda: run.env.evaluate_expr(text))
+    outcome = _env_outcome(run, "evaluate_expr", "raised" if error else repr(result), seconds, reproduction)
+    if isinstance(error, shapecore.DataDependentError):
+        outcome.status = "unknown"
+        return [outcome]
+    if error is not None and _fair_env_refusal(error, f, model):
+        outcome.status = "refused"
+        return [outcome]
+    if model.backed_only(f):
+        python = value_at(f, model.hints)
+        if python is ZeroDivisionError:
+            if error is None:
+                outcome.problem = "wrong: evaluate_expr returned a value where Python raises at the hints"
+                outcome.detail = f"{text} at {model.hints} gave {result!r}"
+                run.alive = False
+            elif not _refusal(error):
+                return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
+            return [outcome]
+        if error is not None:
+            return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
+        if type(result) is not type(python) or result != python:
+            outcome.problem = "wrong: evaluate_expr contradicts Python at the hints"
+            outcome.detail = f"{text} at {model.hints} is {python!r}, env said {result!r}"
+            run.alive = False
+            return [outcome]
+        if len(run.env.guards) == guards_before:  # decided statically: it holds wherever the facts do
+            _static_check(outcome, run, f, python, "evaluate_expr answered without a guard")
+    else:
+        if error is not None:
+            return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
+        if len(run.env.guards) == guards_before:
+            _static_check(outcome, run, f, result, "evaluate_expr answered for an unbacked symbol")
+        else:  # a guard at the hints: the facts must pin the unbacked symbols there
+            _static_check(outcome, run, f, result, "evaluate_expr guarded an unbacked symbol at the hints",
+                          run.model.at_hints())
+    model.constraints.append((f, result))
+    return [outcome]
+
+
+def _static_check(outcome: Outcome, run: _EnvRun, f: Formula, value: object, what: str,
+                  points: Sequence[dict[str, int]] | None = None) -> None:
+    """``value`` must be ``f``'s value at every point the facts allow (or every one of ``points``)."""
+    problem = _first_disagreement(f, value, run.model.points() if points is None else points)
+    if problem is not None:
+        point, got = problem
+        how = "is undefined (zero divisor)" if got is ZeroDivisionError else "has another value"
+        outcome.problem = f"wrong: {what}, but the claim {how} at a point the facts allow"
+        outcome.detail = f"{f.text} is {value!r} per the env, {got!r} at {point}"
+        run.alive = False
+
+
+def _first_disagreement(f: Formula, value: object, points) -> tuple[dict[str, int], object] | None:
+    """A point where ``f`` is not ``value``: one where it is defined if any, else one where it raises."""
+    undefined = None
+    for point in points:
+        got = value_at(f, point)
+        if got is ZeroDivisionError:
+            undefined = undefined or (point, got)
+        elif type(got) is not type(value) or got != value:
+            return point, got
+    return undefined
+
+
+def _known(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
+    f = formula(text)
+    result, error, seconds = _timed(lambda: run.env.statically_known_true(text))
+    if error is not None and isinstance(error, shapecore.ShapecoreError) and zero_divisor(text) is not None:
+        return [_env_outcome(run, "statically_known_true", "refused", seconds, reproduction)]
+    if error is not None:
+        return [_exception_outcome("env.statically_known_true", error, seconds, reproduction)]
+    outcome = _env_outcome(run, "statically_known_true", repr(result), seconds, reproduction)
+    if result is True:
+        _static_check(outcome, run, f, True, "statically_known_true")
+    return [outcome]
+
+
+def _add_fact(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
+    model, f = run.model, formula(text)
+    _, error, seconds = _timed(lambda: run.env.add_fact(text))
+    outcome = _env_outcome(run, "add_fact", "rejected" if error else "accepted", seconds, reproduction)
+    if error is not None and not isinstance(error, shapecore.ConstraintError):
+        if _fair_env_refusal(error, f, model):
+            outcome.status = "refused"
+            return [outcome]
+        return [_exception_outcome("env.add_fact", error, seconds, reproduction)]
+    consistent = bool(model.at_hints([(f, True)]))  # some point with the hints satisfies it all
+    if error is None:
+        if model.backed_only(f) and not holds(f, model.hints):
+            outcome.problem = "wrong: add_fact accepted a fact that does not hold at the hints"
+            outcome.detail = f"{text} at {model.hints}"
+            run.alive = False
+        elif not consistent:  # an unsatisfiable fact the env could not see through: stop here
+            outcome.status = "accepted, unsatisfiable"
+            run.alive = False
+        else:
+            model.constraints.append((f, True))
+        return [outcome]
+    if consistent:
+        outcome.problem = "wrong: add_fact rejected a fact that holds at the hints"
+        outcome.detail = f"{text} holds at {model.at_hints([(f, True)])[0]}: {error}"
+        return [outcome]
+    # Rejected: nothing may have been recorded. A claim false at the hints must stay unproved.
+    outcomes = [outcome]
+    run.rejected = True
+    for name, hint in model.hints.items():
+        probe = f"Eq({name}, {hint + 1})"
+        outcomes += _known(run, probe, f"{reproduction}\nenv.statically_known_true({probe!r})")
+    return outcomes
+
+
+def _round_trip(run: _EnvRun, timeout_ms: int, reproduction: str) -> tuple[Outcome, shapecore.ShapeEnv | None]:
+    def trip():
+        document = run.env.to_json()
+        return document, shapecore.ShapeEnv.from_json(document, timeout_ms=timeout_ms)
+
+    result, error, seconds = _timed(trip)
+    if error is not None:
+        return _exception_outcome("env.round_trip", error, seconds, reproduction), None
+    document, restored = result
+    outcome = _env_outcome(run, "round_trip", "ok", seconds, reproduction)
+    before, after = json.loads(document), json.loads(restored.to_json())
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        outcome.problem = "wrong: from_json(to_json()) changed the document"
+        outcome.detail = f"fields {changed}: {[before.get(k) for k in changed]} became {[after.get(k) for k in changed]}"
+    return outcome, restored
+
+
+def _check_guards(run: _EnvRun, reproduction: str) -> list[Outcome]:
+    """Every recorded guard over backed symbols holds at the hints."""
+    if not run.alive:
+        return []
+    hints = run.model.hints
+    for guard in run.env.guards:
+        text = str(guard)
+        try:
+            g = formula(text)
+        except OracleError as exc:
+            return [Outcome("env.guards", "unreadable", 0.0, "wrong: a guard the oracle cannot read", f"{text}: {exc}",
+                            reproduction + "\nenv.guards")]
+        if g.symbols <= hints.keys() and not holds(g, hints):
+            run.alive = False
+            return [Outcome("env.guards", "false at hints", 0.0, "wrong: env recorded a guard false at its hints",
+                            f"{text} at {hints}: {value_at(g, hints)!r}", reproduction + "\nenv.guards")]
+    return []
+
+
+# -- any query --------------------------------------------------------------------------------
+
+KINDS = ("prove", "env", "simplify")
+
+
+def generate(kind: str, choose: Chooser) -> ProveQuery | EnvQuery | SimplifyQuery:
+    return {"prove": prove_query, "env": env_query, "simplify": simplify_query}[kind](choose)
+
+
+def run(query: ProveQuery | EnvQuery | SimplifyQuery, *, timeout_ms: int) -> list[Outcome]:
+    """Ask shapecore ``query`` and check every answer against the oracle."""
+    if isinstance(query, ProveQuery):
+        return [check_prove(query, timeout_ms=timeout_ms)]
+    if isinstance(query, SimplifyQuery):
+        return [check_simplify(query, timeout_ms=timeout_ms)]
+    return check_env(query, timeout_ms=timeout_ms)
