@@ -13,11 +13,13 @@ Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small 
   context, the input guards all hold and the output guards do not, or the reverse.
 * :class:`EnvQuery` — a ShapeEnv, its symbols and a sequence of ``evaluate_expr``,
   ``add_fact``, ``statically_known_true`` and ``to_json``/``from_json`` round trips, run
-  against a model of what the env has been told. Wrong: an answer that differs from Python at
-  the hints (a value where Python raises included), a guard false at the hints, a static
-  answer false at a point the facts allow, a fact false at the hints accepted or one that
-  holds there rejected, an env that answers differently after a rejected fact, a round trip
-  that changes the document.
+  against a model of what the env has been told. Wrong: a value that differs from Python's at
+  the hints (for every value of the unbacked symbols the facts allow there), a value where
+  Python raises there, a guard false at the hints, an answer given without a guard that is
+  not the claim's value wherever the facts allow, a fact false at the hints accepted or one
+  that holds there rejected, a claim false at the hints proved after a rejected fact, a round
+  trip that changes the document. Wrong answers after a ``ConstraintError`` (which promises
+  that nothing was recorded) say so.
 
 Where Python's ``and``/``or`` or a chained comparison is what makes an answer wrong (shapecore
 reads them strictly, like ``And``/``Or``), the problem says ``wrong (Python's short circuit)``.
@@ -402,14 +404,14 @@ class _EnvRun:
     env: shapecore.ShapeEnv
     model: _Model
     alive: bool = True  # False once the env and the model disagree: later answers would only repeat it
-    rejected: bool = False  # a fact was rejected: later wrong answers may come from it
+    rejected: bool = False  # a call raised ConstraintError ("nothing was recorded"): later answers may show it was
 
     def mark(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """``outcomes``, their wrong answers labelled if they follow a rejected fact."""
+        """``outcomes``, their wrong answers labelled if they follow a ConstraintError."""
         if self.rejected:
             for o in outcomes:
                 if o.wrong:
-                    o.problem += " (after a rejected add_fact)"
+                    o.problem += " (after a ConstraintError)"
         return outcomes
 
 
@@ -432,7 +434,7 @@ def check_env(query: EnvQuery, *, timeout_ms: int) -> list[Outcome]:
         reproduction = query.reproduction(timeout_ms, index)
         if verb == "round_trip":  # from here on the env read back from JSON answers
             outcome, restored = _round_trip(run, timeout_ms, reproduction)
-            outcomes.append(outcome)
+            outcomes += run.mark([outcome])
             run.env = restored if restored is not None else run.env
             continue
         step = {"evaluate_expr": _evaluate, "add_fact": _add_fact, "statically_known_true": _known}[verb]
@@ -449,58 +451,46 @@ def _refusal(error: BaseException) -> bool:
 
 
 def _fair_env_refusal(error: BaseException, f: Formula, model: _Model) -> bool:
-    """Refusing text that is undefined wherever the facts allow (or divides by a zero) is fair."""
+    """Raising is fair for text that Python cannot evaluate at the hints (or that divides by a zero)."""
     if not _refusal(error):
         return False
-    return zero_divisor(f.text) is not None or all(value_at(f, p) is ZeroDivisionError for p in model.points())
+    return zero_divisor(f.text) is not None or all(value_at(f, p) is ZeroDivisionError for p in model.at_hints())
 
 
 def _evaluate(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
+    """``evaluate_expr``: Python's value at the hints (at every value of the unbacked symbols
+    the facts allow there), and with no guard recorded, the value wherever the facts allow."""
     model, f = run.model, formula(text)
     guards_before = len(run.env.guards)
     result, error, seconds = _timed(lambda: run.env.evaluate_expr(text))
     outcome = _env_outcome(run, "evaluate_expr", "raised" if error else repr(result), seconds, reproduction)
+    if isinstance(error, shapecore.ConstraintError):
+        run.rejected = True
     if isinstance(error, shapecore.DataDependentError):
         outcome.status = "unknown"
         return [outcome]
-    if error is not None and _fair_env_refusal(error, f, model):
-        outcome.status = "refused"
+    if error is not None:
+        if _fair_env_refusal(error, f, model):
+            outcome.status = "refused"
+            return [outcome]
+        return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
+    disagreement = _first_disagreement(f, result, model.at_hints())
+    if disagreement is not None:
+        point, python = disagreement
+        outcome.problem = ("wrong: evaluate_expr returned a value where Python raises at the hints" if python is ZeroDivisionError
+                           else "wrong: evaluate_expr contradicts Python at the hints")
+        outcome.detail = f"{text} at {point} is {python!r}, env said {result!r}"
+        run.alive = False
         return [outcome]
-    if model.backed_only(f):
-        python = value_at(f, model.hints)
-        if python is ZeroDivisionError:
-            if error is None:
-                outcome.problem = "wrong: evaluate_expr returned a value where Python raises at the hints"
-                outcome.detail = f"{text} at {model.hints} gave {result!r}"
-                run.alive = False
-            elif not _refusal(error):
-                return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
-            return [outcome]
-        if error is not None:
-            return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
-        if type(result) is not type(python) or result != python:
-            outcome.problem = "wrong: evaluate_expr contradicts Python at the hints"
-            outcome.detail = f"{text} at {model.hints} is {python!r}, env said {result!r}"
-            run.alive = False
-            return [outcome]
-        if len(run.env.guards) == guards_before:  # decided statically: it holds wherever the facts do
-            _static_check(outcome, run, f, python, "evaluate_expr answered without a guard")
-    else:
-        if error is not None:
-            return [_exception_outcome("env.evaluate_expr", error, seconds, reproduction)]
-        if len(run.env.guards) == guards_before:
-            _static_check(outcome, run, f, result, "evaluate_expr answered for an unbacked symbol")
-        else:  # a guard at the hints: the facts must pin the unbacked symbols there
-            _static_check(outcome, run, f, result, "evaluate_expr guarded an unbacked symbol at the hints",
-                          run.model.at_hints())
+    if len(run.env.guards) == guards_before:  # decided statically: so it is wherever the facts allow
+        _static_check(outcome, run, f, result, "evaluate_expr answered without a guard")
     model.constraints.append((f, result))
     return [outcome]
 
 
-def _static_check(outcome: Outcome, run: _EnvRun, f: Formula, value: object, what: str,
-                  points: Sequence[dict[str, int]] | None = None) -> None:
-    """``value`` must be ``f``'s value at every point the facts allow (or every one of ``points``)."""
-    problem = _first_disagreement(f, value, run.model.points() if points is None else points)
+def _static_check(outcome: Outcome, run: _EnvRun, f: Formula, value: object, what: str) -> None:
+    """``value`` must be ``f``'s value at every point the facts allow."""
+    problem = _first_disagreement(f, value, run.model.points())
     if problem is not None:
         point, got = problem
         how = "is undefined (zero divisor)" if got is ZeroDivisionError else "has another value"
