@@ -416,7 +416,7 @@ class _EnvRun:
 
 
 def check_env(query: EnvQuery, *, timeout_ms: int) -> list[Outcome]:
-    """Run the query's calls; one outcome per call (per env, after a round trip)."""
+    """Run the query's calls on a fresh env; one outcome per call (and per probe after a rejected fact)."""
     env = shapecore.ShapeEnv(timeout_ms=timeout_ms)
     created = []
     for symbol in query.symbols:

@@ -45,6 +45,7 @@ class RandomChooser:
 
 
 def pick(choose: Chooser, options: Sequence):
+    """One of ``options``; shrinks toward the first."""
     return options[choose.integer(0, len(options) - 1)]
 
 
@@ -58,6 +59,7 @@ _RELATIONS = (("Eq", "=="), ("Ne", "!="), ("Lt", "<"), ("Le", "<="), ("Gt", ">")
 
 
 def random_box(choose: Chooser, names: Sequence[str]) -> Box:
+    """Each of ``names`` over a small interval (at most 13 values; single points included)."""
     intervals = []
     for name in names:
         if chance(choose, 50):
@@ -87,6 +89,7 @@ class GuardWriter:
         return self.style == "torch" or (self.style == "mixed" and chance(self.choose, 50))
 
     def literal(self, lo: int = -8, hi: int = 8) -> str:
+        """An integer literal in ``[lo, hi]``, parenthesized when negative."""
         value = self.choose.integer(lo, hi)
         return f"({value})" if value < 0 else str(value)
 
@@ -97,6 +100,7 @@ class GuardWriter:
         return self.symbol() if chance(self.choose, 65) else self.literal()
 
     def divisor(self, depth: int) -> str:
+        """A divisor: a constant, or (mostly) one that is zero somewhere in the box."""
         c = self.choose
         kind = c.integer(0, 5)
         if kind == 0:  # 0 rarely: text that divides by a literal zero may be refused outright
@@ -104,15 +108,16 @@ class GuardWriter:
             return f"({value})" if value < 0 else str(value)
         if kind == 1:
             return self.symbol()
-        if kind in (2, 3):
-            name, lo, hi = pick(c, self.box.intervals)
-            return f"({name} - {self.literal(lo, hi)})"
         if kind == 3 and len(self.box.names) > 1:
             first = self.symbol()
             return f"({first} - {pick(c, [n for n in self.box.names if n != first])})"
+        if kind in (2, 3):
+            name, lo, hi = pick(c, self.box.intervals)
+            return f"({name} - {self.literal(lo, hi)})"
         return self.expr(max(depth - 1, 0))
 
     def expr(self, depth: int) -> str:
+        """An integer expression of at most ``depth`` levels over the whole vocabulary."""
         c = self.choose
         if depth <= 0 or chance(c, 25):
             return self.atom()
@@ -157,6 +162,7 @@ class GuardWriter:
         return f"{name}({args})" if torch else f"{name.lower()}({args})"
 
     def relation(self, depth: int) -> str:
+        """A comparison of two expressions (now and then a chained one, in Python's syntax)."""
         c = self.choose
         (name, op), left, right = pick(c, _RELATIONS), self.expr(depth), self.expr(depth)
         if self._torch():
@@ -169,6 +175,7 @@ class GuardWriter:
         return f"({left} {op} {right})"
 
     def claim(self, depth: int) -> str:
+        """Relations under ``And``/``Or``/``Not`` (``& | ~``, or Python's ``and``/``or``/``not``)."""
         c = self.choose
         if depth <= 0 or chance(c, 45):
             return self.relation(max(depth, 1))
@@ -224,14 +231,17 @@ class GuardWriter:
         return pick(c, shapes)
 
     def any_claim(self) -> str:
+        """A random claim, or one time in four a :meth:`trap`."""
         return self.trap() if chance(self.choose, 25) else self.claim(self.choose.integer(1, 3))
 
 
 def random_style(choose: Chooser) -> str:
+    """``torch``, ``python`` or ``mixed``: the syntax of a :class:`GuardWriter`."""
     return pick(choose, ("torch", "python", "mixed"))
 
 
 def range_texts(choose: Chooser, name: str, lo: int, hi: int) -> list[str]:
+    """``lo <= name <= hi`` as facts, in one of the ways users and torch write it."""
     form = choose.integer(0, 4)
     if form == 0:
         return [f"{name} >= {lo}", f"{name} <= {hi}"]
@@ -245,6 +255,7 @@ def range_texts(choose: Chooser, name: str, lo: int, hi: int) -> list[str]:
 
 
 def extra_fact(writer: GuardWriter) -> str:
+    """A fact of the kinds torch records (congruence, order, exclusion), or any small claim."""
     c = writer.choose
     kind = c.integer(0, 3)
     name = writer.symbol()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import operator
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -57,12 +58,12 @@ def _mod(a: object, b: object) -> object:
 
 
 _FUNCTIONS = {
-    "Eq": _relation(lambda a, b: a == b),
-    "Ne": _relation(lambda a, b: a != b),
-    "Lt": _relation(lambda a, b: a < b),
-    "Le": _relation(lambda a, b: a <= b),
-    "Gt": _relation(lambda a, b: a > b),
-    "Ge": _relation(lambda a, b: a >= b),
+    "Eq": _relation(operator.eq),
+    "Ne": _relation(operator.ne),
+    "Lt": _relation(operator.lt),
+    "Le": _relation(operator.le),
+    "Gt": _relation(operator.gt),
+    "Ge": _relation(operator.ge),
     "And": lambda *xs: all([_bool(x) for x in xs]),
     "Or": lambda *xs: any([_bool(x) for x in xs]),
     "Not": lambda x: not _bool(x),
