@@ -96,7 +96,7 @@ def test_oracle_strict_reading_and_helpers():
 _SMALL = Box((("x", -6, 6), ("y", -6, 6)))
 
 
-@settings(max_examples=max(10, settings.default.max_examples // 3))
+@settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(_queries(diff.prove_query))
 @example(diff.ProveQuery("x//y - x//y >= 0", (), _SMALL, ("x", "y"), False))
 @example(diff.ProveQuery("Eq(Mod(x//y, -1), 0)", (), _SMALL, ("x", "y"), False))
@@ -113,7 +113,7 @@ def test_simplify_keeps_the_guards_equivalent(query):
     _assert_right(query)
 
 
-@settings(max_examples=max(10, settings.default.max_examples // 3))
+@settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(_queries(diff.env_query))
 @example(diff.EnvQuery((diff.EnvSymbol("s0", 2, 12, 8),),
                        (("evaluate_expr", "Mod(s0, s0 - 8) < s0 + 100"), ("evaluate_expr", "Eq(s0, 3)"),
