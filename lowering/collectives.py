@@ -116,11 +116,24 @@ def _validate(state: Sequence[Placement], step: StepLike, where: str) -> None:
     _check_order(state, step, where)
 
 
+def _piece_size(x: torch.Tensor, dim: int, pieces: int) -> int:
+    """The size of each of ``pieces`` equal pieces of dim ``dim``.
+
+    A concrete size that does not split evenly is refused: cutting it would drop rows with no
+    error. (A symbolic size, in a traced program, splits evenly by the plan's proofs.)
+    """
+    size = x.size(dim)
+    if isinstance(size, int) and size % pieces:
+        raise ValueError(f"dim {dim} of a tensor of shape {list(x.shape)} does not split into {pieces} equal pieces; "
+                         f"only sizes divisible by {pieces} can be placed this way")
+    return size // pieces
+
+
 def _chunk(x: torch.Tensor, dim: int, pieces: int, index: int | torch.Tensor) -> torch.Tensor:
     """Piece ``index`` of ``pieces`` along ``dim``; a tensor ``index`` keeps traced graphs rank-independent."""
     import torch
 
-    size = x.size(dim) // pieces
+    size = _piece_size(x, dim, pieces)
     if isinstance(index, torch.Tensor):
         return x.unflatten(dim, (pieces, size)).index_select(dim, index.view(1)).flatten(dim, dim + 1)
     return x.narrow(dim, index * size, size).contiguous()
@@ -139,7 +152,7 @@ def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, g
     """Split ``split_dim`` into ``pieces`` sent one per rank; join the received pieces on ``gather_dim``."""
     from torch.distributed._functional_collectives import all_to_all_single
 
-    size = x.size(split_dim) // pieces
+    size = _piece_size(x, split_dim, pieces)
     # (pieces, ...rest) where rest is x with split_dim shrunk: piece j goes to rank j.
     outgoing = x.unflatten(split_dim, (pieces, size)).movedim(split_dim, 0).contiguous()
     incoming = _ready(all_to_all_single(outgoing, None, None, group))
@@ -205,8 +218,9 @@ def gather_steps(placements: Placements) -> list[Step]:
 def local_shard(x: torch.Tensor, placements: Placements, groups: MeshGroups) -> torch.Tensor:
     """This rank's piece of the full tensor ``x`` placed as ``placements`` (no communication).
 
-    ``Shard(d)`` keeps this rank's chunk of dim ``d``; a ``Partial`` axis keeps ``x`` on
-    coordinate 0 and zeros elsewhere, so the pieces sum to ``x``.
+    ``Shard(d)`` keeps this rank's chunk of dim ``d`` (a size the mesh axes do not divide is a
+    ValueError, never a truncated piece); a ``Partial`` axis keeps ``x`` on coordinate 0 and
+    zeros elsewhere, so the pieces sum to ``x``.
     """
     for axis, p in enumerate(placements):
         if isinstance(p, Partial):

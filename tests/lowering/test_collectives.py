@@ -7,7 +7,7 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 from lowering.collectives import Step, apply_steps, gather_steps, local_shard
 from lowering.errors import LoweringError
 from lowering.launch import launch
-from lowering.mesh_groups import mesh_groups
+from lowering.mesh_groups import MeshGroups, mesh_groups
 from planner.mesh import Mesh
 
 MESH = Mesh((2, 2), ("dp", "tp"))
@@ -111,3 +111,11 @@ def test_functional_collectives_compile_once_with_dynamic_shapes_on_gloo():
         assert compiles == 1
         assert ops == [f"_c10d_functional.{op}" for op in
                        ("all_gather_into_tensor", "all_reduce", "all_to_all_single", "reduce_scatter_tensor", "wait_tensor")]
+
+
+@pytest.mark.parametrize("shape, placements", [((9, 4), (S0, R)), ((6, 4), (S0, S0)), ((8, 3), (R, S1))])
+def test_a_size_the_mesh_does_not_divide_is_refused_instead_of_cut_short(shape, placements):
+    # local_shard reads only this rank's coordinate: no process group needed
+    groups = MeshGroups(MESH, None, (1, 1), ("dp", "tp"))
+    with pytest.raises(ValueError, match="does not split into 2 equal pieces"):
+        local_shard(torch.zeros(shape), placements, groups)
