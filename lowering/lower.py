@@ -22,10 +22,11 @@ node by node on local fake tensors whose sizes are polynomials in the local symb
   wrong number later.
 
 The local graph's inputs are the local symbols (ints), the global graph's tensor placeholders
-in order (each as this rank's piece), and this rank's mesh coordinate as an int64 tensor
-(``chunk`` steps and split ``arange`` read it, so the graph text is the same on every rank and
-one compile can be shared through Inductor's cache); its outputs are the global graph's
-outputs (flattened) in the plan's output placements.
+in order (each as this rank's piece; one that nothing reads and the plan does not place, such
+as another name of a tied parameter, is left out), and this rank's mesh coordinate as an int64
+tensor (``chunk`` steps and split ``arange`` read it, so the graph text is the same on every
+rank and one compile can be shared through Inductor's cache); its outputs are the global
+graph's outputs (flattened) in the plan's output placements.
 """
 
 from __future__ import annotations
@@ -257,11 +258,15 @@ class _Replay:
         inputs = []
         for node in self.gm.graph.nodes:
             value = node.meta.get("val")
-            if node.op == "placeholder" and _is_tensor(value):
+            if node.op == "placeholder" and _is_tensor(value) and self._is_input(node):
                 placements = self._placements(node.name)
                 inputs.append(LocalInput(node.name, placements, self.shapes.shape(value),
                                          self._local_shape(value, placements), value.dtype))
         return tuple(inputs)
+
+    def _is_input(self, placeholder: Node) -> bool:
+        """Whether a tensor placeholder is an input of the local program: all are but unplanned ones nothing reads."""
+        return bool(placeholder.users) or placeholder.name in self.plan.placements
 
     def _placements(self, name: str) -> tuple[Any, ...]:
         if name not in self.plan.placements:
@@ -325,7 +330,10 @@ class _Replay:
         for node in self.gm.graph.nodes:
             value = node.meta.get("val")
             if node.op == "placeholder":
-                values[node] = next(tensor_iter) if _is_tensor(value) else self._global_scalar(node, value, symint)
+                if not _is_tensor(value):
+                    values[node] = self._global_scalar(node, value, symint)
+                elif self._is_input(node):
+                    values[node] = next(tensor_iter)
             elif node.op == "get_attr":
                 values[node] = self._attribute(node)
             elif node.op == "output":

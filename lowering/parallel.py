@@ -24,6 +24,8 @@ counts every compile, so "one compile for every batch size" is observable.
 Training (``training=True``): a call returns ``(outputs, grads)``, ``grads`` mapping each
 parameter's name to this rank's piece of its gradient for the tangents ``ones_like(output)``
 (the gradient of ``sum(outputs)``); :meth:`ParallelModule.gather_grads` reassembles them.
+A tied parameter (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) is one tensor
+with one placement and one gradient, under the name ``model.named_parameters()`` gives it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,17 @@ def _replicated(n: int) -> tuple[Any, ...]:
     return (Replicate(),) * n
 
 
+def _named_state(model: Any) -> dict[str, tuple[str, Any]]:
+    """Every name of each parameter and buffer -> (the name ``named_parameters()`` /
+    ``named_buffers()`` list it under, the tensor). A tied parameter has several names; torch
+    lifts each of them into a traced graph but lists the tensor once, under the first."""
+    from itertools import chain
+
+    first: dict[int, str] = {}
+    return {name: (first.setdefault(id(t), name), t) for name, t in chain(
+        model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
+
+
 class ParallelModule:
     """A model's local program on this rank; call it with this rank's pieces of the inputs.
 
@@ -138,7 +151,9 @@ class ParallelModule:
         self.program: LocalProgram = _together("lowering", lambda: lower(gm, plan, groups=self.groups))
         self._out_spec = exported.call_spec.out_spec if exported is not None else None
         self._graph = read_graph(gm, exported=exported)
-        self._feed = self._feeds(model)
+        state = _named_state(model)
+        self._feed = self._feeds(state)
+        self._grad_names = self._gradient_names(state)
         self.entry = EntryCheck(self._specs(), self.mesh.shape, self._guard_env(),
                                 self._display_names(dims))
         self.dynamic = dynamic
@@ -159,11 +174,10 @@ class ParallelModule:
 
     # -- construction -------------------------------------------------------------------------------
 
-    def _feeds(self, model: Any) -> list[tuple[str, Any]]:
+    def _feeds(self, state: Mapping[str, tuple[str, Any]]) -> list[tuple[str, Any]]:
         """Per program input: ("tensor", this rank's piece), ("input", index) or ("tangent", output index)."""
         import torch
 
-        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
         feeds: list[tuple[str, Any]] = []
         for local_input in self.program.inputs:
             node = self._graph[local_input.name]
@@ -173,11 +187,24 @@ class ParallelModule:
                 feeds.append(("tangent", local_input))
             elif node.fqn in state:
                 with torch.no_grad():
-                    feeds.append(("tensor", local_shard(state[node.fqn].detach(), local_input.placements, self.groups)))
+                    feeds.append(("tensor", local_shard(state[node.fqn][1].detach(), local_input.placements, self.groups)))
             else:
                 raise LoweringError(f"graph input {local_input.name} ({node.role} {node.fqn}) is neither a user input, "
                                     "a tangent, nor a parameter or buffer of the model")
         return feeds
+
+    def _gradient_names(self, state: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
+        """Gradient output's parameter name in the graph -> the parameter's own name (one per tensor)."""
+        names: dict[str, str] = {}
+        for _, sink in self._grad_sinks():
+            fqn = self._graph[sink].grad_of
+            assert fqn is not None
+            own = state[fqn][0] if fqn in state else fqn
+            if own in names.values():
+                raise LoweringError(f"the graph has two gradients for {own} (as {fqn} and another name of it); "
+                                    "a tied parameter must be read through one graph input")
+            names[fqn] = own
+        return names
 
     def _specs(self) -> list[InputSpec]:
         by_name = {i.name: i for i in self.program.inputs}
@@ -262,7 +289,8 @@ class ParallelModule:
 
     def gather_grads(self, local_grads: Mapping[str, Any]) -> dict[str, Any]:
         """Full gradients on every rank from each rank's pieces (training; a collective)."""
-        placements = {self._graph[s].grad_of: self.plan.output_placements[k] for k, s in self._grad_sinks()}
+        placements = {self._grad_names[self._graph[s].grad_of]: self.plan.output_placements[k]  # type: ignore[index]
+                      for k, s in self._grad_sinks()}
         return {fqn: self._gather(g, placements[fqn], f"gathering the gradient of {fqn}") for fqn, g in local_grads.items()}
 
     def _user_sinks(self) -> list[tuple[int, str]]:
@@ -312,7 +340,8 @@ class ParallelModule:
             user[0] if len(user) == 1 else tuple(user))
         if not self.training:
             return result
-        return result, {self._graph[s].grad_of: outputs[k] for k, s in self._grad_sinks()}
+        grads = {self._grad_names[self._graph[s].grad_of]: outputs[k] for k, s in self._grad_sinks()}  # type: ignore[index]
+        return result, grads
 
 
 def parallelize(model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,

@@ -13,7 +13,11 @@ are fake tensors) into a :class:`PlanGraph`:
 * placeholders get a role: ``param``/``buffer`` (with the fully qualified name), ``input``
   (flattened user input index), ``tangent`` (the output it is the gradient for) or
   ``constant``, read from AOT descriptors (``meta["desc"]``), from an ``ExportedProgram``'s
-  signature, or else every placeholder is a user input.
+  signature, or else every placeholder is a user input;
+* a parameter or buffer placeholder that nothing reads is left out: ``torch.export`` and AOT
+  lift every name of a tied parameter (GPT-2's ``lm_head.weight`` and ``wte.weight``) and route
+  all reads to one of them, so the others would be planned, placed and counted in memory a
+  second time for one tensor. The one read keeps the tensor's single placement and gradient.
 
 Operand ``k`` of a node is the ``k``-th tensor-valued node met when flattening ``(args, kwargs)``
 in order (:func:`tensor_operands`): a node reading one producer twice has two operands.
@@ -243,7 +247,7 @@ def read_graph(gm: Any, *, exported: Any = None) -> PlanGraph:
                 index = user_input_count
                 user_input_count += 1
                 inputs.append(fx_node.name if _is_tensor(value) else None)
-            if not _is_tensor(value):
+            if not _is_tensor(value) or (role in ("param", "buffer") and not fx_node.users):
                 continue
             nodes[fx_node.name] = GraphNode(
                 fx_node.name, role, "placeholder", (shapes.meta(value),), fx=fx_node, fqn=fqn,
