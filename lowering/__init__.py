@@ -3,11 +3,12 @@
 Public API:
 
 * :func:`parallelize` / :class:`ParallelModule` — trace, plan, lower and compile a model on
-  this rank; call it with this rank's inputs (``shard_inputs``/``gather_outputs`` convert);
+  this rank; call it with the global inputs, or the DTensors ``shard_inputs`` makes of them
+  (``gather_outputs`` reassembles the outputs);
 * :func:`lower` → :class:`LocalProgram` — a plan's per-rank FX graph, with the collectives it
   emitted; :func:`compile_program` → :class:`CompiledProgram`;
 * :func:`launch` — run ``fn(rank)`` on local processes with the default group initialized;
-* errors: :class:`GuardViolation`, :class:`RankMismatch`, :class:`LoweringError`,
+* errors: :class:`GuardViolation`, :class:`InputError`, :class:`RankMismatch`, :class:`LoweringError`,
   :class:`LaunchTimeout`, :class:`RankFailure`.
 
 Importing this package does not import torch; the submodules do when used.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lowering.errors import GuardViolation, LoweringError, RankMismatch
+from lowering.errors import GuardViolation, InputError, LoweringError, RankMismatch
 from lowering.launch import LaunchTimeout, RankFailure, launch
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CompiledProgram",
     "GuardViolation",
+    "InputError",
     "LaunchTimeout",
     "LocalProgram",
     "LoweringError",

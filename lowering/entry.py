@@ -1,20 +1,31 @@
-"""The entry check: agree on the inputs across ranks, bind the symbols, check the guards.
+"""The entry check: inputs against the trace, global sizes agreed across ranks, guards checked.
 
-Run at every call of a parallel program, before any of its collectives:
+A call's inputs are *global*: a plain tensor is the whole input (every rank passes the same
+one), a ``DTensor`` is placed as the plan wants and its ``shape`` is the global one. Run at
+every call of a parallel program, before any of its collectives, and before anything is cut:
 
-1. **Agreement** (the only communication): each rank encodes its inputs' structure and local
-   shapes as one fixed-length int64 vector (its length is fixed by the trace, so even a rank
-   with malformed inputs takes part), and one ``all_gather_single`` on the default group
-   shares them. From then on every rank decides on the same table, so every rank raises the
-   same error or none does.
-2. **Binding**: a dim of global size ``e`` split into ``k`` pieces that holds ``n`` locally
-   has global size ``k·n``; dims whose ``e`` is a symbol (or ``c·s + d``) bind it, and every
-   dim is then checked against its ``e``.
-3. **Guards**: everything a shapecore ShapeEnv holding the trace's contract (symbol ranges,
+1. **Fit** (local): the call's pytree structure against the traced one, then each tensor input
+   against its spec (a tensor, its number of dims, its dtype; a DTensor's mesh, placements and
+   local piece). Each problem is a sentence naming the input, what the program expects and what
+   was given.
+2. **Agreement** (the only communication): each rank encodes "fits or not" and its inputs'
+   global sizes as one fixed-length int64 vector (its length is fixed by the trace, so even a
+   rank with malformed inputs takes part), and one ``all_gather_single`` on the default group
+   shares them. When some rank's inputs do not fit, one ``all_gather_object`` (every rank
+   enters it: every rank sees the same flags) shares the sentences: the same problems on every
+   rank raise :class:`InputError`, anything else :class:`RankMismatch` naming the ranks, as
+   does a disagreement on the global sizes. Every rank decides on the same table, so every
+   rank raises the same error or none does.
+3. **Binding**: dims whose traced size is a symbol (or ``c·s + d``) bind it from the global
+   size; every dim is then checked against its traced size.
+4. **Guards**: everything a shapecore ShapeEnv holding the trace's contract (symbol ranges,
    torch's guards) and the plan's guards says inputs must satisfy (``produce_guards``),
    compiled once into straight-line Python (:func:`shapecore.compile_guards`), is checked at
    the bound values; the first condition broken raises :class:`GuardViolation` naming it (in
    the user's ``Dim`` names) and the values.
+5. **Even splits**: a dim the plan splits into ``k`` pieces needs a global size divisible by
+   ``k``. The guards of a plan the planner made imply it; a plan given by hand may not, so it
+   is checked here too: a :class:`GuardViolation`, never a truncated piece.
 """
 
 from __future__ import annotations
@@ -25,17 +36,18 @@ from typing import Any
 
 import sympy
 
-from lowering.errors import GuardViolation, RankMismatch
+from lowering.errors import GuardViolation, InputError, RankMismatch
 from planner.placements import format_placements, shard_factor
 
 __all__ = ["InputSpec", "EntryCheck"]
 
-_OK, _COUNT, _NOT_TENSOR, _NDIM, _DTYPE = 0, 1, 2, 3, 4
-
 
 @dataclass(frozen=True)
 class InputSpec:
-    """A user input of the program: its name, placements, global shape and dtype."""
+    """A user input of the program: its name, placements, global shape and dtype.
+
+    ``placements`` is None for an input that is not a tensor (it is not checked).
+    """
 
     name: str
     placements: tuple[Any, ...] | None
@@ -43,83 +55,165 @@ class InputSpec:
     dtype: Any
 
 
+def _describe(value: Any) -> str:
+    """A short description of what a caller passed, for error messages."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        placed = format_placements(value.placements)
+        return f"a DTensor of dtype {value.dtype}, global shape {list(value.shape)}, placed {placed}"
+    if isinstance(value, torch.Tensor):
+        return f"a {type(value).__name__} of dtype {value.dtype} and shape {list(value.shape)}"
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    if isinstance(value, dict):
+        return f"a dict with keys {list(value)}"
+    text = repr(value)
+    return f"a {type(value).__name__} ({text[:40]}{'…' if len(text) > 40 else ''})"
+
+
 class EntryCheck:
-    """Checks one call's inputs on every rank; returns the global symbol values.
+    """Checks one call's global inputs on every rank; returns the global symbol values.
 
     ``env``: a shapecore ShapeEnv over the trace's symbols whose ``produce_guards`` lists what
     inputs must satisfy (the trace's contract and the plan's guards); ``names``: symbol name ->
     the name to show the user (their ``Dim`` name or the input dim it is read from).
+    ``structure``: the pytree spec of the traced positional inputs (default: ``len(specs)``
+    positional tensors) and ``arguments`` their names; ``device_mesh``: the mesh a DTensor
+    input must be on.
     """
 
     def __init__(self, specs: Sequence[InputSpec], mesh_shape: Sequence[int], env: Any,
-                 names: Mapping[str, str]) -> None:
+                 names: Mapping[str, str], *, structure: Any = None, arguments: Sequence[str] | None = None,
+                 device_mesh: Any = None) -> None:
+        from torch.utils._pytree import tree_structure
+
         from shapecore import compile_guards
 
         self.specs = tuple(specs)
         self.mesh_shape = tuple(mesh_shape)
+        self.structure = structure if structure is not None else tree_structure(tuple(range(len(self.specs))))
+        self.arguments = tuple(arguments) if arguments is not None else tuple(s.name for s in self.specs)
+        self.device_mesh = device_mesh
         self.replacements = {s.name: e for s, e in env.replacements.items()}
         contract = env.produce_guards({name: name for name in env.symbols})
         self._guards = compile_guards(contract, {name: f"values[{name!r}]" for name in env.symbols})
         self.names = dict(names)
-        self._length = 2 + sum(len(s.global_shape) for s in self.specs if s.placements is not None)
+        self._length = 1 + sum(len(s.global_shape) for s in self.specs if s.placements is not None)
         self._linear_forms: dict[tuple[sympy.Basic, sympy.Symbol], tuple[sympy.Basic, sympy.Basic] | None] = {}
 
-    # -- 1. agreement ----------------------------------------------------------------------------
+    # -- 1. fit --------------------------------------------------------------------------------------
 
-    def _encode(self, inputs: Sequence[Any]) -> list[int]:
+    def _fit(self, inputs: Sequence[Any]) -> tuple[list[str], list[Any]]:
+        """What keeps this rank's ``inputs`` (the call's positional arguments) from fitting the program,
+        and the inputs flattened."""
+        from torch.utils._pytree import tree_flatten
+
+        flat, structure = tree_flatten(tuple(inputs))
+        if structure != self.structure:
+            return [self._structure_problem(inputs)], flat
+        return [p for p in (self._problem(spec, x) for spec, x in zip(self.specs, flat)) if p is not None], flat
+
+    def _structure_problem(self, inputs: Sequence[Any]) -> str:
+        from torch.utils._pytree import tree_structure
+
+        expected = self.structure.children()
+        if len(inputs) != len(expected):
+            return (f"passed {len(inputs)} inputs, the program takes {len(expected)} "
+                    f"({', '.join(self.arguments)})")
+        first = 0  # index of the argument's first leaf
+        for name, spec, value in zip(self.arguments, expected, inputs):
+            if tree_structure(value) != spec:
+                break
+            first += spec.num_leaves
+        wanted = self._expected(self.specs[first]) if spec.is_leaf() else (
+            f"a {spec.type.__name__} of {spec.num_children} items")
+        return f"input {name}: expected {wanted}, got {_describe(value)}"
+
+    def _expected(self, spec: InputSpec) -> str:
+        if spec.placements is None:
+            return "a non-tensor value"
+        shape = ", ".join(self._show(e) for e in spec.global_shape)
+        return f"a tensor of dtype {spec.dtype} and global shape ({shape})"
+
+    def _problem(self, spec: InputSpec, value: Any) -> str | None:
         import torch
+        from torch.distributed.tensor import DTensor
 
-        if len(inputs) != len(self.specs):
-            return [_COUNT, len(inputs)] + [0] * (self._length - 2)
-        row = [_OK, 0]
-        for i, (spec, value) in enumerate(zip(self.specs, inputs)):
-            if spec.placements is None:
-                continue
-            if not isinstance(value, torch.Tensor):
-                return [_NOT_TENSOR, i] + [0] * (self._length - 2)
-            if value.dim() != len(spec.global_shape):
-                return [_NDIM, i * 1000 + value.dim()] + [0] * (self._length - 2)
-            if value.dtype != spec.dtype:
-                return [_DTYPE, i] + [0] * (self._length - 2)
-            row += list(value.shape)
-        return row
+        if spec.placements is None:
+            return None
+        if not isinstance(value, torch.Tensor):
+            return f"input {spec.name}: expected {self._expected(spec)}, got {_describe(value)}"
+        if value.dim() != len(spec.global_shape):
+            return (f"input {spec.name}: expected {len(spec.global_shape)} dims ({self._expected(spec)}), "
+                    f"got {value.dim()} dims ({_describe(value)})")
+        if value.dtype != spec.dtype:
+            return f"input {spec.name}: expected dtype {spec.dtype}, got {_describe(value)}"
+        if isinstance(value, DTensor):
+            return self._dtensor_problem(spec, value)
+        return None
+
+    def _dtensor_problem(self, spec: InputSpec, value: Any) -> str | None:
+        assert spec.placements is not None
+        wanted = format_placements(spec.placements)
+        if self.device_mesh is not None and value.device_mesh != self.device_mesh:
+            return (f"input {spec.name}: expected the global tensor or a DTensor on the module's mesh "
+                    f"{self.device_mesh}, got a DTensor on {value.device_mesh}")
+        if tuple(value.placements) != tuple(spec.placements):
+            return (f"input {spec.name}: expected the global tensor or a DTensor placed {wanted}, "
+                    f"got {_describe(value)}; pass value.full_tensor() or redistribute it")
+        local = tuple(value.to_local().shape)
+        for d, n in enumerate(value.shape):
+            pieces = shard_factor(spec.placements, self.mesh_shape, d)
+            if n % pieces == 0 and local[d] != n // pieces:
+                return (f"input {spec.name}: a DTensor of global shape {list(value.shape)} placed {wanted} holds a "
+                        f"local piece of shape {list(local)} on this rank; dim {d} needs {n // pieces}")
+        return None
+
+    # -- 2. agreement --------------------------------------------------------------------------------
 
     def _agree(self, inputs: Sequence[Any]) -> list[int]:
-        """Every rank's encoded row, after one all-gather; raises RankMismatch (identically everywhere)."""
+        """The global sizes every rank passed, after one all-gather; raises InputError or RankMismatch
+        (identically everywhere)."""
         import torch
         import torch.distributed as dist
 
-        row = torch.tensor(self._encode(inputs), dtype=torch.int64)
+        problems, flat = self._fit(inputs)
+        if problems:
+            row = [1] + [0] * (self._length - 1)
+        else:
+            row = [0] + [n for spec, x in zip(self.specs, flat) if spec.placements is not None for n in x.shape]
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world > 1:
             table = torch.empty(world * self._length, dtype=torch.int64)
-            dist.all_gather_single(table, row)
+            dist.all_gather_single(table, torch.tensor(row, dtype=torch.int64))
             rows = table.view(world, self._length).tolist()
         else:
-            rows = [row.tolist()]
-        problems = [self._describe(rank, r) for rank, r in enumerate(rows) if r[0] != _OK]
-        if problems:
-            raise RankMismatch("inputs rejected before any collective: " + "; ".join(problems))
+            rows = [row]
+        if any(r[0] for r in rows):
+            every: list[Any] = [problems]
+            if world > 1:
+                every = [None] * world
+                dist.all_gather_object(every, problems)
+            raise self._rejection(every)
         if any(r != rows[0] for r in rows[1:]):
             raise RankMismatch(self._disagreement(rows))
-        return rows[0][2:]
+        return rows[0][1:]
 
-    def _describe(self, rank: int, row: list[int]) -> str:
-        code, detail = row[0], row[1]
-        if code == _COUNT:
-            return f"rank {rank} passed {detail} inputs, the program takes {len(self.specs)}"
-        if code == _NDIM:
-            i, ndim = divmod(detail, 1000)
-            return (f"rank {rank}: input {self.specs[i].name} has {ndim} dims, the program expects "
-                    f"{len(self.specs[i].global_shape)}")
-        spec = self.specs[detail]
-        if code == _NOT_TENSOR:
-            return f"rank {rank}: input {spec.name} is not a tensor"
-        return f"rank {rank}: input {spec.name} has the wrong dtype (the program expects {spec.dtype})"
+    @staticmethod
+    def _rejection(problems: list[list[str]]) -> Exception:
+        if all(p == problems[0] for p in problems[1:]):
+            on = f" (on all {len(problems)} ranks)" if len(problems) > 1 else ""
+            return InputError("; ".join(problems[0]) + on)
+        described = [f"rank {rank}: {'; '.join(p)}" for rank, p in enumerate(problems) if p]
+        return RankMismatch("inputs rejected before any collective: " + "; ".join(described))
 
     def _disagreement(self, rows: list[list[int]]) -> str:
         lines = []
-        offset = 2
+        offset = 1
         for spec in self.specs:
             if spec.placements is None:
                 continue
@@ -127,20 +221,20 @@ class EntryCheck:
             shapes = [tuple(r[offset:offset + n]) for r in rows]
             if len(set(shapes)) > 1:
                 per_rank = ", ".join(f"rank {rank} {list(s)}" for rank, s in enumerate(shapes))
-                lines.append(f"input {spec.name} ({format_placements(spec.placements)}): {per_rank}")
+                lines.append(f"input {spec.name}: {per_rank}")
             offset += n
-        return ("ranks disagree on their local input shapes (every rank must pass its own piece of the same "
-                "global inputs, e.g. from ParallelModule.shard_inputs): " + "; ".join(lines))
+        return ("ranks disagree on the global shapes of their inputs (every rank must pass the same global "
+                "inputs, or DTensors of them as ParallelModule.shard_inputs makes): " + "; ".join(lines))
 
-    # -- 2. binding --------------------------------------------------------------------------------
+    # -- 3. binding --------------------------------------------------------------------------------
 
-    def _global_dims(self, local: list[int]) -> list[tuple[InputSpec, int, sympy.Basic, int]]:
+    def _global_dims(self, sizes: list[int]) -> list[tuple[InputSpec, int, sympy.Basic, int]]:
         dims, offset = [], 0
         for spec in self.specs:
             if spec.placements is None:
                 continue
             for d, e in enumerate(spec.global_shape):
-                dims.append((spec, d, e, local[offset + d] * shard_factor(spec.placements, self.mesh_shape, d)))
+                dims.append((spec, d, e, sizes[offset + d]))
             offset += len(spec.global_shape)
         return dims
 
@@ -162,10 +256,8 @@ class EntryCheck:
         for spec, d, e, n in dims:
             if {x.name for x in e.free_symbols} <= set(values) and evaluate(e, values) == n:
                 continue
-            pieces = shard_factor(spec.placements, self.mesh_shape, d)
-            split = f" ({pieces} local pieces of {n // pieces}, {format_placements(spec.placements)})" if pieces > 1 else ""
             raise GuardViolation(
-                f"input {spec.name} dim {d} has global size {n}{split}, but the program was traced for {self._show(e)}"
+                f"input {spec.name} dim {d} has global size {n}, but the program was traced for {self._show(e)}"
                 + (f" with {self._values(values)}" if values else ""),
                 guard=f"{spec.name}.size()[{d}] == {self._show(e)}",
                 values={self.names.get(k, k): v for k, v in values.items()})
@@ -179,7 +271,7 @@ class EntryCheck:
             self._linear_forms[key] = tuple(poly.all_coeffs()) if poly is not None and poly.degree() == 1 else None  # type: ignore[assignment]
         return self._linear_forms[key]
 
-    # -- 3. guards ---------------------------------------------------------------------------------
+    # -- 4. guards and 5. even splits --------------------------------------------------------------
 
     def _show(self, expr: sympy.Basic) -> str:
         from shapecore import int_symbol
@@ -199,9 +291,26 @@ class EntryCheck:
                 full[name] = evaluate(expression, full)
         return full
 
+    def _check_splits(self, dims: list[tuple[InputSpec, int, sympy.Basic, int]], values: dict[str, int]) -> None:
+        for spec, d, e, n in dims:
+            assert spec.placements is not None
+            pieces = shard_factor(spec.placements, self.mesh_shape, d)
+            if n % pieces == 0:
+                continue
+            involved = {s.name for s in e.free_symbols}
+            shown = {k: v for k, v in values.items() if k in involved}
+            raise GuardViolation(
+                f"input {spec.name} dim {d} has global size {n}" + (f" ({self._values(shown)})" if shown else "")
+                + f", which does not split into {pieces} equal pieces ({format_placements(spec.placements)}); "
+                f"pass a size divisible by {pieces}",
+                guard=f"Eq(Mod({self._show(e)}, {pieces}), 0)",
+                values={self.names.get(k, k): v for k, v in values.items()})
+
     def check(self, inputs: Sequence[Any]) -> dict[str, int]:
-        """Global symbol values of this call; raises RankMismatch or GuardViolation on every rank alike."""
-        values = self._bind(self._global_dims(self._agree(inputs)))
+        """Global symbol values of this call (``inputs``: its positional arguments, global tensors or
+        DTensors); raises InputError, RankMismatch or GuardViolation on every rank alike."""
+        dims = self._global_dims(self._agree(inputs))
+        values = self._bind(dims)
         guard = self._guards(values=self._with_replaced(values)) if self._guards.parameters else self._guards()
         if guard is not None:
             involved = {s.name for s in guard.free_symbols}
@@ -210,4 +319,5 @@ class EntryCheck:
                 f"inputs break the guard {shown} that the plan relies on: "
                 f"{self._values({k: v for k, v in values.items() if k in involved})}",
                 guard=shown, values={self.names.get(k, k): v for k, v in values.items()})
+        self._check_splits(dims, values)
         return values

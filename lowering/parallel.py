@@ -14,9 +14,14 @@ process group):
    same graph text, rank 0 compiles first and the others load its result from Inductor's
    cache.
 
-A call takes this rank's pieces of the user inputs (:meth:`ParallelModule.shard_inputs` cuts
-them from the global ones), runs the :class:`~lowering.entry.EntryCheck` (one agreement step
-across ranks, then the guards) and the compiled program. A call the compiled program's own
+A call takes the *global* user inputs: plain tensors (every rank passes the same ones) or
+DTensors placed as the plan wants (:meth:`ParallelModule.shard_inputs` makes them, cutting
+ahead of the call). It runs the :class:`~lowering.entry.EntryCheck` on the global sizes (one
+agreement step across ranks, then the guards and the even splits: a batch that does not split
+raises on every rank, and nothing is computed on a truncated one), then cuts this rank's
+pieces and runs the compiled program. A plain tensor is always taken for the global input: a
+rank's own piece goes in as a DTensor, which carries the global shape the check needs (so
+``pm(*pm.shard_inputs(x))``, the two-step form, keeps working). A call the compiled program's own
 assumptions (:attr:`~lowering.compile.CompiledProgram.guards`) do not cover gets a program
 specialized to its sizes, compiled then and kept: :attr:`ParallelModule.compile_count`
 counts every compile, so "one compile for every batch size" is observable.
@@ -43,6 +48,7 @@ from lowering.errors import LoweringError
 from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
 from planner.mesh import Mesh
+from planner.placements import shard_factor
 from planner.plan import Plan
 
 __all__ = ["ParallelModule", "parallelize"]
@@ -113,8 +119,24 @@ def _named_state(model: Any) -> dict[str, tuple[str, Any]]:
         model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
 
 
+def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """Names of the positional arguments (from ``forward``'s signature) and of each flattened input."""
+    import inspect
+
+    from torch.utils._pytree import keystr, tree_flatten_with_path
+
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        parameters = []  # type: ignore[assignment]
+    named = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    arguments = [named[i] if i < len(named) else f"input {i}" for i in range(len(example_inputs))]
+    leaves, _ = tree_flatten_with_path(tuple(example_inputs))
+    return arguments, [arguments[path[0].idx] + keystr(path[1:]) for path, _ in leaves]
+
+
 class ParallelModule:
-    """A model's local program on this rank; call it with this rank's pieces of the inputs.
+    """A model's local program on this rank; call it with the global inputs (or DTensors of them).
 
     ``plan_options`` go to :func:`planner.plan` (``constraints``, ``batch_sizes``,
     ``hardware``, ``divisibility`` …); ``plan`` skips planning; ``dynamic=False`` compiles a
@@ -125,6 +147,8 @@ class ParallelModule:
     def __init__(self, model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                  training: bool = False, plan: Plan | None = None, dynamic: bool = True,
                  progress: Callable[[str], None] | None = None, **plan_options: Any) -> None:
+        from torch.utils._pytree import tree_structure
+
         import planner
         from planner.api import trace_for_planning
         from planner.graph import read_graph
@@ -154,8 +178,10 @@ class ParallelModule:
         state = _named_state(model)
         self._feed = self._feeds(state)
         self._grad_names = self._gradient_names(state)
-        self.entry = EntryCheck(self._specs(), self.mesh.shape, self._guard_env(),
-                                self._display_names(dims))
+        arguments, leaves = _leaf_names(model, example_inputs)
+        self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self._guard_env(), self._display_names(dims),
+                                structure=tree_structure(tuple(example_inputs)), arguments=arguments,
+                                device_mesh=self.groups.device_mesh)
         self.dynamic = dynamic
         self._variants: list[CompiledProgram] = []
         clock = self._phase("lower", clock)
@@ -206,15 +232,18 @@ class ParallelModule:
             names[fqn] = own
         return names
 
-    def _specs(self) -> list[InputSpec]:
+    def _specs(self, leaves: Sequence[str]) -> list[InputSpec]:
+        if len(leaves) != len(self._graph.inputs):
+            raise LoweringError(f"the example inputs flatten to {len(leaves)} values but the traced graph takes "
+                                f"{len(self._graph.inputs)} user inputs")
         by_name = {i.name: i for i in self.program.inputs}
         specs = []
-        for index, name in enumerate(self._graph.inputs):
+        for leaf, name in zip(leaves, self._graph.inputs):
             if name is None:
-                specs.append(InputSpec(f"input {index}", None, (), None))
+                specs.append(InputSpec(leaf, None, (), None))
             else:
                 i = by_name[name]
-                specs.append(InputSpec(name, i.placements, i.global_shape, i.dtype))
+                specs.append(InputSpec(leaf, i.placements, i.global_shape, i.dtype))
         return specs
 
     def _guard_env(self) -> Any:
@@ -261,15 +290,39 @@ class ParallelModule:
     # -- inputs and outputs -----------------------------------------------------------------------
 
     def shard_inputs(self, *global_inputs: Any) -> tuple[Any, ...]:
-        """This rank's pieces of the global inputs, as positional arguments for a call."""
+        """The global inputs as DTensors placed as the plan wants, each holding this rank's piece
+        (no communication): ``pm(*pm.shard_inputs(x))`` computes what ``pm(*x)`` does, with the
+        cut made ahead of the call.
+
+        It never raises for bad inputs: an input that does not fit the traced program, or does
+        not split evenly, comes back unchanged, and the call refuses it on every rank alike
+        with the input named (raising here, on some ranks only, would leave the others waiting).
+        """
         from torch.utils._pytree import tree_flatten, tree_unflatten
 
         flat, spec = tree_flatten(global_inputs)
-        if len(flat) != len(self.entry.specs):
-            raise TypeError(f"got {len(flat)} inputs, the model was traced with {len(self.entry.specs)}")
-        pieces = [x if s.placements is None else local_shard(x, s.placements, self.groups)
-                  for x, s in zip(flat, self.entry.specs)]
-        return tuple(tree_unflatten(pieces, spec))
+        if spec != self.entry.structure:
+            return global_inputs
+        return tuple(tree_unflatten([self._distribute(x, s) for x, s in zip(flat, self.entry.specs)], spec))
+
+    def _distribute(self, x: Any, spec: InputSpec) -> Any:
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        if (spec.placements is None or not isinstance(x, torch.Tensor) or isinstance(x, DTensor)
+                or x.dim() != len(spec.global_shape)
+                or any(n % shard_factor(spec.placements, self.mesh.shape, d) for d, n in enumerate(x.shape))):
+            return x
+        return DTensor.from_local(local_shard(x, spec.placements, self.groups), self.groups.device_mesh,
+                                  spec.placements, run_check=False, shape=x.shape, stride=x.stride())
+
+    def _piece(self, x: Any, spec: InputSpec) -> Any:
+        """This rank's piece of a checked input (a global tensor, or a DTensor placed as the plan wants)."""
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(x, DTensor):
+            return x.to_local()
+        return x if spec.placements is None else local_shard(x, spec.placements, self.groups)
 
     def _gather(self, x: Any, placements: Any, what: str) -> Any:
         if placements is None:
@@ -323,16 +376,18 @@ class ParallelModule:
         shape = [int(evaluate(e, global_values)) for e in local_input.global_shape]
         return local_shard(torch.ones(shape, dtype=local_input.dtype), local_input.placements, self.groups)
 
-    def __call__(self, *args: Any) -> Any:
-        from torch.utils._pytree import tree_flatten, tree_unflatten
+    def __call__(self, *inputs: Any) -> Any:
+        """Run on the global ``inputs`` (plain tensors, the same on every rank, or DTensors placed as
+        the plan wants); checked on every rank before any collective."""
+        from torch.utils._pytree import tree_leaves, tree_unflatten
 
-        flat, _ = tree_flatten(args)
-        global_values = self.entry.check(flat)
+        global_values = self.entry.check(inputs)
+        pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
         values = self.program.localizer.local_values(global_values)
         variant = self._variant(values)
         tensors = []
         for kind, what in self._feed:
-            tensors.append(what if kind == "tensor" else flat[what] if kind == "input" else
+            tensors.append(what if kind == "tensor" else pieces[what] if kind == "input" else
                            self._tangent(what, global_values))
         outputs = variant.run([values[s.name] for s in self.program.symbols], tensors)
         user = [outputs[k] for k, _ in self._user_sinks()]

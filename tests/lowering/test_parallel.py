@@ -1,6 +1,8 @@
 """parallelize end to end on gloo: planner's plans for an MLP, an attention block and a
 LLaMA-style decoder, compiled once per rank, equal to the single-device model at every batch
-size the guards accept; bad inputs rejected on every rank without a hang.
+size the guards accept, called with global tensors or with the DTensors ``shard_inputs`` makes;
+bad inputs (uneven or guard-breaking batches, wrong dtypes, dims, structures, rank mismatches)
+rejected on every rank alike, by name, without a hang and without computing anything.
 
 All scenarios of one mesh run in one launch, once per session (shared with pytest-xdist workers
 through a file), and several tests read each scenario's results.
@@ -13,11 +15,15 @@ import time
 
 import pytest
 import torch
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.export import Dim
 
-from lowering import GuardViolation, RankMismatch, launch
+from lowering import GuardViolation, InputError, RankMismatch, launch
 from lowering.examples import MLP, Attention, Decoder
 from lowering.parallel import ParallelModule
+from planner.mesh import Mesh
+from planner.placements import format_placements
+from tests.lowering.handmade import handmade_plan
 
 TIMEOUT = 600
 MOD4 = ["Eq(Mod(batch, 4), 0)"]
@@ -43,40 +49,85 @@ def _steps(program):
     return {"planned": planned, "emitted": emitted, "in_graph": in_graph, "communicating": communicating}
 
 
+def _refusal(call):
+    """(error class, message, guard, values, seconds) of a call that must be refused, or None if it ran."""
+    start = time.monotonic()
+    try:
+        call()
+    except (GuardViolation, InputError, RankMismatch) as error:
+        return (type(error).__name__, str(error), getattr(error, "guard", None), getattr(error, "values", None),
+                time.monotonic() - start)
+    return None
+
+
+def _relative_error(out, expected):
+    return float((out - expected).abs().max() / expected.abs().max())
+
+
+def _other_placements(placements):
+    """Placements of a 2-D input on a 2-D mesh that differ from ``placements``."""
+    other = (Shard(1), Shard(1))
+    return other if tuple(placements) != other else (Replicate(), Replicate())
+
+
+def _bad_inputs(rank, pm, make):
+    """Inputs that do not fit, each passed the same way on every rank unless its name says otherwise."""
+    x = make(8)
+    misplaced = _other_placements(pm.entry.specs[0].placements)
+    return {
+        "dtype": lambda: pm(x.float()),
+        "ndim": lambda: pm(x[0]),
+        "none": lambda: pm(None),
+        "sharded_none": lambda: pm(*pm.shard_inputs(None)),
+        "list": lambda: pm(list(x)),
+        "misplaced": lambda: pm(distribute_tensor(x, pm.groups.device_mesh, misplaced, src_data_rank=None)),
+        "none_on_rank_1": lambda: pm(None if rank == 1 else x),
+        "shapes_differ": lambda: pm(*pm.shard_inputs(make(8 if rank else 16))),
+        "missing_on_rank_1": lambda: pm() if rank == 1 else pm(*pm.shard_inputs(x)),
+        "static": lambda: pm(*pm.shard_inputs(make(8)[:, :6])),  # the sequence length was traced static (8)
+    }
+
+
+def _batch_plan(model, example, mesh):
+    """A hand-made data-parallel plan: the batch split, weights replicated, and no guard at all."""
+    from planner.api import trace_for_planning
+
+    gm, *_ = trace_for_planning(model, (example,), dynamic_shapes=({0: Dim("batch")},))
+    placements, batch = {}, set()
+    for node in gm.graph.nodes:
+        if node.name == "x" or any(a.name in batch for a in node.all_input_nodes):
+            batch.add(node.name)
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            placements[node.name] = "S(0)" if node.name in batch else "R"
+    return handmade_plan(gm, Mesh(mesh), placements, output_placements=["S(0)"])
+
+
 def _scenario(rank, name, mesh, options, batches, extra):
     model, make = _model(name)
+    if options.get("plan") == "batch":
+        options = {**options, "plan": _batch_plan(model, make(batches[0]), mesh)}
     pm = ParallelModule(model, (make(batches[0]),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, **options)
     result = {"errors": [], "compiles": [], **_steps(pm.program),
+              "input_placements": [s.placements for s in pm.entry.specs],
               "sharded_params": sum(any(not p.is_replicate() for p in ps) for ps in pm.plan.param_placements.values())}
     for b in batches:
         x = make(b)
-        out = pm.gather_outputs(pm(*pm.shard_inputs(x)))
-        result["errors"].append(float((out - model(x)).abs().max() / model(x).abs().max()))
+        expected = model(x)
+        for out in (pm(*pm.shard_inputs(x)), pm(x)):  # DTensors cut ahead, or the global tensor
+            result["errors"].append(_relative_error(pm.gather_outputs(out), expected))
         result["compiles"].append(pm.compile_count)
-    if "violation" in extra:
-        start = time.monotonic()
-        try:
-            pm(*pm.shard_inputs(make(extra["violation"])))
-        except GuardViolation as error:
-            result["violation"] = (str(error), error.guard, error.values, time.monotonic() - start)
-    if "mismatch" in extra:
-        try:
-            pm(*pm.shard_inputs(make(8 if rank else 16)))
-        except RankMismatch as error:
-            result["mismatch"] = str(error)
-        try:
-            pm() if rank == 1 else pm(*pm.shard_inputs(make(8)))
-        except RankMismatch as error:
-            result["missing"] = str(error)
-        try:
-            pm(*pm.shard_inputs(make(8)[:, :6]))  # the sequence length was traced static (8)
-        except GuardViolation as error:
-            result["static"] = str(error)
+    if "refused" in extra:  # batch sizes that break a guard or do not split: refused, nothing compiled
+        result["refused"] = {b: _refusal(lambda: pm(*pm.shard_inputs(make(b)))) for b in extra["refused"]}
+        result["compiles_after_refusals"] = pm.compile_count
+    if "bad_inputs" in extra:
+        result["bad_inputs"] = {key: _refusal(call) for key, call in _bad_inputs(rank, pm, make).items()}
+        x = make(batches[-1])
+        result["after_bad_inputs"] = _relative_error(pm.gather_outputs(pm(x)), model(x))  # every rank still in step
     if "recompile" in extra:
         with pytest.warns(UserWarning, match="compiling again"):
             x = make(extra["recompile"])
             out = pm.gather_outputs(pm(*pm.shard_inputs(x)))
-        result["recompiled"] = (pm.compile_count, float((out - model(x)).abs().max() / model(x).abs().max()))
+        result["recompiled"] = (pm.compile_count, _relative_error(out, model(x)))
         out = pm.gather_outputs(pm(*pm.shard_inputs(make(batches[-1]))))  # the first program still serves
         result["after"] = pm.compile_count
     return result
@@ -86,16 +137,18 @@ def _scenario(rank, name, mesh, options, batches, extra):
 SCENARIOS = {
     # batch unconstrained (odd sizes too): only the weights are split.
     "mlp_on_2": ("mlp", (2,), {"memory_budget": 12000}, (3, 8, 13), {}),
+    # the batch split 2 ways by a plan with no guard that it is even.
+    "mlp_batch_on_2": ("mlp", (2,), {"plan": "batch"}, (4, 8, 14), {"refused": (9,)}),
     "mlp_on_4": ("mlp", (4,), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24), {}),
     "mlp_on_2x2": ("mlp", (2, 2), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24), {}),
     "attention_on_2": ("attention", (2,), {"memory_budget": 25000}, (3, 8, 13), {}),
     "attention_on_4": ("attention", (4,), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24),
-                       {"recompile": 4}),
+                       {"refused": (6, 1), "recompile": 4}),
     "attention_on_2x2": ("attention", (2, 2), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24), {}),
     "decoder_on_2": ("decoder", (2,), {"memory_budget": 60000}, (3, 8, 13), {}),
     "decoder_on_4": ("decoder", (4,), {"memory_budget": 40000, "constraints": MOD4}, (8, 16, 24), {}),
     "decoder_on_2x2": ("decoder", (2, 2), {"memory_budget": 40000, "constraints": MOD4}, (8, 16, 24),
-                       {"violation": 6, "mismatch": True}),
+                       {"refused": (6,), "bad_inputs": True}),
 }
 
 
@@ -170,32 +223,74 @@ def test_inductor_compiles_once_per_rank_for_all_batch_sizes(scenario):
 def test_the_plan_is_really_parallel_and_its_collectives_are_exactly_the_ones_emitted(scenario):
     label, results = scenario
     for r in results:
-        assert r["sharded_params"] > 0, label
+        assert r["sharded_params"] > 0 or label == "mlp_batch_on_2", label
         assert r["emitted"] == r["planned"], label
         assert r["in_graph"] == r["communicating"], label
 
 
+def _same_on_every_rank(outcomes):
+    """The one refusal every rank reports (asserting there is one, the same everywhere, and quick)."""
+    assert all(o is not None for o in outcomes), "the call was computed"
+    assert all(o[4] < 10 for o in outcomes)
+    found = {(kind, message, guard, tuple(sorted(values.items())) if values else None)
+             for kind, message, guard, values, _seconds in outcomes}
+    assert len(found) == 1, found
+    return found.pop()
+
+
 def test_a_batch_that_breaks_the_users_constraint_is_refused_on_every_rank(decoder_on_2x2):
-    for r in decoder_on_2x2:
-        message, guard, values, seconds = r["violation"]
-        assert guard == "Eq(Mod(batch, 4), 0)" and values == {"batch": 6}
-        assert "batch = 6" in message
-        assert seconds < 10
-    assert len({r["violation"][0] for r in decoder_on_2x2}) == 1
+    kind, message, guard, values = _same_on_every_rank([r["refused"][6] for r in decoder_on_2x2])
+    assert kind == "GuardViolation" and guard == "Eq(Mod(batch, 4), 0)" and values == (("batch", 6),)
+    assert "batch = 6" in message
 
 
-def test_ranks_whose_inputs_disagree_get_the_same_error(decoder_on_2x2):
-    for key, text in (("mismatch", "ranks disagree on their local input shapes"),
-                      ("missing", "rank 1 passed 0 inputs, the program takes 1")):
-        messages = {r[key] for r in decoder_on_2x2}
-        assert len(messages) == 1
-        assert text in messages.pop()
+@pytest.mark.parametrize("batch", [6, 1])
+def test_the_guards_see_the_global_batch_not_what_is_left_after_cutting_it(attention_on_4, batch):
+    # the batch is split 4 ways: cut first, 6 rows were 1 row on each rank (taken for a valid batch of 4,
+    # then compiled for) and 1 row was 0 rows ("batch = 0")
+    assert all(r["input_placements"][0][0].is_shard(0) for r in attention_on_4)
+    kind, message, guard, values = _same_on_every_rank([r["refused"][batch] for r in attention_on_4])
+    assert kind == "GuardViolation" and values == (("batch", batch),) and f"batch = {batch}" in message
+    assert guard == "Eq(Mod(batch, 4), 0)" or batch == 1  # 1 breaks the trace's own range first
+    assert all(r["compiles_after_refusals"] == 1 for r in attention_on_4)  # nothing was compiled for it
 
 
-def test_a_static_dim_of_the_wrong_size_is_refused_by_name(decoder_on_2x2):
-    messages = {r["static"] for r in decoder_on_2x2}
-    assert len(messages) == 1
-    assert "input tokens dim 1 has global size 6" in messages.pop()
+def test_a_batch_that_does_not_split_evenly_is_refused_instead_of_losing_rows(results):
+    mlp_batch_on_2 = results("mlp_batch_on_2")
+    assert all(r["input_placements"][0][0].is_shard(0) for r in mlp_batch_on_2)
+    kind, message, guard, values = _same_on_every_rank([r["refused"][9] for r in mlp_batch_on_2])
+    assert kind == "GuardViolation" and guard == "Eq(Mod(batch, 2), 0)" and values == (("batch", 9),)
+    assert "batch = 9" in message
+
+
+EXPECTED_TOKENS = "a tensor of dtype torch.int64 and global shape (batch, 8)"
+BAD_INPUTS = {  # key: (error class, text its message contains)
+    "dtype": ("InputError", "input tokens: expected dtype torch.int64, got a Tensor of dtype torch.float32 and "
+                            "shape [8, 8] (on all 4 ranks)"),
+    "ndim": ("InputError", f"input tokens: expected 2 dims ({EXPECTED_TOKENS}), got 1 dims"),
+    "none": ("InputError", f"input tokens: expected {EXPECTED_TOKENS}, got None (on all 4 ranks)"),
+    "sharded_none": ("InputError", f"input tokens: expected {EXPECTED_TOKENS}, got None (on all 4 ranks)"),
+    "list": ("InputError", f"input tokens: expected {EXPECTED_TOKENS}, got a list of 8 items (on all 4 ranks)"),
+    "misplaced": ("InputError", "input tokens: expected the global tensor or a DTensor placed {planned}, got a "
+                                "DTensor of dtype torch.int64, global shape [8, 8], placed {other}"),
+    "none_on_rank_1": ("RankMismatch", f"rank 1: input tokens: expected {EXPECTED_TOKENS}, got None"),
+    "shapes_differ": ("RankMismatch", "ranks disagree on the global shapes of their inputs"),
+    "missing_on_rank_1": ("RankMismatch", "rank 1: passed 0 inputs, the program takes 1 (tokens)"),
+    "static": ("GuardViolation", "input tokens dim 1 has global size 6, but the program was traced for 8"),
+}
+
+
+@pytest.mark.parametrize("key", list(BAD_INPUTS))
+def test_an_input_that_does_not_fit_gets_the_same_error_naming_it_on_every_rank(decoder_on_2x2, key):
+    planned = decoder_on_2x2[0]["input_placements"][0]
+    expected_kind, text = BAD_INPUTS[key]
+    text = text.format(planned=format_placements(planned), other=format_placements(_other_placements(planned)))
+    kind, message, _guard, _values = _same_on_every_rank([r["bad_inputs"][key] for r in decoder_on_2x2])
+    assert (kind, text in message) == (expected_kind, True), message
+
+
+def test_after_refusing_bad_inputs_every_rank_is_still_in_step(decoder_on_2x2):
+    assert all(r["after_bad_inputs"] < 1e-4 for r in decoder_on_2x2)
 
 
 def test_a_call_outside_the_compiled_programs_assumptions_compiles_again_and_is_counted(attention_on_4):
