@@ -1,13 +1,18 @@
-"""Test-wide settings: hypothesis profiles (``HYPOTHESIS_PROFILE=thorough`` for long runs)."""
+"""Test-wide settings.
+
+Hypothesis profiles, picked by ``HYPOTHESIS_PROFILE``: ``default`` locally; ``ci`` when
+``CI=true`` (as CI services set it): the same examples, and a failing one is printed with its
+reproduction blob (``@reproduce_failure``) so it can be replayed; ``thorough`` for long runs.
+A test that hangs fails after pytest-timeout's ``timeout`` (``pyproject.toml``) instead of
+holding the run.
+"""
 
 import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "default", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
-)
-settings.register_profile(
-    "thorough", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile("default", max_examples=150, **_COMMON)
+settings.register_profile("ci", max_examples=150, print_blob=True, **_COMMON)
+settings.register_profile("thorough", max_examples=2000, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") == "true" else "default"))
