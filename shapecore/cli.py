@@ -90,7 +90,9 @@ def _prove_parser(sub: argparse._SubParsersAction) -> None:
     _add_scope_options(parser)
     parser.add_argument("--smtlib", action="store_true",
                         help="print an SMT-LIB2 script whose (check-sat) is unsat exactly when the claim is proved")
-    parser.add_argument("--timeout-ms", type=int, default=1000, help="z3 time limit per query (default 1000)")
+    parser.add_argument("--timeout-ms", type=int, default=1000,
+                        help="z3's budget in milliseconds: a deterministic resource count (the answer does not depend "
+                        "on the machine's load) with a wall-clock backstop (default 1000)")
     parser.set_defaults(run=_run_prove)
 
 
@@ -154,9 +156,9 @@ def _simplify_parser(sub: argparse._SubParsersAction) -> None:
                         "dropped, rewritten, contradiction and ranges; python: Python source over the inputs' sources")
     parser.add_argument("--explain", action="store_true",
                         help="also print every input guard, what became of it and why (json: an 'explain' list)")
-    parser.add_argument("--timeout-ms", type=int, default=200,
-                        help="z3's budget per query, in milliseconds of typical solving; a resource limit, so the "
-                        "result does not depend on the machine's load (default 200)")
+    parser.add_argument("--timeout-ms", type=int, default=2000,
+                        help="z3's budget for the whole run, in milliseconds: a deterministic resource count (the "
+                        "result does not depend on the machine's load) with a wall-clock backstop (default 2000)")
     parser.set_defaults(run=_run_simplify)
 
 

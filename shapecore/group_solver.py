@@ -6,9 +6,10 @@ Members are duck-typed: anything with ``formula`` (what z3 encodes), ``extra_div
 (divisors that must be nonzero besides those in ``formula``) and ``symbols``.
 :func:`unsatisfiable` and :func:`minimal_unsat` find contradictions.
 
-Every z3 budget is a resource count (``rlimit``, :func:`limit_solver`), not wall time, and
-everything that reaches z3 is in a fixed order (:func:`ordered`): the same input gets the same
-answers on any machine load and any hash seed.
+Every z3 check runs within a part of the caller's :class:`~shapecore.budget.Budget` (a
+resource count, not wall time, with a wall-clock backstop), and everything that reaches z3 is
+in a fixed order (:func:`ordered`): the same input gets the same answers on any machine load
+and any hash seed, unless the backstop fires.
 """
 
 from __future__ import annotations
@@ -22,21 +23,14 @@ from typing import Any
 import sympy
 import z3
 
+from shapecore.budget import Budget
 from shapecore.evaluation import evaluate
 from shapecore.functions import FloorDiv, Max, Min, Mod, int_symbol
 from shapecore.guard_code import compile_predicate
 from shapecore.rewrite import symbols_of
 from shapecore.z3backend import Translator
 
-__all__ = ["GroupSolver", "unsatisfiable", "minimal_unsat", "limit_solver", "ordered", "is_linear"]
-
-_RLIMIT_PER_MS = 5000  # z3 resource units in about a millisecond of solving here
-
-
-def limit_solver(solver: z3.Solver, milliseconds: int) -> None:
-    """Bound z3's work per check by a resource count, not wall time: the same input always
-    gets the same answers, however busy the machine is."""
-    solver.set("rlimit", max(1, milliseconds) * _RLIMIT_PER_MS)
+__all__ = ["GroupSolver", "unsatisfiable", "minimal_unsat", "ordered", "is_linear"]
 
 
 def ordered(items: Iterable[sympy.Basic]) -> list[sympy.Basic]:
@@ -79,6 +73,9 @@ class GroupSolver:
     Any counterexample is checked by exact evaluation before it counts. Once the neighbourhood
     is the whole group, z3's answer is final; ``unknown``, or more than a few queries about
     ``g`` without an answer, keeps it.
+
+    z3 works within ``budget``: the model gets half of it, each member the part of it the
+    caller passes to :meth:`implied_by`, and :meth:`bounds` what is left.
     """
 
     _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
@@ -86,10 +83,10 @@ class GroupSolver:
     _QUERIES = 6  # z3 queries about one member, each within the budget, before it is kept unanswered
 
     def __init__(self, group: list[Any], related: list[sympy.Basic],
-                 replacements: Mapping[sympy.Symbol, sympy.Basic], timeout_ms: int) -> None:
+                 replacements: Mapping[sympy.Symbol, sympy.Basic], budget: Budget) -> None:
         self.group = group
         self.related = related
-        self.timeout_ms = timeout_ms
+        self.budget = budget
         self.translator = Translator(z3.Context())
         tr = self.translator
         self.members = [
@@ -116,7 +113,7 @@ class GroupSolver:
         self.queries = 0  # z3 queries asked about the member being decided
 
     @contextlib.contextmanager
-    def _scope(self, symbols: set[sympy.Symbol], milliseconds: int | None = None) -> Iterator[z3.Solver]:
+    def _scope(self, symbols: set[sympy.Symbol]) -> Iterator[z3.Solver]:
         """The group's one solver, with the context facts on ``symbols``, for one query.
 
         Queries push and pop a scope on one solver that holds the division axioms: a fresh
@@ -124,7 +121,6 @@ class GroupSolver:
         """
         self.solver.push()
         try:
-            limit_solver(self.solver, milliseconds or self.timeout_ms)
             self.solver.add(*(f for f, (mentions, _) in zip(self.facts, self.fact_predicates) if mentions & symbols))
             yield self.solver
         finally:
@@ -147,21 +143,20 @@ class GroupSolver:
         with tracking literals, for the core.
         """
         ctx = self.translator.ctx
-        timeout = 10 * self.timeout_ms
+        budget = self.budget.part(1 / 2)
         result = z3.unknown
         for solver in (z3.Tactic("qfnia", ctx=ctx).solver(), z3.Solver(ctx=ctx)):
-            limit_solver(solver, timeout)
             solver.add(*self.facts, *self.axioms, *self.members)
             try:
-                result = solver.check()
+                result = budget.check(solver)
             except z3.Z3Exception:  # the tactic does not apply (real-valued terms)
                 continue
             if result != z3.unknown:
                 break
         if result == z3.unsat:
-            with self._scope(set(self.touching), timeout) as tracked:
+            with self._scope(set(self.touching)) as tracked:
                 tracked.add(*self.tracked)
-                if tracked.check(*self.tracks) != z3.unsat:
+                if budget.check(tracked, *self.tracks) != z3.unsat:
                     return "unsat", list(range(len(self.group)))
                 return "unsat", [self.track_index[t.decl().name()] for t in tracked.unsat_core()
                                  if t.decl().name() in self.track_index]
@@ -189,11 +184,11 @@ class GroupSolver:
         if not goals:
             return {}
         optimizer = z3.Optimize(ctx=self.translator.ctx)
-        optimizer.set("rlimit", self.timeout_ms * _RLIMIT_PER_MS, priority="box")
+        optimizer.set(priority="box")
         optimizer.add(*self.axioms, *self.facts)
         optimizer.add(*(m for m, c, linear in zip(self.members, self.group, self.linear) if c.kept and linear))
         handles = [(optimizer.maximize if i else optimizer.minimize)(self.translator.symbols[x.name]) for x, i in goals]
-        if optimizer.check() != z3.sat:
+        if self.budget.check(optimizer) != z3.sat:
             return {}
         found: dict[sympy.Symbol, list[int | None]] = {}
         for (x, i), handle in zip(goals, handles):
@@ -204,14 +199,14 @@ class GroupSolver:
     def _kept_others(self, i: int) -> list[int]:
         return [j for j, c in enumerate(self.group) if j != i and c.kept]
 
-    def implied_by(self, i: int) -> list[int] | None:
-        """The kept members that imply member ``i`` (z3's unsat core), or None if not shown."""
+    def implied_by(self, i: int, budget: Budget) -> list[int] | None:
+        """The kept members that imply member ``i`` (z3's unsat core), or None if not shown;
+        z3 works within ``budget``."""
         group = self.group
         self.queries = 0
         others = set(self._kept_others(i))
         inner = set(group[i].symbols)
         inner |= {x for y in list(inner) for x, uses in self.linked.items() if y in uses}
-        near = {j for x in inner for j in self.touching.get(x, ()) if j in others}
         if self.model is not None and self._moved_counterexample(i):
             return None
         near = set()
@@ -221,17 +216,17 @@ class GroupSolver:
             if near and wider == near:  # nothing more is connected to member i
                 return None
             near = wider
-            status, core = self._prove_from(i, near)
+            status, core = self._prove_from(i, near, budget)
             if status == "unsat":
                 return core
             if status == "unknown" or near == others:  # more members will not make z3 faster
                 return None
-            if self.model is not None and self._boundary_counterexample(i, inner, near):
+            if self.model is not None and self._boundary_counterexample(i, inner, near, budget):
                 return None
             inner |= {x for j in near for x in group[j].symbols}
         return None  # z3 was asked enough about this member without an answer: keep it
 
-    def _prove_from(self, i: int, members: set[int]) -> tuple[str, list[int]]:
+    def _prove_from(self, i: int, members: set[int], budget: Budget) -> tuple[str, list[int]]:
         """z3 on ``members ∧ ¬member i``: ``("unsat", core)``, ``("sat", [])`` or ``("unknown", [])``.
 
         The linear members are tried alone first: linear integer arithmetic is decidable and
@@ -239,18 +234,22 @@ class GroupSolver:
         """
         linear = {j for j in members if self.linear[j]}
         if linear != members:
-            status, core = self._query(i, linear)
+            status, core = self._query(i, linear, budget)
             if status == "unsat":
                 return status, core
-        return self._query(i, members)
+        return self._query(i, members, budget)
 
-    def _query(self, i: int, members: set[int]) -> tuple[str, list[int]]:
+    def _share(self, member: Budget) -> Budget:
+        """One query's part of a member's budget: an equal share of what its queries have left."""
+        return member.part(1 / max(1, self._QUERIES - self.queries))
+
+    def _query(self, i: int, members: set[int], budget: Budget) -> tuple[str, list[int]]:
         symbols = set(self.group[i].symbols).union(*(self.group[j].symbols for j in members))
         ordered = sorted(members)  # z3's answers near its budget depend on the order
         with self._scope(symbols) as solver:
             solver.add(*(self.tracked[j] for j in ordered))
             solver.add(z3.Not(self.members[i]))
-            result = solver.check(*[self.tracks[j] for j in ordered])
+            result = self._share(budget).check(solver, *[self.tracks[j] for j in ordered])
             self.queries += 1
             if result != z3.unsat:
                 return str(result), []
@@ -309,7 +308,7 @@ class GroupSolver:
                 return True
         return False
 
-    def _boundary_counterexample(self, i: int, inner: set[sympy.Symbol], near: set[int]) -> bool:
+    def _boundary_counterexample(self, i: int, inner: set[sympy.Symbol], near: set[int], budget: Budget) -> bool:
         """z3: a counterexample moving only ``inner``; every other symbol stays at the model."""
         model = self.model
         assert model is not None
@@ -320,7 +319,7 @@ class GroupSolver:
             for name, var in self.translator.symbols.items():
                 if int_symbol(name) not in inner:
                     solver.add(var == model[name])
-            result = solver.check()
+            result = self._share(budget).check(solver)
             self.queries += 1
             if result != z3.sat:
                 return False
@@ -332,29 +331,29 @@ class GroupSolver:
         return self._is_counterexample(i, values, inner)
 
 
-def unsatisfiable(atoms: list[Any], context: list[sympy.Basic], timeout_ms: int) -> bool:
-    """Whether z3 shows that ``atoms`` cannot all hold together with ``context``."""
+def unsatisfiable(atoms: list[Any], context: list[sympy.Basic], budget: Budget) -> bool:
+    """Whether z3 shows, within ``budget``, that ``atoms`` cannot all hold together with ``context``."""
     translator = Translator(z3.Context())
     solver = z3.Solver(ctx=translator.ctx)
-    limit_solver(solver, timeout_ms)
     solver.add(*(translator.holds(f) for f in context))
     for atom in atoms:
         defined = [translator.holds(sympy.Ne(d, 0)) for d in ordered(atom.divisors) if not d.is_Number]
         solver.add(translator.holds(atom.canonical), *defined)
     solver.add(*translator.axioms)
-    return solver.check() == z3.unsat
+    return budget.check(solver) == z3.unsat
 
 
 _MINIMIZE_AT_MOST = 64  # conjuncts; a larger unsatisfiable set is reported as it is
 
 
-def minimal_unsat(atoms: list[Any], context: list[sympy.Basic], timeout_ms: int) -> list[Any]:
-    """A subset of the unsatisfiable ``atoms`` that z3 shows unsatisfiable, each member needed."""
+def minimal_unsat(atoms: list[Any], context: list[sympy.Basic], budget: Budget) -> list[Any]:
+    """A subset of the unsatisfiable ``atoms`` that z3 shows unsatisfiable, each member needed;
+    each trial gets an equal part of what is left of ``budget``."""
     keep = list(atoms)
     if len(keep) > _MINIMIZE_AT_MOST:
         return keep
-    for atom in list(keep):
+    for k, atom in enumerate(list(keep)):
         trial = [a for a in keep if a is not atom]
-        if trial and unsatisfiable(trial, context, timeout_ms):
+        if trial and unsatisfiable(trial, context, budget.part(1 / (len(atoms) - k))):
             keep = trial
     return keep

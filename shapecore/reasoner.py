@@ -7,8 +7,11 @@
 2. **ranges** — interval bounds of ``lhs - rhs`` for each relation (:mod:`shapecore.ranges`);
 3. **modular** — residue classes of ``lhs - rhs``, which also tighten the bounds
    (``d ≡ 1 mod 2`` rules out ``d == 0``; ``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``);
-4. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver, with
-   the scope's timeout; then **search** for a counterexample if z3 gave up.
+4. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver,
+   within one :class:`~shapecore.budget.Budget` per query made from the scope's
+   ``timeout_ms`` (a deterministic resource count, so the answer does not depend on the
+   machine's load, with a wall-clock backstop); then **search** for a counterexample if z3
+   gave up.
 
 The cheap layers only ever *prove*; they run only when every divisor in the claim is known to
 be nonzero (so the claim is defined wherever the facts hold). When they show the claim false
@@ -24,6 +27,7 @@ from collections.abc import Iterable, Mapping
 import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
+from shapecore.budget import Budget, validate_timeout
 from shapecore.decide import LAYERS, CheapLayers
 from shapecore.errors import UnboundSymbolError
 from shapecore.evaluation import evaluate, holds
@@ -69,6 +73,9 @@ def as_claim(value: ExprLike) -> sympy.Basic:
 class Reasoner:
     """A fact scope with the layered prover of this module.
 
+    ``timeout_ms`` is each query's z3 budget: ``timeout_ms * RLIMIT_PER_MS`` resource units
+    (deterministic) and a wall-clock backstop of ``timeout_ms`` (see :mod:`shapecore.budget`).
+
     >>> r = Reasoner()
     >>> r.add_fact("Eq(Mod(s0, 4), 0)"); r.add_fact("Eq(Mod(s1, 2), 0)")
     >>> r.prove("Eq(Mod(s0*s1, 8), 0)").status
@@ -77,7 +84,7 @@ class Reasoner:
 
     def __init__(self, *, timeout_ms: int = 1000) -> None:
         self.knowledge = Knowledge()
-        self.timeout_ms = timeout_ms
+        self.timeout_ms = validate_timeout(timeout_ms)
         self.hints: dict[str, int] = {}
         self._hints_key: tuple[int, int] | None = None  # (hints, replacements) the point was built from
         self._hints_checked = 0  # facts verified at the point so far
@@ -237,7 +244,7 @@ class Reasoner:
         A model is reported only if exact evaluation confirms it against ``claim``. ``searched``
         is the search budget already spent on ``claim``; if z3 gives up, a larger search runs.
         """
-        answer = self._session().check(encoded, self.timeout_ms)
+        answer = self._session().check(encoded, Budget(self.timeout_ms))
         if answer.status == "unsat":
             return self._proof(claim, "proved", "z3", facts_used=self._used(answer.core or ()))
         if answer.status == "sat":
@@ -246,7 +253,7 @@ class Reasoner:
                 return self._proof(claim, "refuted", "z3", counterexample=model)
             reason = "z3's model is not a counterexample under exact evaluation (float functions are opaque to z3)"
         else:
-            reason = f"z3 gave up ({answer.reason}) after at most {self.timeout_ms} ms"
+            reason = answer.reason
         witness = None
         if searched < _SEARCH_BUDGET:
             witness = find_counterexample(claim, self.knowledge, self.hints, budget=_SEARCH_BUDGET)
@@ -282,6 +289,9 @@ def prove(
 
     Free symbols are integers with no sign assumed unless a fact or range says so. Scopes are
     kept (the last 64), so repeating a query with the same facts is a dictionary lookup.
+    ``timeout_ms`` bounds the whole call's z3 work: a deterministic budget of
+    ``timeout_ms * RLIMIT_PER_MS`` z3 resource units, and a wall-clock backstop of
+    ``timeout_ms`` that answers ``unknown`` if it fires (:mod:`shapecore.budget`).
 
     >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
     'proved'

@@ -39,8 +39,12 @@ Algorithm, cheapest first; each step keeps the set equivalent:
    member at a time, each implied by what is still kept, keeps the set equivalent and leaves no
    member that z3 shows implied by the rest. A group that cannot hold is a contradiction.
 
-Every z3 budget is a resource count (``rlimit``), and everything that reaches z3 is in a fixed
-order, so the same input gives the same output on any machine load and any hash seed.
+z3 works within one :class:`~shapecore.budget.Budget` for the whole run, made from
+``timeout_ms``: a resource count (deterministic) with a wall-clock backstop. Each single-symbol
+proof (step 4) may use an eighth of what is left; each group (step 5) an equal share of what
+is left for the groups still to come, of which its model gets half and each member it decides
+an equal share of the rest. Everything that reaches z3 is in a fixed order, so the same input
+gives the same output on any machine load and any hash seed, unless the backstop fires.
 
 A contradiction is reported as a minimal unsatisfiable subset of the input conjuncts, which is
 then also the output (it accepts nothing, like the input).
@@ -57,6 +61,7 @@ from typing import Literal
 import sympy
 import z3
 
+from shapecore.budget import Budget
 from shapecore.errors import ConstraintError
 from shapecore.guard_code import compile_predicate
 from shapecore.functions import FloorDiv, Mod, int_symbol
@@ -66,7 +71,7 @@ from shapecore.ranges import ValueRange, bound
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import canonicalize, divisors, substitute, symbols_of
-from shapecore.group_solver import GroupSolver, limit_solver, minimal_unsat, ordered, unsatisfiable
+from shapecore.group_solver import GroupSolver, minimal_unsat, ordered, unsatisfiable
 from shapecore.z3backend import Translator
 
 __all__ = ["simplify", "Simplified", "Dropped", "Rewrite", "Fate"]
@@ -78,6 +83,7 @@ _ENUMERATE = 1 << 12  # a single-symbol guard is evaluated at every value when t
 _WINDOW = 64  # else at this many values from the finite end of the range
 _FEW = 3  # at most this many failing values become Ne guards
 _ROUNDS = 6  # digest / decide / rewrite rounds at most
+_SINGLE_SHARE = 1 / 8  # of the budget left, for one single-symbol proof
 @dataclass(frozen=True)
 class Dropped:
     """An input guard (conjunct) left out of the result, and why.
@@ -145,7 +151,9 @@ class Simplified:
     ``guards``: the equivalent set; ``dropped`` and ``rewritten``: what changed and why;
     ``contradiction``: a minimal set of input guards that can never hold together (then also
     ``guards``), or None; ``ranges``: the tightest range found per symbol (``None`` = open);
-    ``fates``: every input conjunct in order with what became of it.
+    ``fates``: every input conjunct in order with what became of it; ``backstop_fired``: z3's
+    wall-clock backstop stopped a query (then, and only then, the result may differ on a less
+    busy machine; it is equivalent to the input either way).
     """
 
     guards: tuple[sympy.Basic, ...]
@@ -154,6 +162,7 @@ class Simplified:
     contradiction: tuple[sympy.Basic, ...] | None
     ranges: dict[str, tuple[int | None, int | None]]
     fates: tuple[Fate, ...] = field(repr=False)
+    backstop_fired: bool = False
 
     def to_json(self) -> dict[str, object]:
         """``{"guards", "dropped", "rewritten", "contradiction", "ranges"}``, guards in torch syntax."""
@@ -264,7 +273,7 @@ class _Simplification:
     """One run of :func:`simplify`: the steps of the module docstring, in :meth:`run`."""
 
     def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
-        self.timeout_ms = timeout_ms
+        self.budget = Budget(timeout_ms)
         self.context_facts: list[sympy.Basic] = []
         for name, (lo, hi) in sorted((ranges or {}).items()):
             x = int_symbol(name)
@@ -529,7 +538,6 @@ class _Simplification:
         negated = z3.Not(translator.holds(claim))
         solver.push()
         try:
-            limit_solver(solver, self.timeout_ms)
             if not math.isinf(scope.lo):
                 solver.add(var >= int(scope.lo))
             if not math.isinf(scope.hi):
@@ -537,7 +545,7 @@ class _Simplification:
             if residues is not None and residues.coeff > 1:
                 solver.add(var % residues.coeff == residues.base)
             solver.add(translator.holds(assumption), negated, *translator.axioms)
-            return solver.check() == z3.unsat
+            return self.budget.part(_SINGLE_SHARE).check(solver) == z3.unsat
         finally:
             solver.pop()
 
@@ -600,8 +608,9 @@ class _Simplification:
                               atom, droppable=True, order=atom.index)
             self.candidates.append(cand)
             atom.fate = ("open", cand)
-        for group, related in self._groups(self.candidates):
-            contradiction = self._settle_group(group, related)
+        groups = self._groups(self.candidates)
+        for k, (group, related) in enumerate(groups):
+            contradiction = self._settle_group(group, related, self.budget.part(1 / (len(groups) - k)))
             if contradiction is not None:
                 return contradiction
         return None
@@ -657,9 +666,9 @@ class _Simplification:
                 groups.append((group, related))
         return groups
 
-    def _settle_group(self, group: list[_Candidate], related: list[sympy.Basic]) -> list[_Atom] | None:
+    def _settle_group(self, group: list[_Candidate], related: list[sympy.Basic], budget: Budget) -> list[_Atom] | None:
         """Drop, most complex first, each member of the group that the others imply."""
-        solver = GroupSolver(group, related, self.knowledge.replacements, self.timeout_ms)
+        solver = GroupSolver(group, related, self.knowledge.replacements, budget)
         status, core = solver.model_of_all()
         if status == "unsat":
             return self._atoms_behind(group[j] for j in core)
@@ -667,8 +676,8 @@ class _Simplification:
             (i for i, c in enumerate(group) if c.droppable),
             key=lambda i: (group[i].sources is not None, -_complexity(group[i].expr), -group[i].order),
         )
-        for i in order:
-            implied_by = solver.implied_by(i)
+        for k, i in enumerate(order):
+            implied_by = solver.implied_by(i, budget.part(1 / (len(order) - k)))
             if implied_by is not None:
                 group[i].kept = False
                 group[i].implied_by = [group[j] for j in implied_by]
@@ -755,7 +764,8 @@ class _Simplification:
             else:
                 dropped.append(record)
                 fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
-        return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates))
+        return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates),
+                          self.budget.backstop_fired)
 
     def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
         """The result for a guard set that can never hold: a small unsatisfiable subset.
@@ -765,8 +775,8 @@ class _Simplification:
         every distinct conjunct is (the digest showed the whole set is).
         """
         unique = [a for a in self.atoms if not (a.fate and a.fate[0] == "duplicate")]
-        start = list(culprits) if culprits and unsatisfiable(list(culprits), self.context_facts, self.timeout_ms) else unique
-        core = minimal_unsat(start, self.context_facts, self.timeout_ms)
+        confirmed = culprits and unsatisfiable(list(culprits), self.context_facts, self.budget.part(1 / 2))
+        core = minimal_unsat(list(culprits) if confirmed else unique, self.context_facts, self.budget)
         in_core = {a.index for a in core}
         dropped, fates = [], []
         for atom in self.atoms:
@@ -777,7 +787,7 @@ class _Simplification:
                 dropped.append(record)
                 fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
         guards = tuple(a.expr for a in core)
-        return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates))
+        return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates), self.budget.backstop_fired)
 
 
 def simplify(
@@ -785,13 +795,15 @@ def simplify(
     *,
     facts: Iterable[ExprLike] = (),
     ranges: Ranges | None = None,
-    timeout_ms: int = 200,
+    timeout_ms: int = 2000,
 ) -> Simplified:
     """An equivalent, smaller guard set under ``facts`` and ``ranges`` (name → ``(lo, hi)``).
 
     Guards and facts are guard text (torch or Python syntax) or sympy claims. ``timeout_ms``
-    bounds each z3 query (as a deterministic resource limit worth about that much solving, so
-    results do not depend on the machine's load); a guard z3 cannot settle within it is kept.
+    bounds z3's work in the whole call, all its queries together: a deterministic budget of
+    ``timeout_ms * RLIMIT_PER_MS`` z3 resource units, so the result does not depend on the
+    machine's load, and a wall-clock backstop of ``timeout_ms`` (:mod:`shapecore.budget`). A
+    guard z3 cannot settle within its share is kept.
 
     >>> s = simplify(["Ne(Mod(1, FloorDiv(s0, 2)), 0)"], facts=["s0 > 2"])
     >>> [str(g) for g in s.guards]

@@ -21,7 +21,8 @@ Encoding (each symbol is a z3 ``Int``):
 
 :class:`Z3Session` keeps one incremental solver per fact scope: facts are asserted once behind
 tracking literals (for unsat cores), each query adds ``q → ¬holds(claim)`` and checks under
-the assumption ``q``.
+the assumption ``q``, within the caller's :class:`~shapecore.budget.Budget` (a deterministic
+resource count with a wall-clock backstop).
 """
 
 from __future__ import annotations
@@ -34,15 +35,21 @@ import sympy
 import z3
 
 from shapecore import functions as F
+from shapecore.budget import Budget
 
 __all__ = ["Translator", "Z3Session", "Z3Answer", "smtlib_script"]
 
 
 class Translator:
-    """sympy → z3 terms, with the shared axioms of division."""
+    """sympy → z3 terms in ``ctx``, with the shared axioms of division.
 
-    def __init__(self, ctx: z3.Context | None = None) -> None:
-        self.ctx = ctx or z3.main_ctx()
+    Give each solver's terms a context of their own: z3 orders terms by when the context first
+    saw them, so in a shared context (such as z3's main one) the same query can take another
+    path, and get another answer within the same budget, depending on what ran before.
+    """
+
+    def __init__(self, ctx: z3.Context) -> None:
+        self.ctx = ctx
         self.axioms: list[z3.BoolRef] = []
         self._symbols: dict[str, z3.ArithRef] = {}
         self._reals: dict[str, z3.ArithRef] = {}
@@ -189,10 +196,10 @@ class Z3Answer:
 
 
 class Z3Session:
-    """One persistent incremental solver for a growing list of facts."""
+    """One persistent incremental solver, in a context of its own, for a growing list of facts."""
 
     def __init__(self) -> None:
-        self.translator = Translator()
+        self.translator = Translator(z3.Context())
         self.solver = z3.Solver(ctx=self.translator.ctx)
         self._tracks: list[z3.BoolRef] = []
         self._axioms_sent = 0
@@ -209,16 +216,15 @@ class Z3Session:
         self.solver.add(z3.Implies(track, self.translator.holds(fact)))
         self._tracks.append(track)
 
-    def check(self, claim: sympy.Basic, timeout_ms: int) -> Z3Answer:
-        """Is ``facts ∧ ¬holds(claim)`` unsatisfiable (proved) or satisfiable (model)?"""
+    def check(self, claim: sympy.Basic, budget: Budget) -> Z3Answer:
+        """Is ``facts ∧ ¬holds(claim)`` unsatisfiable (proved) or satisfiable (model), within ``budget``?"""
         translator = self.translator
         negated = z3.Not(translator.holds(claim))
         self._flush_axioms()
         self._queries += 1
         query = z3.Bool(f"!query{self._queries}", translator.ctx)
         self.solver.add(z3.Implies(query, negated))
-        self.solver.set("timeout", int(timeout_ms))
-        result = self.solver.check(*self._tracks, query)
+        result = budget.check(self.solver, *self._tracks, query)
         if result == z3.unsat:
             core = {str(t) for t in self.solver.unsat_core()}
             used = tuple(i for i, t in enumerate(self._tracks) if str(t) in core)
@@ -233,7 +239,7 @@ class Z3Session:
                 value = model.eval(var, model_completion=True)
                 values[name] = float(Fraction(value.numerator_as_long(), value.denominator_as_long()))
             return Z3Answer("sat", model=values)
-        return Z3Answer("unknown", reason=self.solver.reason_unknown())
+        return Z3Answer("unknown", reason=budget.describe())
 
 
 def smtlib_script(facts: list[sympy.Basic], claim: sympy.Basic) -> str:

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import shapecore.budget
 from planner.divisibility import Divisibility
 from shapecore import ShapeEnv, int_symbol
 
@@ -50,6 +51,31 @@ def test_unknown_obligation_under_each_policy():
     assert guard.allowed and guard.status == "guard" and guard.obligation == "Eq(Mod(b, 8), 0)"
     uneven = Divisibility(env, "uneven").check(b, 8)
     assert uneven.allowed and uneven.status == "uneven"
+
+
+def test_verdicts_follow_z3s_units_not_the_clock(monkeypatch, busy_machine):
+    """The plan must not depend on the machine's load: an obligation z3 proves with a few
+    thousand units is unknown under a smaller budget, proved under a larger one, and the same
+    on a busy machine (it used to be a wall-clock timeout)."""
+    monkeypatch.setattr(shapecore.budget, "RLIMIT_PER_MS", 1)  # timeout_ms counts units; the backstop is far off
+
+    def verdicts():
+        found = []
+        for timeout_ms in (1000, 100_000):
+            env = ShapeEnv(timeout_ms=timeout_ms)
+            env.create_symbol(16, name="b", min=1)
+            env.create_symbol(8, name="s", min=1)
+            env.add_fact("Eq(Mod(b + s, 8), 0)")
+            env.add_fact("Eq(Mod(s, 8), 0)")
+            found.append(Divisibility(env, "prove").check(b, 8))
+        return found
+
+    idle = verdicts()
+    with busy_machine():
+        busy = verdicts()
+    assert busy == idle
+    assert idle[0].status == "unknown" and "deterministic budget" in idle[0].reason
+    assert idle[1].status == "proved" and idle[1].method == "z3"
 
 
 def test_static_sizes_need_no_prover():
