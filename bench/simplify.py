@@ -55,6 +55,7 @@ import sympy
 import z3
 
 from shapecore import FloorDiv, Max, Mod, ShapeEnv, compile_guards, holds, int_symbol, simplify
+from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.z3backend import Translator
 
@@ -100,9 +101,8 @@ def z3_equivalent(inputs: list[sympy.Basic], outputs: list[sympy.Basic], rlimit:
             if guard in premises:
                 continue
             solver = z3.Solver(ctx=translator.ctx)
-            solver.set("rlimit", rlimit)
             solver.add(*(translator.holds(g) for g in premises), z3.Not(translator.holds(guard)), *translator.axioms)
-            answer = solver.check()
+            answer = Budget(60_000, units=rlimit).check(solver)  # and a backstop: rlimit alone can hang
             if answer != z3.unsat:
                 return str(answer)
     return "yes"
@@ -196,12 +196,11 @@ def naive_irredundant(guards: list[sympy.Basic], ranges: dict[str, tuple[int, No
         tracks.append(z3.Bool(f"!t{i}", translator.ctx))
         solver.add(z3.Implies(tracks[-1], translator.holds(guard)))
     solver.add(*translator.axioms)
-    solver.set("rlimit", timeout_ms * 5000)
     kept = set(range(len(guards)))
     for i, guard in enumerate(guards):
         query = z3.Bool(f"!q{i}", translator.ctx)
         solver.add(z3.Implies(query, z3.Not(translator.holds(guard))), *translator.axioms)
-        if solver.check(*[tracks[j] for j in kept if j != i], query) == z3.unsat:
+        if Budget(timeout_ms).check(solver, *[tracks[j] for j in kept if j != i], query) == z3.unsat:
             kept.discard(i)
     return len(kept)
 
@@ -215,10 +214,10 @@ def _sampled_disagreement(guards, result, hints, rng, points=3000):
     return None
 
 
-def _timed_simplify(guards, ranges):
+def _timed_simplify(guards, ranges, **options):
     """``(result, wall seconds, CPU seconds)``: on a shared machine the CPU time is the steadier."""
     start, cpu = time.perf_counter(), time.process_time()
-    result = simplify(guards, ranges=ranges)
+    result = simplify(guards, ranges=ranges, **options)
     return result, time.perf_counter() - start, time.process_time() - cpu
 
 
@@ -229,17 +228,18 @@ def bench_scale(n_symbols: int, n_guards: int, peer_symbols: int, peer_guards: i
     small_ranges = {n: (2, None) for n in small_hints}
     result, elapsed, cpu = _timed_simplify(small, small_ranges)
     start, naive_cpu = time.perf_counter(), time.process_time()
-    naive_kept = naive_irredundant(list(dict.fromkeys(small)), small_ranges, timeout_ms=200)
+    naive_kept = naive_irredundant(list(dict.fromkeys(small)), small_ranges, timeout_ms=2000)
     naive, naive_cpu = time.perf_counter() - start, time.process_time() - naive_cpu
     print(f"   peer set ({peer_guards} guards, {peer_symbols} symbols): shapecore {elapsed:.2f} s ({cpu:.2f} s CPU), "
           f"keeps {len(result.guards)}; naive one-z3-query-per-guard {naive:.2f} s ({naive_cpu:.2f} s CPU), "
           f"keeps {naive_kept}; ratio {naive_cpu / cpu:.1f}x (CPU)")
     guards, hints = generated_guards(n_symbols, n_guards, seed=0)
     ranges = {n: (2, None) for n in hints}
-    result, elapsed, cpu = _timed_simplify(guards, ranges)
+    timeout_ms = 10_000  # z3's budget for the whole call; the default (2 s) is for sets of ~100 guards
+    result, elapsed, cpu = _timed_simplify(guards, ranges, timeout_ms=timeout_ms)
     disagreement = _sampled_disagreement(guards, result.guards, hints, rng)
     print(f"   shapecore: {len(guards)} guards ({len(set(guards))} distinct) -> {len(result.guards)} "
-          f"in {elapsed:.2f} s ({cpu:.2f} s CPU); "
+          f"in {elapsed:.2f} s ({cpu:.2f} s CPU, timeout_ms={timeout_ms}); "
           f"{len(result.dropped)} dropped, {len(result.rewritten)} rewritten; "
           f"sampled equivalence around the example values: {'ok' if disagreement is None else disagreement}")
     return [guards, list(result.guards)], hints
