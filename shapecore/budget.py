@@ -28,9 +28,10 @@ fires. Why both, measured with z3 5.4 on a 2-core machine:
 * z3 sees a cancellation only between such steps, so the backstop can be late by one step
   (up to ~2.5 s was measured on that query before the check was switched off).
 
-``RLIMIT_PER_MS`` is set so that typical solving spends the units in about a third of
-``timeout_ms`` on that machine: a machine about three times slower or busier still answers
-the same before the backstop decides anything.
+``RLIMIT_PER_MS`` is set so that typical solving spends the units in a quarter of
+``timeout_ms`` or less on that machine (over whole ``simplify`` calls of the guard corpus and
+the tests, z3 counted 1,500 to 6,000 units per CPU millisecond): a machine about four times
+slower or busier still answers the same before the backstop decides anything.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Budget:
 
     >>> budget = Budget(100)
     >>> budget.units, budget.timeout_ms
-    (100000, 100)
+    (50000, 100)
 
     ``units`` defaults to ``timeout_ms * RLIMIT_PER_MS``. :meth:`check` runs one z3 check
     under what is left; :meth:`part` gives a share of it to a group of checks.
@@ -137,8 +138,12 @@ class Budget:
         ``backstop`` (the wall-clock backstop fired) or z3's own reason (incomplete).
         """
         units, wall_ms = self.units_left, self.wall_left_ms
-        if units < 1 or wall_ms < 1:
-            self.outcome = "resources" if units < 1 else "backstop"
+        if units < 1:
+            self.outcome = "resources"
+            return z3.unknown
+        if wall_ms < 1:
+            self.outcome = "backstop"
+            self._root.backstop_fired = True
             return z3.unknown
         _configure(solver)
         solver.set("rlimit", units)

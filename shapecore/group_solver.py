@@ -80,7 +80,7 @@ class GroupSolver:
 
     _STEPS = (1, -1, 2, -2, 8, -8, 16, -16)
     _JUMBLES = 64
-    _QUERIES = 6  # z3 queries about one member, each within the budget, before it is kept unanswered
+    _QUERIES = 6  # z3 queries about one member, each within a share of its budget, before it is kept unanswered
 
     def __init__(self, group: list[Any], related: list[sympy.Basic],
                  replacements: Mapping[sympy.Symbol, sympy.Basic], budget: Budget) -> None:
