@@ -279,10 +279,9 @@ def _explain_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_explain(args: argparse.Namespace) -> int:
-    import math
-
     from shapecore.functions import int_symbol
     from shapecore.knowledge import Knowledge
+    from shapecore.ranges import is_infinite
 
     guards = _read_input(args.file)
     knowledge = Knowledge()
@@ -310,7 +309,7 @@ def _run_explain(args: argparse.Namespace) -> int:
             print(f"  replaced by  {knowledge.replacements[x]}")
         else:
             r = knowledge.range_of(x)
-            print(f"  range        [{'-inf' if math.isinf(r.lo) else r.lo}, {'inf' if math.isinf(r.hi) else r.hi}]")
+            print(f"  range        [{'-inf' if is_infinite(r.lo) else r.lo}, {'inf' if is_infinite(r.hi) else r.hi}]")
             congruence = knowledge.congruences.get(x)
             if congruence is not None and congruence.coeff > 1:
                 print(f"  divisible    {name} % {congruence.coeff} == {congruence.base}")

@@ -15,7 +15,6 @@ with ``min=0`` to allow them); facts are proofs rather than syntax, so ``Mod`` a
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from shapecore.errors import ConstraintError, DataDependentError
 from shapecore.evaluation import evaluate, holds
 from shapecore.printing import python_str
 from shapecore.proof import Proof
-from shapecore.ranges import ValueRange, bound
+from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr
 from shapecore.rewrite import substitute
 
@@ -363,9 +362,9 @@ class ShapeEnv:
         for symbol, r in self.var_to_range.items():
             if symbol in self._reasoner.knowledge.replacements:
                 continue
-            if not math.isinf(r.lo):
+            if not is_infinite(r.lo):
                 exprs.append(sympy.Ge(symbol, int(r.lo)))
-            if not math.isinf(r.hi):
+            if not is_infinite(r.hi):
                 exprs.append(sympy.Le(symbol, int(r.hi)))
         exprs += [e.expr for e in self._entries("fact", "guard")]
         unique = list(dict.fromkeys(e for e in exprs if e is not sympy.true))
@@ -407,7 +406,7 @@ class ShapeEnv:
         ``runtime_asserts`` are derived, for readers.
         """
         ranges = {
-            s.name: [None if math.isinf(r.lo) else int(r.lo), None if math.isinf(r.hi) else int(r.hi)]
+            s.name: [None if is_infinite(r.lo) else int(r.lo), None if is_infinite(r.hi) else int(r.hi)]
             for s, r in self.var_to_range.items()
         }
         document: dict[str, Any] = {

@@ -15,7 +15,6 @@ and any hash seed, unless the backstop fires.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -27,6 +26,7 @@ from shapecore.budget import Budget
 from shapecore.evaluation import evaluate
 from shapecore.functions import FloorDiv, Max, Min, Mod, int_symbol
 from shapecore.guard_code import compile_predicate
+from shapecore.ranges import is_infinite
 from shapecore.rewrite import symbols_of
 from shapecore.z3backend import Translator
 
@@ -180,7 +180,7 @@ class GroupSolver:
         related = {x for c, linear in zip(self.group, self.linear) if c.kept and linear and len(c.symbols) > 1
                    for x in c.symbols}
         goals = [(x, i) for x in ordered(set(sides) & related) for i in (0, 1)
-                 if math.isinf(sides[x][i]) and x.name in self.translator.symbols]
+                 if is_infinite(sides[x][i]) and x.name in self.translator.symbols]
         if not goals:
             return {}
         optimizer = z3.Optimize(ctx=self.translator.ctx)

@@ -29,7 +29,7 @@ import sympy
 
 from shapecore import functions as F
 from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence, tighten
-from shapecore.ranges import UNBOUNDED, ValueRange
+from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
 from shapecore.rewrite import Simplifier, canonicalize, substitute, symbols_of
 
 __all__ = ["Knowledge"]
@@ -211,9 +211,9 @@ class Knowledge:
         congruence = self.congruences.pop(x, None)
         excluded = self._excluded.pop(x, set())
         self.ranges.pop(x, None)
-        if not math.isinf(known.lo):
+        if not is_infinite(known.lo):
             self._digest(sympy.Ge(expression, known.lo), sources)
-        if not math.isinf(known.hi):
+        if not is_infinite(known.hi):
             self._digest(sympy.Le(expression, known.hi), sources)
         if congruence is not None:
             self._digest(sympy.Eq(F.Mod(expression - congruence.base, congruence.coeff), 0), sources)

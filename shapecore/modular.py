@@ -26,7 +26,7 @@ from fractions import Fraction
 import sympy
 
 from shapecore import functions as F
-from shapecore.ranges import ValueRange
+from shapecore.ranges import ValueRange, is_infinite
 
 __all__ = ["ModularSet", "modular_set", "solve_linear_congruence", "combine_congruences", "tighten"]
 
@@ -219,10 +219,10 @@ def tighten(r: ValueRange, residues: ModularSet) -> ValueRange:
         return ValueRange.point(residues.base) if residues.base in r else ValueRange(1, 0)
     step, base = residues.coeff, residues.base
     lo, hi = r.lo, r.hi
-    if not math.isinf(lo):
+    if not is_infinite(lo):
         lo = math.ceil(Fraction(lo))
         lo += (base - lo) % step
-    if not math.isinf(hi):
+    if not is_infinite(hi):
         hi = math.floor(Fraction(hi))
         hi -= (hi - base) % step
     return ValueRange(lo, hi)

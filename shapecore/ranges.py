@@ -23,7 +23,7 @@ import sympy
 
 from shapecore import functions as F
 
-__all__ = ["ValueRange", "UNBOUNDED", "bound", "decide", "Bound"]
+__all__ = ["ValueRange", "UNBOUNDED", "bound", "decide", "Bound", "is_infinite"]
 
 Bound = int | Fraction | float
 INF = math.inf
@@ -73,7 +73,7 @@ class ValueRange:
         return ValueRange(min(self.lo, other.lo), max(self.hi, other.hi))
 
     def __add__(self, other: ValueRange) -> ValueRange:
-        return ValueRange(self.lo + other.lo, self.hi + other.hi)
+        return ValueRange(_add(self.lo, other.lo), _add(self.hi, other.hi))
 
     def __neg__(self) -> ValueRange:
         return ValueRange(-self.hi, -self.lo)
@@ -100,17 +100,34 @@ def _fmt(value: Bound) -> str:
     return str(value)
 
 
+def is_infinite(value: Bound) -> bool:
+    """Whether an endpoint is ``±inf``. ``math.isinf`` would convert an int to float, and an
+    exact int beyond a float's range (``10**400``) raises OverflowError there."""
+    return isinstance(value, float) and math.isinf(value)
+
+
+def _add(a: Bound, b: Bound) -> Bound:
+    """``a + b``, exact: an int beyond a float's range must not meet ``±inf`` (OverflowError)."""
+    if is_infinite(a) != is_infinite(b):
+        return a if is_infinite(a) else b
+    return a + b
+
+
 def _mul(a: Bound, b: Bound) -> Bound:
-    return 0 if a == 0 or b == 0 else a * b
+    if a == 0 or b == 0:
+        return 0
+    if is_infinite(a) or is_infinite(b):
+        return INF if (a > 0) == (b > 0) else -INF
+    return a * b
 
 
 def _is_integral(value: Bound) -> bool:
-    return isinstance(value, int) or (isinstance(value, float) and math.isinf(value))
+    return isinstance(value, int) or is_infinite(value)
 
 
 def _floor_div(x: Bound, y: Bound) -> Bound:
     """``floor(x / y)`` for ``y > 0``, with ``x`` possibly infinite and ``y`` possibly ``inf``."""
-    if math.isinf(x):
+    if is_infinite(x):
         return x
     if y == INF:
         return 0 if x >= 0 else -1
@@ -137,7 +154,7 @@ def _mod(a: ValueRange, b: ValueRange) -> ValueRange:
     if b.lo <= 0:
         return ValueRange(min(b.lo, 0), max(b.hi, 0))
     integral = all(_is_integral(v) for v in (a.lo, a.hi, b.lo, b.hi))
-    if b.is_point and not math.isinf(b.lo) and not math.isinf(a.lo) and not math.isinf(a.hi):
+    if b.is_point and not is_infinite(b.lo) and not is_infinite(a.lo) and not is_infinite(a.hi):
         k = _floor_div(a.lo, b.lo)
         if _floor_div(a.hi, b.lo) == k:
             return ValueRange(a.lo - k * b.lo, a.hi - k * b.lo)
@@ -147,12 +164,22 @@ def _mod(a: ValueRange, b: ValueRange) -> ValueRange:
     return ValueRange(0, top)
 
 
+_POWER_BITS = 1 << 20  # a power bound larger than this is not computed
+
+
+def _bits(value: Bound) -> int:
+    """Binary digits of ``value``'s magnitude (0 for ``±inf``, whose powers are floats)."""
+    return 0 if is_infinite(value) else abs(math.ceil(value)).bit_length() + 1
+
+
 def _pow(base: ValueRange, exp: sympy.Basic) -> ValueRange:
     if not (exp.is_Integer and exp >= 0):
         return UNBOUNDED
     n = int(exp)
     if n == 0:
         return ValueRange.point(1)
+    if max(_bits(base.lo), _bits(base.hi)) * n > _POWER_BITS:  # too large to compute: no bound
+        return UNBOUNDED
     lo, hi = base.lo**n, base.hi**n
     if n % 2 == 1 or base.lo >= 0:
         return ValueRange(lo, hi)

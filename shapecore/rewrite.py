@@ -40,7 +40,7 @@ import sympy
 
 from shapecore import functions as F
 from shapecore.modular import ModularSet, _Analyzer
-from shapecore.ranges import ValueRange, _Bounder, _floor_div
+from shapecore.ranges import ValueRange, _Bounder, _floor_div, is_infinite
 
 __all__ = ["canonicalize", "substitute", "simplify", "divisors", "needs_rewriting", "symbols_of", "Simplifier"]
 
@@ -196,7 +196,7 @@ class Simplifier:
     def _period(self, a: sympy.Basic, d: int) -> int | None:
         """``k`` when the ranges put ``a`` inside ``[k*d, k*d + d - 1]``."""
         r = self.bounds.bound(a)
-        if math.isinf(r.lo) or math.isinf(r.hi):
+        if is_infinite(r.lo) or is_infinite(r.hi):
             return None
         k = _floor_div(r.lo, d)
         return k if _floor_div(r.hi, d) == k else None

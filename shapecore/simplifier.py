@@ -67,7 +67,7 @@ from shapecore.guard_code import compile_predicate
 from shapecore.functions import FloorDiv, Mod, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
-from shapecore.ranges import ValueRange, bound
+from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import canonicalize, divisors, substitute, symbols_of
@@ -259,7 +259,7 @@ def _range_guard(x: sympy.Symbol, lo: int | None, hi: int | None) -> sympy.Basic
 
 
 def _finite(value: object) -> int | None:
-    return None if isinstance(value, float) and math.isinf(value) else int(value)  # type: ignore[arg-type]
+    return None if is_infinite(value) else int(value)  # type: ignore[arg-type]
 
 
 def _complexity(expr: sympy.Basic) -> int:
@@ -538,9 +538,9 @@ class _Simplification:
         negated = z3.Not(translator.holds(claim))
         solver.push()
         try:
-            if not math.isinf(scope.lo):
+            if not is_infinite(scope.lo):
                 solver.add(var >= int(scope.lo))
-            if not math.isinf(scope.hi):
+            if not is_infinite(scope.hi):
                 solver.add(var <= int(scope.hi))
             if residues is not None and residues.coeff > 1:
                 solver.add(var % residues.coeff == residues.base)
@@ -704,8 +704,8 @@ class _Simplification:
                 continue
             r = bound(k.replacements[x], k.ranges) if x in k.replacements else self._scope(x)[0]
             lo, hi = self.bounds.get(x, (None, None))
-            lo = lo if math.isinf(r.lo) else math.ceil(r.lo) if lo is None else max(lo, math.ceil(r.lo))
-            hi = hi if math.isinf(r.hi) else math.floor(r.hi) if hi is None else min(hi, math.floor(r.hi))
+            lo = lo if is_infinite(r.lo) else math.ceil(r.lo) if lo is None else max(lo, math.ceil(r.lo))
+            hi = hi if is_infinite(r.hi) else math.floor(r.hi) if hi is None else min(hi, math.floor(r.hi))
             result[x.name] = (lo, hi)
         return result
 

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import sympy
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -71,3 +72,12 @@ def test_interval_arithmetic_is_exact_at_corners(a, b):
     assert (x + y).as_tuple() == (a[0] + b[0], a[1] + b[1])
     assert (-x).as_tuple() == (-a[1], -a[0])
     assert str(x * y).startswith("[")
+
+
+def test_integers_beyond_a_floats_range_stay_exact():
+    # 10**400 + inf and 10**400 * inf raised OverflowError: exact ints must never meet float arithmetic.
+    x, big = int_symbol("x"), 10**400
+    assert bound(x + big, {x: ValueRange(0, math.inf)}) == ValueRange(big, math.inf)
+    assert bound(x * big, {x: ValueRange(-math.inf, -1)}) == ValueRange(-math.inf, -big)
+    assert bound(x - big, {x: ValueRange(big, 2 * big)}) == ValueRange(0, big)
+    assert decide(sympy.Gt(x + 1, big), {x: ValueRange(big, math.inf)}) is True

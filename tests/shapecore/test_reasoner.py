@@ -179,3 +179,16 @@ def test_hints_refute_at_once_but_only_when_they_satisfy_the_facts():
     proof = r.prove("Eq(Mod(b*s, 16), 0)")
     assert proof.refuted and proof.counterexample["s"] >= 3
     assert holds(parse("Eq(Mod(b, 4), 0)"), proof.counterexample)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+BIG = 10**400  # beyond a float's range (~1.8e308)
+
+
+def test_integers_beyond_a_floats_range_are_exact():
+    assert prove(f"s0 + 1 > {BIG}", ranges={"s0": (BIG, None)}).status == "proved"
+    refuted = prove(f"s0 <= {BIG}", ranges={"s0": (0, None)})
+    assert refuted.status == "refuted" and refuted.counterexample["s0"] > BIG
+    assert prove(f"Eq(Mod(s0, {BIG}), 0)", facts=[f"Eq(Mod(s0, {2 * BIG}), 0)"]).status == "proved"
+    assert prove(f"s0 >= {BIG + 8}", facts=[f"Eq(Mod(s0, 8), 0)", f"s0 > {BIG}"]).status == "proved"

@@ -303,3 +303,9 @@ def test_same_input_same_output_whatever_the_hash_seed(tmp_path):
         assert result.returncode == 0, result.stderr
         outputs.add(result.stdout)
     assert len(outputs) == 1
+
+
+def test_integers_beyond_a_floats_range_are_exact():
+    big = 10**400
+    kept = simplify([f"s0 >= {big}", f"s0 >= {big + 1}", f"Ne(s0, {big + 2})"]).guards
+    assert set(kept) == {parse(f"s0 >= {big + 1}"), parse(f"Ne(s0, {big + 2})")}
