@@ -11,6 +11,13 @@ integer literal is exact rational division (as sympy prints ``s0/8``) and any ot
 :class:`IntTrueDiv`. Every name is an integer symbol. Errors are :class:`ParseError` with the
 1-based line and column of the offending token.
 
+Size limits, so that malformed input is refused at once rather than exhausting the stack or
+memory: integers have at most :data:`MAX_INTEGER_DIGITS` decimal digits (a power that would be
+larger is refused before it is computed), and expressions nest at most :data:`MAX_NESTING`
+levels, where a chain of one kind of operator (a sum, a product, ``&``, ``|``, repeated ``not``
+or ``-``) counts as one level however long it is, up to what Python's own parser takes (a
+chain of about 3,000 operators).
+
 Every name is an integer symbol, except torch's float symbols ``zf<n>``/``zuf<n>``, which are real.
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 from collections.abc import Callable
 
@@ -27,7 +35,39 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 from shapecore import functions as F
 from shapecore.errors import ParseError
 
-__all__ = ["parse", "FUNCTIONS"]
+__all__ = ["parse", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
+
+MAX_INTEGER_DIGITS = 4000
+"""Decimal digits of the largest integer a guard may hold: every guard must print and read back,
+and Python converts at most 4,300 digits between int and text (``sys.get_int_max_str_digits``)."""
+
+MAX_NESTING = 100
+"""Levels of nesting a guard may have; a chain of one kind of operator counts as one level."""
+
+_INTEGER_LIMIT = 10**MAX_INTEGER_DIGITS
+_FLAT_BINARY = {ast.Add: "+", ast.Sub: "+", ast.Mult: "*", ast.BitAnd: "&", ast.BitOr: "|"}
+
+
+def integer_fits(value: int) -> bool:
+    """Whether ``value`` has at most :data:`MAX_INTEGER_DIGITS` digits."""
+    return -_INTEGER_LIMIT < value < _INTEGER_LIMIT
+
+
+def _coefficient_digits(expr: sympy.Basic) -> float:
+    """Decimal digits of the larger part of ``expr``'s rational coefficient (0 for none)."""
+    coefficient = expr.as_coeff_Mul()[0]
+    if not coefficient.is_Rational or coefficient == 0:
+        return 0.0
+    return math.log10(max(abs(coefficient.p), coefficient.q))
+
+
+def decimal_digits(value: int) -> int:
+    """How many decimal digits ``value`` has (printing it may be refused: it may be too long)."""
+    value = abs(value)
+    digits = int(math.log10(value)) + 1 if value else 1
+    if value >= 10**digits:  # the float logarithm is off by one near powers of ten
+        return digits + 1
+    return digits - 1 if digits > 1 and value < 10 ** (digits - 1) else digits
 
 FUNCTIONS: dict[str, Callable[..., sympy.Basic]] = {
     "Eq": sympy.Eq,
@@ -114,8 +154,12 @@ class _Reader:
             method = getattr(self, f"_read_{type(node).__name__}")
         except AttributeError:
             raise self.error(f"unsupported syntax ({type(node).__name__}) in a guard", node) from None
+        return self._located(node, method, node)
+
+    def _located(self, node: ast.AST, build: Callable[..., sympy.Basic], *args: object) -> sympy.Basic:
+        """``build(*args)``, its errors reported at ``node``."""
         try:
-            return method(node)
+            return build(*args)
         except ParseError:
             raise
         except ZeroDivisionError as exc:
@@ -131,6 +175,8 @@ class _Reader:
         if isinstance(value, bool):
             return sympy.true if value else sympy.false
         if isinstance(value, int):
+            if not integer_fits(value):
+                raise self.error(self._too_large(value), node)
             return sympy.Integer(value)
         if isinstance(value, float):
             return sympy.Float(value)
@@ -142,44 +188,118 @@ class _Reader:
         return F.symbol_for(node.id)
 
     def _integer(self, node: ast.AST) -> sympy.Basic:
-        value = self.read(node)
-        if _is_bool(value):
+        return self._checked(self.read(node), node, condition=False)
+
+    def _condition(self, node: ast.AST) -> sympy.Basic:
+        return self._checked(self.read(node), node, condition=True)
+
+    def _checked(self, value: sympy.Basic, node: ast.AST, *, condition: bool) -> sympy.Basic:
+        """``value`` (read from ``node``), which must be a condition or an integer expression."""
+        if condition and not _is_bool(value):
+            raise self.error(f"expected a condition, got the integer expression {value}", node)
+        if not condition and _is_bool(value):
             raise self.error("expected an integer expression, got a condition", node)
         return value
 
-    def _condition(self, node: ast.AST) -> sympy.Basic:
-        value = self.read(node)
-        if not _is_bool(value):
-            raise self.error(f"expected a condition, got the integer expression {value}", node)
+    @staticmethod
+    def _too_large(value: int) -> str:
+        return (f"integer too large: {decimal_digits(value)} digits; guards hold integers of at most "
+                f"{MAX_INTEGER_DIGITS} digits")
+
+    def _sized(self, value: sympy.Basic, node: ast.AST) -> sympy.Basic:
+        """``value`` (a product or power), refused if its numeric coefficient is too large."""
+        coefficient = value.as_coeff_Mul()[0]
+        for part in (coefficient.p, coefficient.q) if coefficient.is_Rational else ():
+            if not integer_fits(part):
+                raise self.error(self._too_large(part), node)
         return value
 
+    def _check_power(self, base: sympy.Basic, exponent: sympy.Basic, node: ast.BinOp) -> None:
+        """Refuse ``base**exponent`` before computing it when its value could exceed the limit."""
+        if not exponent.is_Integer:
+            return
+        digits = _coefficient_digits(base)
+        if not base.is_Number:
+            digits = max(digits, math.log10(2))  # a symbol's value may be 2 or more
+        if digits > 0 and abs(int(exponent)) > MAX_INTEGER_DIGITS / digits:
+            raise self.error(
+                f"power too large: its value would have more than {MAX_INTEGER_DIGITS} digits, "
+                "the most a guard's integers may have", node,
+            )
+
     def _read_UnaryOp(self, node: ast.UnaryOp) -> sympy.Basic:
+        # A chain of unary operators is read from the inside out, without recursion.
+        chain = [node]
+        while isinstance(chain[-1].operand, ast.UnaryOp):
+            chain.append(chain[-1].operand)
+        value = self.read(chain[-1].operand)
+        for outer in reversed(chain):
+            value = self._located(outer, self._unary, outer, value)
+        return value
+
+    def _unary(self, node: ast.UnaryOp, operand: sympy.Basic) -> sympy.Basic:
         if isinstance(node.op, ast.USub):
-            return -self._integer(node.operand)
+            return -self._checked(operand, node.operand, condition=False)
         if isinstance(node.op, ast.UAdd):
-            return self._integer(node.operand)
+            return self._checked(operand, node.operand, condition=False)
         if isinstance(node.op, (ast.Not, ast.Invert)):
-            return sympy.Not(self._condition(node.operand))
+            return sympy.Not(self._checked(operand, node.operand, condition=True))
         raise self.error(f"unsupported operator {type(node.op).__name__}", node)
 
     def _read_BinOp(self, node: ast.BinOp) -> sympy.Basic:
-        op = node.op
-        if isinstance(op, (ast.BitAnd, ast.BitOr)):
-            left, right = self._condition(node.left), self._condition(node.right)
-            return sympy.And(left, right) if isinstance(op, ast.BitAnd) else sympy.Or(left, right)
-        left, right = self._integer(node.left), self._integer(node.right)
-        if isinstance(op, ast.Add):
-            return left + right
-        if isinstance(op, ast.Sub):
-            return left - right
+        # ``a + b - c`` nests to the left: the left spine is read bottom-up, without recursion,
+        # and each run of one associative operator is built at once (sympy sorts on every build).
+        spine = [node]
+        while isinstance(spine[-1].left, ast.BinOp):
+            spine.append(spine[-1].left)
+        spine.reverse()
+        value = self.read(spine[0].left)
+        start = 0
+        while start < len(spine):
+            kind = _FLAT_BINARY.get(type(spine[start].op))
+            end = start + 1
+            while kind is not None and end < len(spine) and _FLAT_BINARY.get(type(spine[end].op)) == kind:
+                end += 1
+            if kind is None:
+                value = self._located(spine[start], self._binary, spine[start], value)
+            else:
+                value = self._located(spine[start], self._associative, spine[start:end], value)
+            start = end
+        return value
+
+    def _associative(self, run: list[ast.BinOp], first: sympy.Basic) -> sympy.Basic:
+        """``first`` followed by ``run``'s operators and right operands: one sum, product, ``&`` or ``|``."""
+        op = run[0].op
+        condition = isinstance(op, (ast.BitAnd, ast.BitOr))
+        operands = [self._checked(first, run[0].left, condition=condition)]
+        digits = _coefficient_digits(first) if isinstance(op, ast.Mult) else 0.0  # of the product's coefficient
+        for node in run:
+            right = self._checked(self.read(node.right), node.right, condition=condition)
+            if isinstance(op, ast.Mult):
+                digits += _coefficient_digits(right)
+                if digits > MAX_INTEGER_DIGITS + 1:
+                    raise self.error(f"product too large: its coefficient would exceed {MAX_INTEGER_DIGITS} digits, "
+                                     "the most a guard's integers may have", node)
+            operands.append(-right if isinstance(node.op, ast.Sub) else right)
+        if isinstance(op, ast.BitAnd):
+            return sympy.And(*operands)
+        if isinstance(op, ast.BitOr):
+            return sympy.Or(*operands)
         if isinstance(op, ast.Mult):
-            return left * right
+            return self._sized(sympy.Mul(*operands), run[-1])
+        return sympy.Add(*operands)
+
+    def _binary(self, node: ast.BinOp, left: sympy.Basic) -> sympy.Basic:
+        """``left op right`` for an operator that is not associative (``//``, ``%``, ``**``, ``/``)."""
+        op = node.op
+        left, right = self._checked(left, node.left, condition=False), self._integer(node.right)
         if isinstance(op, ast.FloorDiv):
             return F.FloorDiv(left, right)
         if isinstance(op, ast.Mod):
             return F.Mod(left, right)
         if isinstance(op, ast.Pow):
-            return sympy.Pow(left, right)
+            self._check_power(left, right, node)
+            return self._sized(sympy.Pow(left, right), node)
         if isinstance(op, ast.Div):
             if isinstance(right, sympy.Integer):
                 if right == 0:
@@ -218,7 +338,10 @@ class _Reader:
         if not node.args:
             raise self.error(f"{name}() needs arguments", node)
         read = self._condition if name in _CONNECTIVES else self._integer
-        return build(*(read(arg) for arg in node.args))
+        args = [read(arg) for arg in node.args]
+        if name == "PowByNatural":
+            self._check_power(*args, node)
+        return build(*args)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -232,6 +355,7 @@ def parse(text: str) -> sympy.Basic:
     """
     if not isinstance(text, str):
         raise TypeError(f"parse() takes guard text, got {type(text).__name__}")
+    _check_characters(text)
     reader = _Reader(text)
     if not text.strip():
         raise reader.error("empty expression: expected a guard such as Eq(Mod(s0, 8), 0)")
@@ -239,6 +363,51 @@ def parse(text: str) -> sympy.Basic:
         tree = ast.parse(reader.source, mode="eval")
     except SyntaxError as exc:
         raise reader.error(f"syntax error: {exc.msg}", line=exc.lineno or 1, offset=(exc.offset or 1) - 1) from None
+    except (RecursionError, MemoryError):  # Python's parser gave up: a chain of thousands of operators
+        raise reader.error(
+            "expression too deeply nested for Python's parser (a chain of about 3,000 operators, such as a "
+            "sum of 3,000 terms, is the most it takes): split it into several guards"
+        ) from None
     if isinstance(tree.body, ast.Tuple):
         raise reader.error("expected one expression, got several separated by commas", tree.body)
+    _check_nesting(tree.body, reader)
     return reader.read(tree)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_characters(text: str) -> None:
+    """Refuse lone surrogates: what Python makes of bytes that are not UTF-8 (in argv, say)."""
+    found = None if text.isascii() else _SURROGATE.search(text)
+    if found is not None:
+        line = text.count("\n", 0, found.start()) + 1
+        column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+        raise ParseError(
+            f"character U+{ord(found.group()):04X} is not text (a byte that is not UTF-8?): guards are UTF-8 text",
+            text=text, line=line, column=column, token=found.group(),
+        )
+
+
+def _check_nesting(root: ast.AST, reader: _Reader) -> None:
+    """Refuse trees nested deeper than :data:`MAX_NESTING` (a chain of one operator is one level)."""
+    stack: list[tuple[ast.AST, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise reader.error(
+                f"expression nested more than {MAX_NESTING} levels deep (a chain of one operator, such as a "
+                "long sum, counts as one level): split it into several guards", node,
+            )
+        for child in ast.iter_child_nodes(node):
+            stack.append((child, depth if _continues_chain(node, child) else depth + 1))
+
+
+def _continues_chain(parent: ast.AST, child: ast.AST) -> bool:
+    """Whether ``child`` extends ``parent``'s chain, which the reader and sympy keep flat."""
+    if isinstance(parent, ast.BinOp) and isinstance(child, ast.BinOp) and child is parent.left:
+        kind = _FLAT_BINARY.get(type(parent.op))
+        return kind is not None and kind == _FLAT_BINARY.get(type(child.op))
+    if isinstance(parent, ast.UnaryOp) and isinstance(child, ast.UnaryOp):
+        return True
+    return isinstance(child, (ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.expr_context))

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shapecore import ParseError, evaluate, int_symbol, parse, python_str
+from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING
 from shapecore.printing import PYTHON_NAMESPACE
 from shapecore.testing import assignments, claims, int_exprs
 
@@ -179,3 +180,73 @@ def test_every_corpus_expression_parses_and_prints_back(text):
 def test_call_errors_are_explained(text, words):
     with pytest.raises(ParseError, match=words.replace("(", r"\(").replace(")", r"\)")):
         parse(text)
+
+
+# -- size limits ---------------------------------------------------------------------------------
+
+
+def test_big_integers_are_exact():
+    assert parse(f"s0 < {10**400}") == sympy.Lt(int_symbol("s0"), 10**400)
+    assert parse("2**13000 - 2**13000 + 1") == 1
+    assert parse("1" * MAX_INTEGER_DIGITS) == int("1" * MAX_INTEGER_DIGITS)
+
+
+@pytest.mark.parametrize(
+    "text, column, words",
+    [
+        ("2**10**10 > 1", 1, "power too large"),  # took 28 s, then MemoryError
+        ("s0 > (s1 + 1)**(10**10)", 6, "power too large"),
+        ("PowByNatural(2, 10**10) > 1", 1, "power too large"),
+        ("2**-(10**10) > 0", 1, "power too large"),
+        ("9" * 4100 + " > s0", 1, "integer too large: 4100 digits"),
+        ("s0*10**3000*10**3000 > 1", 1, "product too large"),
+    ],
+)
+def test_integers_too_large_to_hold_are_refused(text, column, words):
+    with pytest.raises(ParseError, match=words) as info:
+        parse(text)
+    assert info.value.column == column and str(MAX_INTEGER_DIGITS) in info.value.message
+
+
+def test_long_chains_are_read_flat():
+    # Each chain nests over 1,000 levels (Python's recursion limit), one level per operator.
+    names = [f"s{i}" for i in range(1500)]
+    assert parse(" + ".join(names) + " - s0") == sympy.Add(*(int_symbol(n) for n in names[1:]))
+    assert parse("*".join(names[:1200])) == sympy.Mul(*(int_symbol(n) for n in names[:1200]))
+    s0 = int_symbol("s0")
+    assert parse(" & ".join(f"(s0 > {i})" for i in range(400))) == sympy.And(*(s0 > i for i in range(400)))
+    assert parse(" | ".join(f"(s0 > {i})" for i in range(400))) == sympy.Or(*(s0 > i for i in range(400)))
+    assert parse("not " * 1501 + "s0 > 1") == parse("s0 <= 1")
+    assert parse("-" * 1500 + "s0") == int_symbol("s0")
+    assert parse("s0" + " // 2 + 1" * 40) is not None  # mixed chains too
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " + ".join(["s0"] * 5000) + " >= 0",
+        " & ".join(["(s0 > 1)"] * 5000),
+        "not " * 5000 + "s0 > 1",
+        "-" * 5000 + "s0 > 1",
+    ],
+    ids=["sum", "and", "not", "minus"],
+)
+def test_chains_beyond_pythons_parser_are_refused(text):
+    with pytest.raises(ParseError, match="too deeply nested for Python's parser .* split it into several guards"):
+        parse(text)
+
+
+def test_nesting_beyond_the_limit_is_refused_where_it_starts():
+    depth = MAX_NESTING - 2  # the comparison and the innermost operand are levels too
+    assert parse("Max(s1, " * depth + "s0" + ")" * depth + " >= s0") is not None
+    text = "Max(s1, " * (depth + 1) + "s0" + ")" * (depth + 1) + " >= s0"
+    with pytest.raises(ParseError, match=f"nested more than {MAX_NESTING} levels deep") as info:
+        parse(text)
+    assert text[info.value.column - 1 :].startswith("s0)")
+
+
+def test_undecodable_characters_are_located():
+    # Python reads bytes that are not UTF-8 (in argv, say) as lone surrogates.
+    with pytest.raises(ParseError, match="U\\+DCFF is not text") as info:
+        parse("s0 >= 2 and\n s1 > \udcff")
+    assert (info.value.line, info.value.column) == (2, 7)
