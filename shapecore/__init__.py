@@ -14,6 +14,7 @@ Hypothesis strategies for property tests live in :mod:`shapecore.testing` (needs
 
 from shapecore.env import RuntimeAssert, ShapeEnv, SymbolInfo
 from shapecore.errors import (
+    ArgumentError,
     ConstraintError,
     DataDependentError,
     ParseError,
@@ -50,6 +51,7 @@ from shapecore.reasoner import Reasoner, prove
 from shapecore.simplifier import Simplified, simplify
 
 __all__ = [
+    "ArgumentError",
     "CeilDiv",
     "CeilToInt",
     "CleanDiv",

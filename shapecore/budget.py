@@ -41,6 +41,8 @@ import time
 
 import z3
 
+from shapecore.errors import ArgumentError
+
 __all__ = ["Budget", "RLIMIT_PER_MS", "validate_timeout"]
 
 RLIMIT_PER_MS = 500
@@ -50,9 +52,9 @@ _CHECK_ASSIGNMENT = "arith.nl.nra_check_assignment"
 
 
 def validate_timeout(timeout_ms: int) -> int:
-    """``timeout_ms`` itself if it is a positive int (milliseconds), else ValueError."""
+    """``timeout_ms`` itself if it is a positive int (milliseconds), else ArgumentError (a ValueError)."""
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
-        raise ValueError(f"timeout_ms must be a positive int (milliseconds), got {timeout_ms!r}")
+        raise ArgumentError(f"timeout_ms must be a positive int (milliseconds), got {timeout_ms!r}")
     return timeout_ms
 
 

@@ -22,13 +22,14 @@ from typing import Any, Literal
 import sympy
 
 from shapecore import functions as F
-from shapecore.errors import ConstraintError, DataDependentError
+from shapecore.errors import ArgumentError, ConstraintError, DataDependentError
 from shapecore.evaluation import evaluate, holds
 from shapecore.printing import python_str
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr
 from shapecore.rewrite import substitute
+from shapecore.validation import check_bound, check_integer, check_symbol_name, check_values
 
 __all__ = ["ShapeEnv", "SymbolInfo", "RuntimeAssert", "JSON_FORMAT", "JSON_VERSION"]
 
@@ -64,9 +65,10 @@ class _Entry:
     msg: str = ""
 
 
-def _check_bound(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise TypeError(f"{name} must be an int or None, got {value!r}")
+def _checked_source(source: str | None) -> str | None:
+    if source is not None and not isinstance(source, str):
+        raise ArgumentError(f"source must be a str (the expression that reads the value) or None, got {source!r}")
+    return source
 
 
 class ShapeEnv:
@@ -91,8 +93,7 @@ class ShapeEnv:
     def _register(self, info: SymbolInfo, lo: int | None, hi: int | None) -> sympy.Symbol:
         if info.name in self._symbols:
             raise ConstraintError(f"symbol {info.name} already exists in this ShapeEnv; pick another name")
-        _check_bound("min", lo)
-        _check_bound("max", hi)
+        lo, hi = check_bound(lo, "min"), check_bound(hi, "max")
         if lo is not None and hi is not None and lo > hi:
             raise ConstraintError(f"empty range [{lo}, {hi}] for {info.name}: min must not exceed max")
         if info.hint is not None and not ((lo is None or lo <= info.hint) and (hi is None or info.hint <= hi)):
@@ -118,14 +119,15 @@ class ShapeEnv:
         max: int | None = None,
     ) -> sympy.Symbol:
         """A backed symbol (``s0``, ``s1``, … unless ``name`` is given) whose example value is ``hint``."""
-        _check_bound("hint", hint)
         if hint is None:
-            raise TypeError("create_symbol needs an int hint; use create_unbacked_symbol for a value without one")
+            raise ArgumentError("create_symbol needs an int hint; use create_unbacked_symbol for a value without one")
+        hint = check_integer(hint, "hint")
         if name is None:
             while f"s{self._backed}" in self._symbols:
                 self._backed += 1
             name = f"s{self._backed}"
-        return self._register(SymbolInfo(name, "backed", hint, source), min, max)
+        info = SymbolInfo(check_symbol_name(name, "name"), "backed", hint, _checked_source(source))
+        return self._register(info, min, max)
 
     def create_unbacked_symbol(
         self,
@@ -146,7 +148,8 @@ class ShapeEnv:
             name = f"u{self._unbacked}"
         if size_like and min is None:
             min = 0
-        return self._register(SymbolInfo(name, "unbacked", None, source, size_like), min, max)
+        info = SymbolInfo(check_symbol_name(name, "name"), "unbacked", None, _checked_source(source), size_like)
+        return self._register(info, min, max)
 
     @property
     def symbols(self) -> dict[str, SymbolInfo]:
@@ -178,6 +181,8 @@ class ShapeEnv:
             self._record("range", fact)
 
     def _symbol(self, sym: str | sympy.Symbol) -> sympy.Symbol:
+        if not isinstance(sym, (str, sympy.Symbol)):
+            raise ArgumentError(f"expected a symbol or its name, got {sym!r}")
         name = sym if isinstance(sym, str) else sym.name
         if name not in self._symbols:
             raise KeyError(f"unknown symbol {name!r}; this env has: {', '.join(self._symbols) or 'none'}")
@@ -186,8 +191,7 @@ class ShapeEnv:
     def constrain_range(self, sym: str | sympy.Symbol, *, min: int | None = None, max: int | None = None) -> None:
         """Narrow ``sym`` to ``[min, max]`` (either may be None); its hint must stay inside."""
         symbol = self._symbol(sym)
-        _check_bound("min", min)
-        _check_bound("max", max)
+        min, max = check_bound(min, "min"), check_bound(max, "max")
         hint = self._symbols[symbol.name].hint
         if hint is not None and ((min is not None and hint < min) or (max is not None and hint > max)):
             raise ConstraintError(f"range [{min}, {max}] for {symbol} excludes its hint {hint}")
@@ -376,6 +380,8 @@ class ShapeEnv:
         ``sources`` maps a symbol (or its name) to the expression that reads it, e.g.
         ``{"s0": "x.size()[0]"}``.
         """
+        if not isinstance(sources, Mapping):
+            raise ArgumentError(f"sources must map symbols to the expressions that read them, got {sources!r}")
         names = {(k if isinstance(k, str) else k.name): v for k, v in sources.items()}
         lines = []
         for expr in self._contract():
@@ -390,7 +396,7 @@ class ShapeEnv:
 
     def check_guards(self, values: Mapping[str, int]) -> list[sympy.Basic]:
         """The conditions of :meth:`produce_guards` that ``values`` (name → int) violates."""
-        assignment = dict(values)
+        assignment: dict[str, int] = check_values(values)
         for symbol, expression in self.replacements.items():
             if symbol.name not in assignment and all(s.name in assignment for s in expression.free_symbols):
                 assignment[symbol.name] = evaluate(expression, assignment)

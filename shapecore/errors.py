@@ -8,6 +8,7 @@ __all__ = [
     "UnboundSymbolError",
     "DataDependentError",
     "ConstraintError",
+    "ArgumentError",
 ]
 
 
@@ -61,3 +62,10 @@ class DataDependentError(ShapecoreError, RuntimeError):
 
 class ConstraintError(ShapecoreError, ValueError):
     """A range, fact or hint contradicts what is already known."""
+
+
+class ArgumentError(ShapecoreError, TypeError, ValueError):
+    """An argument of a public function that cannot work, such as ``facts='x > 2'`` for ``['x > 2']``.
+
+    The message names the argument, what was expected and what was given.
+    """

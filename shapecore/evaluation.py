@@ -20,7 +20,7 @@ from functools import reduce
 import sympy
 
 from shapecore import functions as F
-from shapecore.errors import UnboundSymbolError
+from shapecore.errors import ArgumentError, UnboundSymbolError
 
 __all__ = ["evaluate", "holds", "Value"]
 
@@ -94,6 +94,8 @@ def _lookup(name: str) -> Evaluator:
 @functools.lru_cache(maxsize=1 << 15)
 def _compile(expr: sympy.Basic) -> Evaluator:
     """A closure computing ``expr`` from an assignment; built once per expression (cached)."""
+    if not isinstance(expr, sympy.Basic):
+        raise ArgumentError(f"expected a sympy expression (shapecore.parse reads guard text), got {expr!r}")
     if expr.is_Symbol:
         return _lookup(expr.name)
     if expr.is_Integer:

@@ -29,6 +29,7 @@ import sympy
 from shapecore.printing import PYTHON_NAMESPACE, python_str
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import divisors, symbols_of
+from shapecore.validation import guard_list
 
 __all__ = ["compile_guards", "CompiledGuards"]
 
@@ -97,7 +98,7 @@ def compile_guards(guards: Iterable[ExprLike], sources: Mapping[str, str] | None
     that does not; it has attributes ``guards``, ``parameters`` and ``source`` (the code).
     Raises ValueError when a guard mentions a symbol without a source.
     """
-    claims = [as_claim(g) for g in guards]
+    claims = [as_claim(g) for g in guard_list(guards, "guards")]
     if sources is None:
         sources = {s.name: s.name for c in claims for s in symbols_of(c)}
     code, parameters = _generate(claims, sources, "check_guards")

@@ -33,7 +33,7 @@ import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from shapecore import functions as F
-from shapecore.errors import ParseError
+from shapecore.errors import ArgumentError, ParseError
 
 __all__ = ["parse", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
 
@@ -354,7 +354,7 @@ def parse(text: str) -> sympy.Basic:
     Eq(Mod(s0, 8), 0) & (s0 >= 16)
     """
     if not isinstance(text, str):
-        raise TypeError(f"parse() takes guard text, got {type(text).__name__}")
+        raise ArgumentError(f"parse() takes guard text, got {type(text).__name__}")
     _check_characters(text)
     reader = _Reader(text)
     if not text.strip():

@@ -29,7 +29,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from shapecore.budget import Budget, validate_timeout
 from shapecore.decide import LAYERS, CheapLayers
-from shapecore.errors import UnboundSymbolError
+from shapecore.errors import ArgumentError, UnboundSymbolError
 from shapecore.evaluation import evaluate, holds
 from shapecore.functions import int_symbol
 from shapecore.knowledge import Knowledge
@@ -37,6 +37,7 @@ from shapecore.parsing import parse
 from shapecore.proof import Proof
 from shapecore.rewrite import canonicalize, divisors, needs_rewriting, substitute, symbols_of
 from shapecore.search import find_counterexample, satisfies
+from shapecore.validation import check_bound, check_ranges, guard_list
 from shapecore.z3backend import Z3Session
 
 __all__ = ["Reasoner", "prove", "as_expr", "as_claim"]
@@ -57,14 +58,14 @@ def as_expr(value: ExprLike) -> sympy.Basic:
         return sympy.Integer(value)
     if isinstance(value, sympy.Basic):
         return value
-    raise TypeError(f"expected guard text or a sympy expression, got {type(value).__name__}: {value!r}")
+    raise ArgumentError(f"expected guard text or a sympy expression, got {type(value).__name__}: {value!r}")
 
 
 def as_claim(value: ExprLike) -> sympy.Basic:
     """``value`` as a relation or boolean combination; integer expressions are rejected."""
     expr = as_expr(value)
     if not (expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))):
-        raise TypeError(
+        raise ArgumentError(
             f"expected a claim such as Eq(Mod(s0, 8), 0) or s0 >= 2, got the integer expression {expr}"
         )
     return expr
@@ -119,6 +120,7 @@ class Reasoner:
     def set_range(self, symbol: str | sympy.Symbol, lo: int | None, hi: int | None) -> None:
         """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
         sym = int_symbol(symbol) if isinstance(symbol, str) else symbol
+        lo, hi = check_bound(lo, "lo"), check_bound(hi, "hi")
         if lo is not None:
             self.add_fact(sympy.Ge(sym, lo))
         if hi is not None:
@@ -126,6 +128,8 @@ class Reasoner:
 
     def prove(self, claim: ExprLike) -> Proof:
         """Decide ``claim`` under the facts: proved, refuted (with counterexample) or unknown."""
+        if not isinstance(claim, (str, int, sympy.Basic)):  # before the cache, which needs a hashable key
+            as_expr(claim)
         if self._cache_version != self.knowledge.version:
             self._cache = {}
             self._cache_version = self.knowledge.version
@@ -296,7 +300,7 @@ def prove(
     >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
     'proved'
     """
-    key = _scope_key(facts, ranges, timeout_ms)
+    key = _scope_key(guard_list(facts, "facts"), check_ranges(ranges), timeout_ms)
     reasoner = _SCOPES.get(key)
     if reasoner is None:
         reasoner = Reasoner(timeout_ms=timeout_ms)

@@ -71,6 +71,7 @@ from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import canonicalize, divisors, substitute, symbols_of
+from shapecore.validation import check_ranges, guard_list
 from shapecore.group_solver import GroupSolver, minimal_unsat, ordered, unsatisfiable
 from shapecore.z3backend import Translator
 
@@ -809,4 +810,4 @@ def simplify(
     >>> [str(g) for g in s.guards]
     ['s0 >= 4']
     """
-    return _Simplification(guards, facts, ranges, timeout_ms).run()
+    return _Simplification(guard_list(guards, "guards"), guard_list(facts, "facts"), check_ranges(ranges), timeout_ms).run()

@@ -7,8 +7,17 @@ import sys
 import pytest
 import sympy
 from hypothesis import given
+from hypothesis import strategies as st
 
-from shapecore import ConstraintError, DataDependentError, ShapeEnv, ValueRange, int_symbol, parse
+from shapecore import (
+    ArgumentError,
+    ConstraintError,
+    DataDependentError,
+    ShapeEnv,
+    ValueRange,
+    int_symbol,
+    parse,
+)
 from shapecore.testing import shape_envs
 
 
@@ -165,4 +174,55 @@ def test_json_version_is_checked():
 @given(env=shape_envs())
 def test_hints_satisfy_every_guard_and_json_round_trips(env):
     assert env.check_guards(env.hints) == []
+    assert ShapeEnv.from_json(env.to_json()).to_json() == env.to_json()
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a b", "Max", "Eq", "zf0", "True", "lambda", "ﬁ", "", "s0.x", "1x"])
+def test_symbol_names_must_read_back_as_the_symbol(name):
+    # 'a b' used to be accepted, and its env's JSON could not be read back.
+    env = ShapeEnv()
+    with pytest.raises(ArgumentError, match="cannot name a symbol"):
+        env.create_symbol(4, name=name)
+    with pytest.raises(ArgumentError, match="cannot name a symbol"):
+        env.create_unbacked_symbol(name=name)
+    assert env.symbols == {}
+
+
+@given(name=st.text(min_size=1, max_size=6))
+def test_every_accepted_name_round_trips_through_json(name):
+    env = ShapeEnv()
+    try:
+        symbol = env.create_symbol(4, name=name)
+    except ArgumentError:
+        return
+    env.evaluate_expr(symbol > 3)
+    assert ShapeEnv.from_json(env.to_json()).to_json() == env.to_json()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda env: env.create_symbol(4, source=0), "source must be a str"),
+        (lambda env: env.create_symbol(4, max=9.5), "max must be an int or None, got 9.5"),
+        (lambda env: env.create_symbol(10**5000), "hint is too large: an integer of 5001 digits"),
+        (lambda env: env.constrain_range(0, min=2), "expected a symbol or its name"),
+        (lambda env: env.check_guards({"s0": "4"}), r"values\['s0'\] must be an int"),
+        (lambda env: env.produce_guards("x.size()[0]"), "sources must map symbols"),
+        (lambda env: ShapeEnv(timeout_ms=0), "timeout_ms must be a positive int"),
+    ],
+)
+def test_arguments_that_cannot_work_are_refused(call, message):
+    env = ShapeEnv()
+    env.create_symbol(4)
+    with pytest.raises(ArgumentError, match=message):
+        call(env)
+
+
+def test_big_hints_round_trip():
+    env = ShapeEnv()
+    env.create_symbol(10**400, max=10**401)
+    env.evaluate_expr(f"s0 > {10**400 - 5}")
     assert ShapeEnv.from_json(env.to_json()).to_json() == env.to_json()

@@ -5,7 +5,7 @@ import sympy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shapecore import compile_guards, holds, parse
+from shapecore import ArgumentError, compile_guards, holds, parse
 from shapecore.guard_code import compile_predicate
 from shapecore.testing import assignments, claims
 
@@ -79,3 +79,8 @@ def test_float_guards_follow_python():
     assert check(s0=3) is None and check(s0=2) is not None
     assert check.guards[0] == parse("TruncToInt(IntTrueDiv(s0, 3)) >= 1")
     assert isinstance(check.guards[0], sympy.Basic)
+
+
+def test_guard_text_must_come_in_a_list():
+    with pytest.raises(ArgumentError, match=r"guards must be a list of guards .*guards=\['s0 > 2'\]"):
+        compile_guards("s0 > 2")

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import shapecore.functions as F
-from shapecore import Proof, Reasoner, holds, parse, prove
+from shapecore import ArgumentError, Proof, Reasoner, holds, parse, prove
 from shapecore.testing import claims, fact_sets
 
 REQUIRED = [
@@ -192,3 +192,25 @@ def test_integers_beyond_a_floats_range_are_exact():
     assert refuted.status == "refuted" and refuted.counterexample["s0"] > BIG
     assert prove(f"Eq(Mod(s0, {BIG}), 0)", facts=[f"Eq(Mod(s0, {2 * BIG}), 0)"]).status == "proved"
     assert prove(f"s0 >= {BIG + 8}", facts=[f"Eq(Mod(s0, 8), 0)", f"s0 > {BIG}"]).status == "proved"
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: prove("x > 1", facts="x > 2"), r"facts must be a list of guards .*facts=\['x > 2'\]"),
+        (lambda: prove("x > 1", facts=[2.5]), r"facts\[0\] must be guard text"),
+        (lambda: prove("x > 1", ranges={"x": (1.5, 3)}), r"ranges\['x'\] lower bound must be an int or None, got 1.5"),
+        (lambda: prove("x > 1", ranges={"x": (0, "9")}), r"ranges\['x'\] upper bound must be an int or None"),
+        (lambda: prove("x > 1", ranges={"x": 3}), r"ranges\['x'\] must be a pair \(lo, hi\)"),
+        (lambda: prove("x > 1", ranges={"a b": (1, 3)}), "cannot name a symbol"),
+        (lambda: prove("x > 1", ranges=[("x", (1, 2))]), "ranges must map symbol names"),
+        (lambda: prove("x > 1", timeout_ms=0), "timeout_ms must be a positive int"),
+        (lambda: prove(["x > 1"]), "expected guard text or a sympy expression"),
+        (lambda: Reasoner(timeout_ms="1000"), "timeout_ms must be a positive int .*got .1000."),
+        (lambda: Reasoner().set_range("x", 1.5, None), "lo must be an int or None"),
+        (lambda: holds("s0 > 1", {"s0": 2}), "expected a sympy expression"),
+    ],
+)
+def test_arguments_that_cannot_work_are_refused(call, message):
+    with pytest.raises(ArgumentError, match=message):
+        call()

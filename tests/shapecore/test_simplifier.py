@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapecore.simplifier as simplify_module
-from shapecore import ConstraintError, FloorDiv, Max, Mod, holds, int_symbol, parse, simplify
+from shapecore import ArgumentError, ConstraintError, FloorDiv, Max, Mod, holds, int_symbol, parse, simplify
 from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
@@ -303,6 +303,17 @@ def test_same_input_same_output_whatever_the_hash_seed(tmp_path):
         assert result.returncode == 0, result.stderr
         outputs.add(result.stdout)
     assert len(outputs) == 1
+
+
+def test_arguments_that_cannot_work_are_refused():
+    with pytest.raises(ArgumentError, match=r"guards must be a list of guards .*guards=\['s0 > 2'\]"):
+        simplify("s0 > 2")
+    with pytest.raises(ArgumentError, match="facts must be a list of guards"):
+        simplify(["s0 > 2"], facts="s0 > 3")
+    with pytest.raises(ArgumentError, match=r"ranges\['s0'\] upper bound must be an int or None, got 9.5"):
+        simplify(["s0 > 2"], ranges={"s0": (0, 9.5)})
+    with pytest.raises(ArgumentError, match="timeout_ms must be a positive int"):
+        simplify(["s0 > 2"], timeout_ms=-1)
 
 
 def test_integers_beyond_a_floats_range_are_exact():
