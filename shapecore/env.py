@@ -430,24 +430,29 @@ class ShapeEnv:
 
     @classmethod
     def from_json(cls, text: str, *, timeout_ms: int = 1000) -> ShapeEnv:
-        """Rebuild the env written by :meth:`to_json`."""
-        document = json.loads(text)
-        if document.get("format") != JSON_FORMAT:
-            raise ValueError(f"not a ShapeEnv document (format {document.get('format')!r}, expected {JSON_FORMAT!r})")
-        if document.get("version") != JSON_VERSION:
-            raise ValueError(
-                f"ShapeEnv JSON version {document.get('version')!r} is not supported; this shapecore reads version {JSON_VERSION}"
-            )
+        """Rebuild the env written by :meth:`to_json`.
+
+        The document is checked first (:mod:`shapecore.env_json`); a malformed one raises
+        :class:`~shapecore.errors.GuardInputError` naming the field, its line and its column.
+        """
+        from shapecore.env_json import read_env_json  # which reads this module's SymbolInfo
+        from shapecore.input_text import JsonInput
+
+        if not isinstance(text, str):
+            raise ArgumentError(f"from_json takes the JSON text, got {type(text).__name__}")
+        document = read_env_json(JsonInput(text, "<ShapeEnv JSON>"))
         env = cls(timeout_ms=timeout_ms)
-        for entry in document["symbols"]:
-            info = SymbolInfo(**entry)
+        for info in document.symbols:
             env._symbols[info.name] = info
             if info.hint is not None:
                 env._reasoner.hints[info.name] = info.hint
         env._backed = sum(1 for s in env._symbols.values() if s.kind == "backed")
         env._unbacked = sum(1 for s in env._symbols.values() if s.kind == "unbacked")
-        for entry in document["log"]:
-            env._record(entry["kind"], as_claim(entry["expr"]), entry.get("msg", ""))
+        for entry in document.log:
+            try:
+                env._record(entry.kind, entry.expr, entry.msg)
+            except ConstraintError as error:
+                raise ConstraintError(f"{entry.where}: {error}") from None
         return env
 
     def __repr__(self) -> str:

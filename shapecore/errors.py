@@ -8,6 +8,7 @@ __all__ = [
     "UnboundSymbolError",
     "DataDependentError",
     "ConstraintError",
+    "GuardInputError",
     "ArgumentError",
 ]
 
@@ -62,6 +63,14 @@ class DataDependentError(ShapecoreError, RuntimeError):
 
 class ConstraintError(ShapecoreError, ValueError):
     """A range, fact or hint contradicts what is already known."""
+
+
+class GuardInputError(ShapecoreError, ValueError):
+    """Input text that cannot be read (a guard file, ShapeEnv JSON): ``where:line:column: message``."""
+
+    def __init__(self, where: str, line: int, column: int, message: str) -> None:
+        self.where, self.line, self.column, self.message = where, line, column, message
+        super().__init__(f"{where}:{line}:{column}: {message}")
 
 
 class ArgumentError(ShapecoreError, TypeError, ValueError):

@@ -4,7 +4,7 @@
 
 * **ShapeEnv JSON** (``ShapeEnv.to_json``): its guards and runtime asserts are guards; its
   declared ranges and user facts are assumptions.
-* **Corpus JSON** (``/work/shared/corpus``, ``schema_version`` 1): torch's raw guards, its
+* **Corpus JSON** (a guard corpus case, ``schema_version`` 1): torch's raw guards, its
   replacements as ``Eq(symbol, expr)``, each backed symbol's final range as a range guard
   (``var_to_range`` after tracing already carries what guards taught it, so it is a guard,
   not an assumption) and the deferred runtime asserts.
@@ -20,20 +20,22 @@
   comments are skipped.
 
 Every guard carries where it came from (``file:line:column``), and malformed input raises
-:class:`GuardInputError` with that location and what is wrong.
+:class:`GuardInputError` with that location and what is wrong (for JSON, also the path of the
+value, such as ``symbols[3].hint``). Reading is linear in the size of the input.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import sympy
 
-from shapecore.errors import ParseError, ShapecoreError
+from shapecore.env_json import is_env_json, read_env_json
+from shapecore.errors import GuardInputError, ParseError
 from shapecore.functions import int_symbol, symbol_for
+from shapecore.input_text import JsonInput, JsonPath, LocatedText, format_path
 from shapecore.parsing import parse
 from shapecore.reasoner import as_claim
 
@@ -41,14 +43,6 @@ __all__ = ["GuardInputError", "Guard", "GuardSet", "read_guard_set"]
 
 GuardKind = Literal["guard", "runtime_assert", "replacement", "range", "fact"]
 Range = tuple[int | None, int | None]
-
-
-class GuardInputError(ShapecoreError, ValueError):
-    """Input that cannot be read: ``where:line:column: message``."""
-
-    def __init__(self, where: str, line: int, column: int, message: str) -> None:
-        self.where, self.line, self.column, self.message = where, line, column, message
-        super().__init__(f"{where}:{line}:{column}: {message}")
 
 
 @dataclass(frozen=True)
@@ -77,36 +71,7 @@ class GuardSet:
     hints: dict[str, int] = field(default_factory=dict)
 
 
-def _position(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
-
-
-class _Reader:
-    def __init__(self, text: str, where: str) -> None:
-        self.text = text
-        self.where = where
-
-    def error(self, offset: int, message: str) -> GuardInputError:
-        return GuardInputError(self.where, *_position(self.text, offset), message)
-
-    def parsed(self, source: str, offset: int, *, claim: bool = True) -> sympy.Basic:
-        """``source`` (found at ``offset`` in the file) parsed; errors point into the file."""
-        try:
-            expr = parse(source)
-            return as_claim(expr) if claim else expr
-        except ParseError as error:
-            lines = source.split("\n")
-            inner = sum(len(line) + 1 for line in lines[: error.line - 1]) + error.column - 1
-            raise self.error(offset + inner, error.message) from None
-        except TypeError as error:
-            raise self.error(offset, str(error)) from None
-
-    def location(self, offset: int) -> str:
-        """``file:line:column`` of ``offset``."""
-        line, column = _position(self.text, offset)
-        return f"{self.where}:{line}:{column}"
-
+class _Reader(LocatedText):
     def guard(self, source: str, offset: int, kind: GuardKind = "guard") -> Guard:
         return Guard(self.parsed(source, offset), self.location(offset), kind)
 
@@ -211,104 +176,105 @@ def _read_log_line(reader: _Reader, result: GuardSet, line: str, offset: int) ->
 # -- JSON -----------------------------------------------------------------------------------------
 
 
-class _JsonReader(_Reader):
-    def __init__(self, text: str, where: str) -> None:
-        super().__init__(text, where)
-        self.cursor = 0
-
-    def locate(self, value: str) -> int:
-        """Offset of the JSON string ``value`` in the file (searching on from the last one)."""
-        encoded = json.dumps(value)
-        found = self.text.find(encoded, self.cursor)
-        if found < 0:
-            found = self.text.find(encoded)
-        if found < 0:
-            return 0
-        self.cursor = found + len(encoded)
-        return found + 1
-
-    def key_offset(self, name: str, key: str) -> int:
-        """Offset of ``"key"`` in the JSON object whose ``"name"`` is ``name``."""
-        start = self.text.find(f'"name": {json.dumps(name)}')
-        found = self.text.find(json.dumps(key), max(start, 0))
-        return found if found >= 0 else 0
-
-    def json_guard(self, value: Any, context: str, kind: GuardKind = "guard") -> Guard:
-        if not isinstance(value, str):
-            raise self.error(self.cursor, f"{context}: expected guard text, got {json.dumps(value)[:60]}")
-        return self.guard(value, self.locate(value), kind)
-
-
-def _read_shape_env(reader: _JsonReader, document: dict[str, Any]) -> GuardSet:
+def _read_shape_env(source: JsonInput) -> GuardSet:
     result = GuardSet("shapeenv")
-    for entry in document.get("symbols", []):
-        if entry.get("source"):
-            result.sources[entry["name"]] = entry["source"]
-        if entry.get("hint") is not None:
-            result.hints[entry["name"]] = entry["hint"]
-    kinds = {"range": "range", "fact": "fact", "guard": "guard", "runtime_assert": "runtime_assert"}
-    for i, entry in enumerate(document.get("log", [])):
-        kind = kinds.get(entry.get("kind"))
-        if kind is None:
-            raise reader.error(reader.cursor, f"log[{i}]: unknown kind {entry.get('kind')!r}; expected one of {', '.join(kinds)}")
-        guard = reader.json_guard(entry.get("expr"), f"log[{i}].expr", kind)  # type: ignore[arg-type]
-        (result.assumptions if kind in ("range", "fact") else result.guards).append(guard)
+    document = read_env_json(source)
+    for info in document.symbols:
+        if info.source:
+            result.sources[info.name] = info.source
+        if info.hint is not None:
+            result.hints[info.name] = info.hint
+    for entry in document.log:
+        guard = Guard(entry.expr, entry.where, entry.kind)
+        (result.assumptions if entry.kind in ("range", "fact") else result.guards).append(guard)
     return result
 
 
-def _corpus_bound(text: str) -> int | None:
-    return _bound(text) if isinstance(text, str) else None
+_CORPUS_VERSION = 1
 
 
-def _read_corpus(reader: _JsonReader, document: dict[str, Any]) -> GuardSet:
+def _corpus_bound(source: JsonInput, path: JsonPath) -> int | None:
+    """A corpus range bound: an int (written as a string, as torch prints it), or None if open."""
+    value = source.value(path, "a string", "an integer", "null")
+    return _bound(value) if isinstance(value, str) else value
+
+
+def _corpus_entries(source: JsonInput, key: str, fields: tuple[str, ...]) -> list[tuple[JsonPath, int]]:
+    """``(path, offset)`` of each entry of the list ``key`` (if present): objects with string ``fields``."""
+    if key not in source.root:
+        return []
+    source.value((key,), "a list")
+    offsets = source.element_offsets_at(source.offset((key,)))
+    for i in range(len(offsets)):
+        source.value((key, i), "an object")
+        for name in fields:
+            source.value((key, i, name), "a string")
+    return [((key, i), offset) for i, offset in enumerate(offsets)]
+
+
+def _corpus_expr(source: JsonInput, path: JsonPath, offset: int, *, claim: bool = True) -> tuple[sympy.Basic, str]:
+    """The parsed ``str`` of the entry at ``path`` (found at ``offset``), and where its text is."""
+    start = source.offset(("str",), start=offset) + 1  # the text, after the quote
+    text = source.value((*path, "str"), "a string")
+    return source.parsed(text, start, claim=claim, context=format_path((*path, "str"))), source.location(start)
+
+
+def _corpus_symbol(source: JsonInput, path: JsonPath) -> str:
+    name = source.value(path, "a string")
+    if not name.isidentifier():
+        raise source.error_at(path, f"expected a symbol name, got {name!r}")
+    return name
+
+
+def _read_corpus(source: JsonInput) -> GuardSet:
+    version = source.value(("schema_version",), "an integer")
+    if version != _CORPUS_VERSION:
+        raise source.error_at(("schema_version",), f"corpus schema_version {version} is not supported; "
+                              f"this shapecore reads version {_CORPUS_VERSION}")
     result = GuardSet("corpus")
     backed = []
-    for entry in document.get("symbols", []):
-        name = entry["name"]
-        if entry.get("sources"):
-            result.sources[name] = entry["sources"][0]
-        if entry.get("hint") is not None and entry.get("kind") == "backed":
-            result.hints[name] = entry["hint"]
-        if entry.get("kind") == "backed":
-            backed.append(entry)
-    for i, entry in enumerate(document.get("guards", [])):
-        result.guards.append(reader.json_guard(entry.get("str"), f"guards[{i}].str"))
+    for path, _ in _corpus_entries(source, "symbols", ("name",)):
+        name = _corpus_symbol(source, (*path, "name"))
+        if source.value((*path, "sources"), "a list", default=[]):
+            result.sources[name] = source.value((*path, "sources", 0), "a string")
+        hint = source.value((*path, "hint"), "an integer", "null", default=None)
+        if source.value((*path, "kind"), "a string", default=None) == "backed":
+            if hint is not None:
+                result.hints[name] = hint
+            backed.append((name, path))
+    for path, offset in _corpus_entries(source, "guards", ("str",)):
+        result.guards.append(Guard(*_corpus_expr(source, path, offset), "guard"))
     replaced = set()
-    for i, entry in enumerate(document.get("replacements", [])):
-        value, symbol = entry.get("str"), entry.get("symbol")
-        if not isinstance(value, str) or not isinstance(symbol, str) or not symbol.isidentifier():
-            raise reader.error(reader.cursor, f"replacements[{i}]: expected a symbol name and expression text")
-        offset = reader.locate(value)
-        target = reader.parsed(value, offset, claim=False)
-        result.guards.append(Guard(sympy.Eq(symbol_for(symbol), target), reader.location(offset), "replacement"))
+    for path, offset in _corpus_entries(source, "replacements", ("symbol", "str")):
+        symbol = _corpus_symbol(source, (*path, "symbol"))
+        target, where = _corpus_expr(source, path, offset, claim=False)
+        result.guards.append(Guard(sympy.Eq(symbol_for(symbol), target), where, "replacement"))
         replaced.add(symbol)
-    for entry in backed:
-        if entry["name"] in replaced:
+    for name, path in backed:
+        if name in replaced or "range" not in source.value(path, "an object"):
             continue
-        lo, hi = (_corpus_bound(b) for b in entry.get("range", [None, None]))
-        x = int_symbol(entry["name"])
-        where = reader.location(reader.key_offset(entry["name"], "range"))
+        if len(source.value((*path, "range"), "a list")) != 2:
+            raise source.error_at((*path, "range"), "expected [lower, upper]")
+        lo, hi = _corpus_bound(source, (*path, "range", 0)), _corpus_bound(source, (*path, "range", 1))
+        x = int_symbol(name)
+        where = source.location(source.offset((*path, "range"), key=True))
         if lo is not None and hi is not None:
             result.guards.append(Guard(sympy.And(sympy.Ge(x, lo), sympy.Le(x, hi)), where, "range"))
         elif lo is not None or hi is not None:
             result.guards.append(Guard(sympy.Ge(x, lo) if lo is not None else sympy.Le(x, hi), where, "range"))
-    for i, entry in enumerate(document.get("runtime_asserts", [])):
-        result.guards.append(reader.json_guard(entry.get("str"), f"runtime_asserts[{i}].str", "runtime_assert"))
+    for path, offset in _corpus_entries(source, "runtime_asserts", ("str",)):
+        result.guards.append(Guard(*_corpus_expr(source, path, offset), "runtime_assert"))
     return result
 
 
 def read_guard_set(text: str, where: str = "<input>") -> GuardSet:
     """The guard set in ``text`` (any form in the module docstring); ``where`` names the file."""
     if text.lstrip().startswith("{"):
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise GuardInputError(where, error.lineno, error.colno, f"invalid JSON: {error.msg}") from None
-        reader = _JsonReader(text, where)
-        if isinstance(document, dict) and document.get("format") == "shapecore.ShapeEnv":
-            return _read_shape_env(reader, document)
-        if isinstance(document, dict) and "schema_version" in document and "guards" in document:
-            return _read_corpus(reader, document)
+        source = JsonInput(text, where)
+        if is_env_json(source.root):
+            return _read_shape_env(source)
+        if isinstance(source.root, dict) and "schema_version" in source.root and "guards" in source.root:
+            return _read_corpus(source)
         raise GuardInputError(
             where, 1, 1, "unrecognized JSON: expected ShapeEnv.to_json() output or a guard corpus case (schema_version 1)"
         )

@@ -13,6 +13,7 @@ from shapecore import (
     ArgumentError,
     ConstraintError,
     DataDependentError,
+    GuardInputError,
     ShapeEnv,
     ValueRange,
     int_symbol,
@@ -226,3 +227,51 @@ def test_big_hints_round_trip():
     env.create_symbol(10**400, max=10**401)
     env.evaluate_expr(f"s0 > {10**400 - 5}")
     assert ShapeEnv.from_json(env.to_json()).to_json() == env.to_json()
+
+
+def _env_document():
+    env = ShapeEnv()
+    env.create_symbol(8, source="x.size()[0]")
+    env.create_unbacked_symbol()
+    env.evaluate_expr("s0 > 4")
+    return json.loads(env.to_json())
+
+
+def _with(change):
+    document = _env_document()
+    change(document)
+    return json.dumps(document, indent=2)
+
+
+def _at(text, line, column):
+    return text.split("\n")[line - 1][column - 1 :]
+
+
+@pytest.mark.parametrize(
+    "text, message, culprit",
+    [
+        (_with(lambda d: d.update(version=99)), "version: ShapeEnv JSON version 99 is not supported", "99"),
+        (_with(lambda d: d.update(symbols={"s0": 8})), "symbols: expected a list, got {", "{"),
+        (_with(lambda d: d["symbols"].__setitem__(0, ["s0"])), r"symbols\[0\]: expected an object", "["),
+        (_with(lambda d: d["symbols"][0].pop("name")), r"symbols\[0\]: missing field 'name'", "{"),
+        (_with(lambda d: d["symbols"][0].update(hint="seven")), r'symbols\[0\].hint: expected an integer, got "seven"', '"seven"'),
+        (_with(lambda d: d["symbols"][0].update(hnt=8)), r"symbols\[0\]: unknown field 'hnt'", "{"),
+        (_with(lambda d: d["symbols"][0].update(name="a b")), r"symbols\[0\].name: .*cannot name a symbol", '"a b"'),
+        (_with(lambda d: d["symbols"][1].update(name="s0")), r"symbols\[1\].name: symbol s0 is listed twice", '"s0"'),
+        (_with(lambda d: d["symbols"][1].update(kind="float")), r"symbols\[1\].kind: expected 'backed' or 'unbacked'", '"float"'),
+        (_with(lambda d: d["log"][0].update(kind="bogus")), r"log\[0\].kind: expected one of range, fact, guard", '"bogus"'),
+        (_with(lambda d: d["log"][1].update(expr=5)), r"log\[1\].expr: expected a string, got 5", "5"),
+        (_with(lambda d: d["log"][1].update(expr="s0 >")), r"log\[1\].expr: syntax error", ""),
+        (_with(lambda d: d["log"][1].update(expr="s9 > 4")), r"log\[1\].expr: mentions s9, which is not in symbols", '"s9'),
+        (_with(lambda d: d["log"].append("s0 > 5")), r"log\[2\]: expected an object", '"s0 > 5"'),
+        (_with(lambda d: d.pop("log")), "the document: missing field 'log'", "{"),
+        (json.dumps(_env_document(), indent=2).replace('"hint": 8', '"hint": NaN'), "invalid JSON: NaN", "NaN"),
+        ("[1, 2]", "the document: expected an object", "["),
+    ],
+)
+def test_malformed_json_is_refused_with_its_place(text, message, culprit):
+    # Each used to be accepted silently or to raise AttributeError, KeyError or TypeError.
+    with pytest.raises(GuardInputError, match=message) as info:
+        ShapeEnv.from_json(text)
+    error = info.value
+    assert error.where == "<ShapeEnv JSON>" and _at(text, error.line, error.column).startswith(culprit)

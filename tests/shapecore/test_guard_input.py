@@ -146,5 +146,47 @@ def test_json_errors_are_located():
     corpus = '{"schema_version": 1, "symbols": [],\n "guards": [{"str": "s0 >= 2"}, {"str": "Eq(s0,, 1)"}]}'
     with pytest.raises(GuardInputError) as caught:
         read_guard_set(corpus, "c.json")
-    assert str(caught.value).startswith("c.json:2:48: syntax error")  # the second comma
+    assert str(caught.value).startswith("c.json:2:48: guards[1].str: syntax error")  # the second comma
     assert at(corpus, "c.json:2:48").startswith(", 1)")
+
+
+def _corpus(**fields):
+    return {"schema_version": 1, "symbols": [], "guards": [], **fields}
+
+
+@pytest.mark.parametrize(
+    "document, message",
+    [
+        (_corpus(symbols=[{"kind": "backed"}]), r"symbols\[0\]: missing field 'name'"),
+        (_corpus(symbols={"s0": {}}), r"symbols: expected a list"),
+        (_corpus(guards=["s0 > 2"]), r"guards\[0\]: expected an object, got \"s0 > 2\""),
+        (_corpus(guards=[{"str": 3}]), r"guards\[0\].str: expected a string, got 3"),
+        (_corpus(schema_version=2), "schema_version: corpus schema_version 2 is not supported"),
+        (_corpus(replacements=[{"symbol": "a b", "str": "1"}]), r"replacements\[0\].symbol: expected a symbol name"),
+        (_corpus(symbols=[{"name": "s0", "kind": "backed", "range": ["2"]}]), r"symbols\[0\].range: expected \[lower, upper\]"),
+        (_corpus(symbols=[{"name": "s0", "kind": "backed", "hint": "8"}]), r"symbols\[0\].hint: expected an integer or null"),
+        (_corpus(runtime_asserts=[{"str": "Eq(u0,, 1)"}]), r"runtime_asserts\[0\].str: syntax error"),
+    ],
+)
+def test_malformed_corpus_json_is_located(document, message):
+    # Wrong shapes used to raise AttributeError, KeyError or TypeError.
+    with pytest.raises(GuardInputError, match=rf"^c.json:\d+:\d+: {message}"):
+        read_guard_set(json.dumps(document, indent=1), "c.json")
+
+
+def test_corpus_bounds_may_be_integers():
+    document = _corpus(symbols=[{"name": "s0", "kind": "backed", "hint": 8, "range": [2, None]}])
+    assert [str(g.expr) for g in read_guard_set(json.dumps(document), "c.json").guards] == ["s0 >= 2"]
+
+
+def test_shape_env_json_is_read_by_the_one_checking_reader():
+    # The CLI read ShapeEnv JSON without a version check; it now shares ShapeEnv.from_json's reader.
+    env = ShapeEnv()
+    env.create_symbol(8)
+    document = json.loads(env.to_json())
+    document["version"] = 99
+    text = json.dumps(document, indent=2)
+    with pytest.raises(GuardInputError, match=r"^env.json:3:14: version: ShapeEnv JSON version 99 is not supported"):
+        read_guard_set(text, "env.json")
+    with pytest.raises(GuardInputError, match=r"^<ShapeEnv JSON>:3:14: version: ShapeEnv JSON version 99"):
+        ShapeEnv.from_json(text)
