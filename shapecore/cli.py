@@ -8,7 +8,9 @@ those other packages register (:data:`PLUGIN_GROUP`). Guard files are read by
 Every subcommand has ``--help`` with examples. Exit codes: 0 success (``prove``: proved),
 1 a negative answer (``prove``: refuted; ``simplify``/``explain``: the guards contradict each
 other; ``check``: a guard fails), 2 malformed input (printed as ``where:line:column:
-message``, never a traceback), 3 unknown.
+message``, never a traceback), 3 unknown, 4 an internal error: a bug in shapecore, not in the
+input, printed as one line naming the exception and where it was raised (never as 1 or 2,
+which would pass it off as an answer or as the user's mistake).
 """
 
 from __future__ import annotations
@@ -16,44 +18,84 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from shapecore.errors import ParseError, ShapecoreError
+from shapecore.errors import ArgumentError, ParseError, ShapecoreError
+from shapecore.parsing import MAX_INTEGER_DIGITS
 from shapecore.reasoner import prove
+from shapecore.validation import check_integer, check_symbol_name
 
 if TYPE_CHECKING:
     from shapecore.guard_input import GuardSet
 
 __all__ = ["main", "UsageError"]
 
-EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE, EXIT_UNKNOWN, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 class UsageError(Exception):
     """Malformed input from the user: printed as ``where:line:column: message``, exit 2."""
 
 
+def _name(text: str, name: str) -> str:
+    """``name`` (from the argument ``text``) as a symbol name."""
+    try:
+        return check_symbol_name(name.strip(), "the name")
+    except ArgumentError as error:
+        raise UsageError(f"{text}:1:1: {error}") from None
+
+
+def _integer(text: str, digits: str, column: int, expected: str) -> int:
+    """The integer ``digits`` (at ``column`` of the argument ``text``); else ``expected`` is the error."""
+    where = text if len(text) <= 60 else text[:57] + "..."
+    magnitude = digits.strip().lstrip("+-")
+    if magnitude.isdigit() and len(magnitude) > MAX_INTEGER_DIGITS:  # int() itself refuses 4,300 digits
+        raise UsageError(f"{where}:1:{column}: the value is too large: {len(magnitude)} digits; "
+                         f"shapecore's integers have at most {MAX_INTEGER_DIGITS} digits")
+    try:
+        value = int(digits)
+    except ValueError:
+        raise UsageError(f"{where}:1:{column}: {expected}") from None
+    try:
+        return check_integer(value, "the value")
+    except ArgumentError as error:
+        raise UsageError(f"{where}:1:{column}: {error}") from None
+
+
 def parse_range(text: str) -> tuple[str, tuple[int | None, int | None]]:
     """``NAME=LO..HI`` (either bound may be omitted) → ``(name, (lo, hi))``."""
     name, eq, span = text.partition("=")
     lo_text, dots, hi_text = span.partition("..")
-    if not eq or not dots or not name.strip().isidentifier():
+    if not eq or not dots:
         raise UsageError(f"--range {text}:1:1: expected NAME=LO..HI, e.g. --range n=3..10000 (omit a bound to leave it open)")
-    try:
-        lo = int(lo_text) if lo_text.strip() else None
-        hi = int(hi_text) if hi_text.strip() else None
-    except ValueError:
-        raise UsageError(f"--range {text}:1:{len(name) + 2}: bounds must be integers, e.g. n=3..10000") from None
+    where = f"--range {text}"
+    name = _name(where, name)
+    expected = "bounds must be integers, e.g. n=3..10000"
+    lo = _integer(where, lo_text, len(name) + 2, expected) if lo_text.strip() else None
+    hi = _integer(where, hi_text, len(name) + 4 + len(lo_text), expected) if hi_text.strip() else None
     if lo is not None and hi is not None and lo > hi:
-        raise UsageError(f"--range {text}:1:{len(name) + 2}: empty range: {lo} > {hi}")
-    return name.strip(), (lo, hi)
+        raise UsageError(f"{where}:1:{len(name) + 2}: empty range: {lo} > {hi}")
+    return name, (lo, hi)
 
 
 def located(where: str, error: ParseError) -> UsageError:
     """A parse error re-labelled with where the text came from."""
     return UsageError(f"{where}:{error.line}:{error.column}: {error.message}")
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a positive integer (z3 reads 0 as no limit at all)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def _add_scope_options(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +132,7 @@ def _prove_parser(sub: argparse._SubParsersAction) -> None:
     _add_scope_options(parser)
     parser.add_argument("--smtlib", action="store_true",
                         help="print an SMT-LIB2 script whose (check-sat) is unsat exactly when the claim is proved")
-    parser.add_argument("--timeout-ms", type=int, default=1000,
+    parser.add_argument("--timeout-ms", type=_positive_int, default=1000,
                         help="z3's budget in milliseconds: a deterministic resource count (the answer does not depend "
                         "on the machine's load) with a wall-clock backstop (default 1000)")
     parser.set_defaults(run=_run_prove)
@@ -115,18 +157,32 @@ def _run_prove(args: argparse.Namespace) -> int:
     return {"proved": EXIT_OK, "refuted": EXIT_NEGATIVE}.get(proof.status, EXIT_UNKNOWN)
 
 
+def _decoded(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text; a byte that is not UTF-8 is an error at its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line = data.count(b"\n", 0, error.start) + 1
+        column = len(data[line_start : error.start].decode("utf-8", errors="replace")) + 1
+        raise UsageError(f"{where}:{line}:{column}: not UTF-8 text (byte 0x{data[error.start]:02x}: "
+                         f"{error.reason}); guard files are UTF-8") from None
+
+
 def _read_input(path: str) -> GuardSet:
     """The guard set in ``path`` (``-``: standard input), in any form guard_input reads."""
     from shapecore.guard_input import read_guard_set
 
     if path == "-":
-        return read_guard_set(sys.stdin.read(), "<stdin>")
+        stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that a non-UTF-8 byte is reported
+        text = sys.stdin.read() if stdin is None else _decoded(stdin.read(), "<stdin>")
+        return read_guard_set(text, "<stdin>")
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as error:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
         raise UsageError(f"{path}:1:1: cannot read: {error}") from None
-    return read_guard_set(text, path)
+    return read_guard_set(_decoded(data, path), path)
 
 
 _INPUT_HELP = (
@@ -156,7 +212,7 @@ def _simplify_parser(sub: argparse._SubParsersAction) -> None:
                         "dropped, rewritten, contradiction and ranges; python: Python source over the inputs' sources")
     parser.add_argument("--explain", action="store_true",
                         help="also print every input guard, what became of it and why (json: an 'explain' list)")
-    parser.add_argument("--timeout-ms", type=int, default=2000,
+    parser.add_argument("--timeout-ms", type=_positive_int, default=2000,
                         help="z3's budget for the whole run, in milliseconds: a deterministic resource count (the "
                         "result does not depend on the machine's load) with a wall-clock backstop (default 2000)")
     parser.set_defaults(run=_run_simplify)
@@ -230,12 +286,10 @@ def _check_parser(sub: argparse._SubParsersAction) -> None:
 
 def _parse_value(text: str) -> tuple[str, int]:
     name, eq, value = text.partition("=")
-    if not eq or not name.strip().isidentifier():
+    if not eq:
         raise UsageError(f"{text}:1:1: expected NAME=VALUE, e.g. s0=64")
-    try:
-        return name.strip(), int(value)
-    except ValueError:
-        raise UsageError(f"{text}:1:{len(name) + 2}: the value must be an integer, e.g. {name.strip()}=64") from None
+    name = _name(text, name)
+    return name, _integer(text, value, len(name) + 2, f"the value must be an integer, e.g. {name}=64")
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -271,7 +325,7 @@ def _explain_parser(sub: argparse._SubParsersAction) -> None:
         description="Summarize what the guards of FILE (with their declared ranges) say about each symbol.",
         epilog="examples:\n"
         "  shapecore explain guards.txt\n"
-        "  shapecore explain /work/shared/corpus/compile_view8.json",
+        "  shapecore explain case.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", metavar="FILE", help=_INPUT_HELP)
@@ -357,19 +411,43 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _undecodable(argv: Sequence[str]) -> str | None:
+    """The error for the first argument that is not UTF-8 (Python keeps such bytes as lone
+    surrogates), or None."""
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            return f"argument {i} ('{shown}') is not UTF-8 text"
+    return None
+
+
+def _internal_error(command: str, error: Exception) -> str:
+    """One line for an exception that is a bug: its type, message and where it was raised."""
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    return (f"shapecore {command}: internal error: {type(error).__name__}: {error} (raised at "
+            f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}); this is a bug in shapecore, "
+            "not in the input: please report it with the command line")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code."""
+    """Run the CLI; returns the exit code (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    undecodable = _undecodable(argv)
+    if undecodable is not None:
+        print(f"shapecore: {undecodable}", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except UsageError as error:
+    except (UsageError, ShapecoreError) as error:
         print(f"shapecore {args.command}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (ShapecoreError, TypeError) as error:
-        print(f"shapecore {args.command}: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    except Exception as error:  # noqa: BLE001 - a bug: exit 4, never 1 (refuted) or 2 (bad input)
+        print(_internal_error(args.command, error), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover
