@@ -275,3 +275,13 @@ def test_malformed_json_is_refused_with_its_place(text, message, culprit):
         ShapeEnv.from_json(text)
     error = info.value
     assert error.where == "<ShapeEnv JSON>" and _at(text, error.line, error.column).startswith(culprit)
+
+
+def test_a_log_that_contradicts_itself_is_refused_at_its_entry():
+    document = _env_document()
+    document["log"].append({"kind": "fact", "expr": "s0 <= 1"})
+    text = json.dumps(document, indent=2)
+    with pytest.raises(ConstraintError, match=r"^<ShapeEnv JSON>:(\d+):(\d+): fact s0 <= 1 contradicts") as info:
+        ShapeEnv.from_json(text)
+    line, column = (int(n) for n in str(info.value).split(":")[1:3])
+    assert _at(text, line, column).startswith("s0 <= 1")
