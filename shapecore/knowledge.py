@@ -17,12 +17,17 @@ Ranges are then tightened by congruences and excluded values at their ends
 replacement. Everything digested is implied by the facts, so analyzers that use it are sound.
 An empty range or an unsolvable congruence records :attr:`Knowledge.contradiction`: the facts
 that cannot hold together.
+
+:meth:`Knowledge.checkpoint` and :meth:`Knowledge.rollback` make adding facts undoable: while
+a checkpoint is open every change is journaled, and rolling back restores the state exactly
+(a rejected fact leaves no trace; a scope of temporary facts ends where it began).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from fractions import Fraction
 
 import sympy
@@ -32,7 +37,7 @@ from shapecore.modular import ModularSet, combine_congruences, solve_linear_cong
 from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
 from shapecore.rewrite import Simplifier, canonicalize, substitute, symbols_of
 
-__all__ = ["Knowledge"]
+__all__ = ["Knowledge", "Checkpoint"]
 
 _FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le}
 
@@ -74,10 +79,26 @@ def _floor(value: Fraction) -> int:
     return math.floor(value)
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A state of a :class:`Knowledge` to roll back to (see :meth:`Knowledge.checkpoint`)."""
+
+    owner: Knowledge
+    depth: int  # how many checkpoints were open when this one was taken
+    journal: int  # length of the undo journal then
+    facts: int
+    symbols: frozenset[sympy.Symbol]
+    contradiction: tuple[int, ...] | None
+
+
+_ABSENT = object()
+
+
 class Knowledge:
     """The facts of one scope and their digest: replacements, ranges, congruences.
 
-    ``version`` increases with every change, so caches keyed by it stay valid.
+    ``version`` increases with every change (a rollback included), so caches keyed by it stay
+    valid.
     """
 
     def __init__(self) -> None:
@@ -92,6 +113,86 @@ class Knowledge:
         self._excluded: dict[sympy.Symbol, set[int]] = {}
         self._provenance: dict[sympy.Symbol, set[int]] = {}
         self._pending: list[tuple[sympy.Basic, set[int]]] = []  # not digestible (yet)
+        self._open: list[Checkpoint] = []  # checkpoints not yet rolled back or committed
+        self._journal: list[Callable[[], None]] = []  # undoes each change made since the first of them
+
+    # -- undo -----------------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """The current state, to :meth:`rollback` to; :meth:`commit` it to keep what follows.
+
+        Checkpoints nest: each must be rolled back or committed, innermost first. While one
+        is open, every change is journaled (a few closures per fact).
+        """
+        checkpoint = Checkpoint(self, len(self._open), len(self._journal), len(self.facts), self.symbols,
+                                self.contradiction)
+        self._open.append(checkpoint)
+        return checkpoint
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Undo every change since ``checkpoint`` and close it (and any opened after it)."""
+        self._close(checkpoint)
+        journal = self._journal
+        while len(journal) > checkpoint.journal:
+            journal.pop()()
+        del self.facts[checkpoint.facts :]
+        self.symbols = checkpoint.symbols
+        self.contradiction = checkpoint.contradiction
+        self.version += 1  # never reuse a version: caches keyed by it would see stale answers
+        if not self._open:
+            journal.clear()
+
+    def commit(self, checkpoint: Checkpoint) -> None:
+        """Keep every change since ``checkpoint`` and close it (and any opened after it)."""
+        self._close(checkpoint)
+        if not self._open:
+            self._journal.clear()
+
+    def _close(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.owner is not self or checkpoint.depth >= len(self._open) or self._open[checkpoint.depth] is not checkpoint:
+            raise ValueError("this checkpoint is not open on this Knowledge (already rolled back or committed?)")
+        del self._open[checkpoint.depth :]
+
+    def _set(self, mapping: dict, key: object, value: object) -> None:
+        """``mapping[key] = value``, undoably."""
+        if self._open:
+            old = mapping.get(key, _ABSENT)
+            self._journal.append(lambda: mapping.pop(key) if old is _ABSENT else mapping.__setitem__(key, old))
+        mapping[key] = value
+
+    def _pop(self, mapping: dict, key: object, default: object = None) -> object:
+        """``mapping.pop(key, default)``, undoably."""
+        old = mapping.pop(key, _ABSENT)
+        if old is _ABSENT:
+            return default
+        if self._open:
+            self._journal.append(lambda: mapping.__setitem__(key, old))
+        return old
+
+    def _grow(self, mapping: dict[sympy.Symbol, set], key: sympy.Symbol, items: Iterable) -> None:
+        """``mapping[key] |= items`` (a new set if there is none), undoably."""
+        current = mapping.get(key)
+        if current is None:
+            self._set(mapping, key, set(items))
+            return
+        new = set(items) - current
+        if new:
+            current |= new
+            if self._open:
+                self._journal.append(lambda: current.difference_update(new))
+
+    def _assign(self, name: str, value: object) -> None:
+        """``self.<name> = value``, undoably."""
+        if self._open:
+            old = getattr(self, name)
+            self._journal.append(lambda: setattr(self, name, old))
+        setattr(self, name, value)
+
+    def _append_pending(self, item: tuple[sympy.Basic, set[int]]) -> None:
+        pending = self._pending
+        pending.append(item)
+        if self._open:
+            self._journal.append(pending.pop)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -129,7 +230,7 @@ class Knowledge:
 
     def _contradict(self, sources: set[int]) -> None:
         if self.contradiction is None:
-            self.contradiction = tuple(sorted(sources))
+            self.contradiction = tuple(sorted(sources))  # restored by rollback from the checkpoint
 
     def _digest(self, fact: sympy.Basic, sources: set[int]) -> None:
         """Fold ``fact`` into the digest, or keep it pending until a replacement simplifies it."""
@@ -140,7 +241,7 @@ class Knowledge:
         if substituted is sympy.false:
             self._contradict(sources | self.provenance(fact.free_symbols))
         elif not self._fold(substituted, sources):
-            self._pending.append((fact, sources))
+            self._append_pending((fact, sources))
 
     def _fold(self, fact: sympy.Basic, sources: set[int]) -> bool:
         if fact is sympy.true:
@@ -197,20 +298,21 @@ class Knowledge:
         return True
 
     def _add_replacement(self, x: sympy.Symbol, expression: sympy.Basic, sources: set[int]) -> None:
-        sources = sources | self._provenance.pop(x, set())
+        sources = sources | self._pop(self._provenance, x, set())
         for symbol in expression.free_symbols:
-            self._provenance.setdefault(symbol, set()).update(sources)
+            self._grow(self._provenance, symbol, sources)
         try:
-            self.replacements = {y: substitute(e, {x: expression}) for y, e in self.replacements.items()}
+            replacements = {y: substitute(e, {x: expression}) for y, e in self.replacements.items()}
         except ZeroDivisionError:  # another replacement divides by x, which is now zero
             self._contradict(sources)
             return
-        self.replacements[x] = expression
+        replacements[x] = expression
+        self._assign("replacements", replacements)
         self.version += 1
-        known = self._declared.pop(x, UNBOUNDED)
-        congruence = self.congruences.pop(x, None)
-        excluded = self._excluded.pop(x, set())
-        self.ranges.pop(x, None)
+        known = self._pop(self._declared, x, UNBOUNDED)
+        congruence = self._pop(self.congruences, x)
+        excluded = self._pop(self._excluded, x, set())
+        self._pop(self.ranges, x)
         if not is_infinite(known.lo):
             self._digest(sympy.Ge(expression, known.lo), sources)
         if not is_infinite(known.hi):
@@ -221,7 +323,7 @@ class Knowledge:
             self._digest(sympy.Ne(expression, value), sources)
         waiting = [(f, src) for f, src in self._pending if x in f.free_symbols]
         if waiting:
-            self._pending = [(f, src) for f, src in self._pending if x not in f.free_symbols]
+            self._assign("_pending", [(f, src) for f, src in self._pending if x not in f.free_symbols])
             for fact, fact_sources in waiting:
                 self._digest(fact, fact_sources)
 
@@ -291,26 +393,26 @@ class Knowledge:
         congruence: ModularSet | None = None,
     ) -> None:
         """Narrow what is known about ``x`` and re-tighten its range."""
-        self._provenance.setdefault(x, set()).update(sources)
+        self._grow(self._provenance, x, sources)
         declared = self._declared.get(x, UNBOUNDED)
         if lo is not None or hi is not None:
             declared = declared & ValueRange(-math.inf if lo is None else lo, math.inf if hi is None else hi)
-            self._declared[x] = declared
+            self._set(self._declared, x, declared)
         if exclude is not None:
-            self._excluded.setdefault(x, set()).add(exclude)
+            self._grow(self._excluded, x, (exclude,))
         if congruence is not None:
             old = self.congruences.get(x)
             merged = congruence if old is None else combine_congruences(old, congruence)
             if merged is None:
                 self._contradict(self._provenance[x])
                 return
-            self.congruences[x] = merged
+            self._set(self.congruences, x, merged)
         self.version += 1
         tightened = self._tighten(x, declared)
         if tightened.is_empty:
             self._contradict(self._provenance[x])
             return
-        self.ranges[x] = tightened
+        self._set(self.ranges, x, tightened)
         if tightened.is_point:
             self._add_replacement(x, sympy.Integer(int(tightened.lo)), set(self._provenance.get(x, ())))
 

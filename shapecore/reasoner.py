@@ -17,12 +17,18 @@ The cheap layers only ever *prove*; they run only when every divisor in the clai
 be nonzero (so the claim is defined wherever the facts hold). When they show the claim false
 everywhere, the counterexample still comes from search or z3 and is checked by exact
 evaluation. Answers are cached per claim; any new fact starts a new cache.
+
+Facts can be taken back: :meth:`Reasoner.checkpoint` and :meth:`Reasoner.rollback` restore
+the scope exactly (a fact rejected by a caller leaves no trace), :meth:`Reasoner.transaction`
+keeps the facts of a block only if it ends normally.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
@@ -32,6 +38,7 @@ from shapecore.decide import LAYERS, CheapLayers
 from shapecore.errors import ArgumentError, UnboundSymbolError
 from shapecore.evaluation import evaluate, holds
 from shapecore.functions import int_symbol
+from shapecore.knowledge import Checkpoint as KnowledgeCheckpoint
 from shapecore.knowledge import Knowledge
 from shapecore.parsing import parse
 from shapecore.proof import Proof
@@ -40,7 +47,7 @@ from shapecore.search import find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
 from shapecore.z3backend import Z3Session
 
-__all__ = ["Reasoner", "prove", "as_expr", "as_claim"]
+__all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "as_expr", "as_claim"]
 
 ExprLike = str | sympy.Basic | int | bool
 _PROBE_BUDGET = 2  # points tried before any analysis
@@ -69,6 +76,14 @@ def as_claim(value: ExprLike) -> sympy.Basic:
             f"expected a claim such as Eq(Mod(s0, 8), 0) or s0 >= 2, got the integer expression {expr}"
         )
     return expr
+
+
+@dataclass(frozen=True)
+class ReasonerCheckpoint:
+    """A state of a :class:`Reasoner` to roll back to (see :meth:`Reasoner.checkpoint`)."""
+
+    knowledge: KnowledgeCheckpoint
+    hints_state: tuple[object, ...]
 
 
 class Reasoner:
@@ -116,6 +131,36 @@ class Reasoner:
         if self.hints:
             self._hint_point()  # check the facts at the hints now, as torch does when recording a guard
         return self.knowledge.facts[index]
+
+    def checkpoint(self) -> ReasonerCheckpoint:
+        """The current fact scope, to :meth:`rollback` to; :meth:`commit` it to keep what follows.
+
+        Checkpoints nest (innermost first), so they can also delimit scopes of temporary facts.
+        """
+        hints_state = (self._hints_key, self._hints_checked, self._hints_point)
+        return ReasonerCheckpoint(self.knowledge.checkpoint(), hints_state)
+
+    def rollback(self, checkpoint: ReasonerCheckpoint) -> None:
+        """Forget every fact added since ``checkpoint``: later answers are as if never added."""
+        self.knowledge.rollback(checkpoint.knowledge)
+        self._hints_key, self._hints_checked, self._hints_point = checkpoint.hints_state
+        if self._z3_facts > len(self.knowledge.facts):  # z3 saw a forgotten fact: start afresh
+            self._z3, self._z3_facts = None, 0
+
+    def commit(self, checkpoint: ReasonerCheckpoint) -> None:
+        """Keep the facts added since ``checkpoint`` and close it."""
+        self.knowledge.commit(checkpoint.knowledge)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Facts added in the block are kept if it ends normally, forgotten if it raises."""
+        checkpoint = self.checkpoint()
+        try:
+            yield
+        except BaseException:
+            self.rollback(checkpoint)
+            raise
+        self.commit(checkpoint)
 
     def set_range(self, symbol: str | sympy.Symbol, lo: int | None, hi: int | None) -> None:
         """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
