@@ -7,6 +7,13 @@ ranges, user facts (:meth:`ShapeEnv.add_fact`), guards recorded by
 reasoner; the env adds only bookkeeping: hints, sources, the guard list, and the error for a
 decision that would need an unbacked value.
 
+Invariants: every entry holds at the *example point* (the hints, extended through the
+replacements) whenever the point binds its symbols, so a decision read off the hints agrees
+with the facts; a condition that is false there, or undefined there (a zero divisor, where
+Python would raise ``ZeroDivisionError``), is never recorded. Recording is atomic: an entry
+rejected with :class:`~shapecore.errors.ConstraintError` leaves the env, its reasoner included,
+exactly as it was.
+
 Differences from torch, on purpose: hints of 0 and 1 are not specialized (create the symbol
 with ``min=0`` to allow them); facts are proofs rather than syntax, so ``Mod`` and
 ``PythonMod`` or ``FloorDiv`` and ``CleanDiv`` can never disagree.
@@ -15,20 +22,21 @@ with ``min=0`` to allow them); facts are proofs rather than syntax, so ``Mod`` a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import sympy
 
 from shapecore import functions as F
-from shapecore.errors import ArgumentError, ConstraintError, DataDependentError
+from shapecore.errors import ArgumentError, ConstraintError, DataDependentError, UnboundSymbolError
 from shapecore.evaluation import evaluate, holds
 from shapecore.printing import python_str
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange, bound, is_infinite
-from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr
-from shapecore.rewrite import substitute
+from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr, is_claim
+from shapecore.rewrite import build_keeping_divisions, divisors, substitute, symbols_of
 from shapecore.validation import check_bound, check_integer, check_symbol_name, check_values
 
 __all__ = ["ShapeEnv", "SymbolInfo", "RuntimeAssert", "JSON_FORMAT", "JSON_VERSION"]
@@ -163,22 +171,36 @@ class ShapeEnv:
 
     # -- facts ------------------------------------------------------------------------------
 
+    @contextmanager
+    def _atomically(self) -> Iterator[None]:
+        """Entries recorded in the block are all kept, or, if it raises, none: the env is as before."""
+        logged = len(self._log)
+        try:
+            with self._reasoner.transaction():
+                yield
+        except BaseException:
+            del self._log[logged:]
+            raise
+
     def _record(self, kind: FactKind, expr: sympy.Basic, msg: str = "") -> None:
-        before = self._reasoner.knowledge.contradiction
-        stored = self._reasoner.add_fact(expr)
-        self._log.append(_Entry(kind, stored, msg))
-        contradiction = self._reasoner.knowledge.contradiction
-        if before is None and contradiction is not None:
-            culprits = ", ".join(str(self._reasoner.knowledge.facts[i]) for i in contradiction)
-            self._log.pop()
-            raise ConstraintError(
-                f"{kind} {stored} contradicts what is already known ({culprits}); "
-                f"nothing was recorded — check the constraint or the example inputs"
-            )
+        """Record one entry; it must hold at the example point and not contradict the others."""
+        knowledge = self._reasoner.knowledge
+        with self._atomically():
+            self._check_at_example(kind, expr)
+            before = knowledge.contradiction
+            stored = self._reasoner.add_fact(expr)
+            self._log.append(_Entry(kind, stored, msg))
+            if before is None and knowledge.contradiction is not None:
+                culprits = ", ".join(str(knowledge.facts[i]) for i in knowledge.contradiction)
+                raise ConstraintError(
+                    f"{kind} {stored} contradicts what is already known ({culprits}); "
+                    f"nothing was recorded — check the constraint or the example inputs"
+                )
 
     def _constrain(self, symbol: sympy.Symbol, lo: int | None, hi: int | None) -> None:
-        for fact in ([sympy.Ge(symbol, lo)] if lo is not None else []) + ([sympy.Le(symbol, hi)] if hi is not None else []):
-            self._record("range", fact)
+        with self._atomically():
+            for fact in ([sympy.Ge(symbol, lo)] if lo is not None else []) + ([sympy.Le(symbol, hi)] if hi is not None else []):
+                self._record("range", fact)
 
     def _symbol(self, sym: str | sympy.Symbol) -> sympy.Symbol:
         if not isinstance(sym, (str, sympy.Symbol)):
@@ -197,33 +219,63 @@ class ShapeEnv:
             raise ConstraintError(f"range [{min}, {max}] for {symbol} excludes its hint {hint}")
         self._constrain(symbol, min, max)
 
-    def _check_at_hints(self, what: str, claim: sympy.Basic) -> None:
-        hints = self.hints
-        if claim.free_symbols and all(s.name in hints for s in claim.free_symbols) and not holds(claim, hints):
-            values = ", ".join(f"{s.name}={hints[s.name]}" for s in sorted(claim.free_symbols, key=str))
-            raise ConstraintError(f"{what} {claim} is false for the example values ({values})")
+    def _example(self) -> dict[str, int]:
+        """The hints, extended through the replacements where they bind every symbol."""
+        point = self.hints
+        for symbol, expression in self._reasoner.knowledge.replacements.items():
+            if symbol.name not in point and symbols_of(expression) <= {F.int_symbol(n) for n in point}:
+                try:
+                    point[symbol.name] = evaluate(expression, point)
+                except ZeroDivisionError:  # cannot happen while the invariant holds; leave it unbound
+                    pass
+        return point
+
+    def _check_at_example(self, kind: str, claim: sympy.Basic) -> None:
+        """Raise :class:`ConstraintError` if ``claim`` does not hold at the example point."""
+        point = self._example()
+        names = sorted(s.name for s in symbols_of(claim))
+        if not all(n in point for n in names):
+            return  # depends on an unbacked value: nothing to check it against
+        try:
+            problem = None if evaluate(claim, point) is True else "false"
+        except ZeroDivisionError:
+            problem = "undefined (a divisor is zero)"
+        if problem is not None:
+            values = ", ".join(f"{n}={point[n]}" for n in names) or "no symbols"
+            raise ConstraintError(
+                f"{kind} {claim} is {problem} for the example values ({values}); nothing was recorded"
+            )
 
     def add_fact(self, expr: ExprLike) -> None:
-        """Assume ``expr`` (a user constraint such as ``Eq(Mod(batch, 4), 0)``) from now on."""
+        """Assume ``expr`` (a user constraint such as ``Eq(Mod(batch, 4), 0)``) from now on.
+
+        Raises :class:`ConstraintError` (recording nothing) when it is false or undefined at
+        the hints, or contradicts what is already known.
+        """
         claim = as_claim(expr)
         self._check_known(claim)
-        self._check_at_hints("fact", claim)
         self._record("fact", claim)
 
     def defer_runtime_assert(self, expr: ExprLike, msg: str = "") -> bool:
         """Record a condition to check at run time; it is assumed from now on.
 
-        Returns True. Raises :class:`ConstraintError` when the facts already refute it.
+        Returns True. Raises :class:`ConstraintError` when the facts already refute it, or it
+        is false or undefined at the hints.
         """
         claim = as_claim(expr)
         self._check_known(claim)
         proof = self.prove(claim)
         if proof.proved:
             return True
-        if self.prove(sympy.Not(claim)).proved:
+        if self.prove(self._negation(claim)).proved:
             raise ConstraintError(f"runtime assert {claim} can never hold under the known facts: {msg}")
         self._record("runtime_assert", claim, msg)
         return True
+
+    @staticmethod
+    def _negation(claim: sympy.Basic) -> sympy.Basic:
+        """``Not(claim)``, defined exactly where ``claim`` is (sympy's folding may not drop a divisor)."""
+        return build_keeping_divisions(sympy.Not, claim)
 
     def _check_known(self, claim: sympy.Basic) -> None:
         for symbol in claim.free_symbols:
@@ -251,48 +303,54 @@ class ShapeEnv:
         )
 
     def _data_dependent(self, expr: sympy.Basic, suggestions: list[str]) -> DataDependentError:
-        symbol = self._unbacked_in(expr)[0]
-        info = self._symbols.get(symbol.name)
-        return DataDependentError(str(expr), symbol.name, info.source if info else None, suggestions)
+        name = self._unbacked_in(expr)[0].name
+        info = self._symbols.get(name)
+        return DataDependentError(str(expr), name, info.source if info else None, suggestions)
 
     def size_hint(self, expr: ExprLike) -> int | bool:
-        """The value of ``expr`` at the hints; records nothing.
+        """The value of ``expr`` at the hints, as Python computes it; records nothing.
 
-        Raises :class:`DataDependentError` if it depends on an unbacked symbol.
+        Raises :class:`DataDependentError` if it depends on an unbacked symbol, and
+        ``ZeroDivisionError`` if a divisor is zero at the hints.
         """
         value = as_expr(expr)
-        resolved = substitute(value, self._reasoner.knowledge.replacements)
-        if self._unbacked_in(value):
-            raise self._data_dependent(value, [])
-        return evaluate(resolved, self.hints)
+        try:
+            return evaluate(value, self._example())
+        except UnboundSymbolError:
+            raise self._data_dependent(value, []) from None
 
     def evaluate_expr(self, expr: ExprLike) -> int | bool:
         """Decide ``expr``: statically when possible, else from the hints, recording a guard.
 
         A condition returns a bool and records it (or its negation) as a guard when the facts
         alone do not settle it; an integer expression returns its value and records
-        ``Eq(expr, value)`` unless the value is already fixed.
+        ``Eq(expr, value)`` unless the facts already fix it. Like Python, it raises
+        ``ZeroDivisionError`` (recording nothing) when ``expr`` divides by zero at the hints.
         """
         value = as_expr(expr)
         self._check_known(value)
-        if value.is_Relational or isinstance(value, (sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom)):
+        if is_claim(value):
             return self._evaluate_condition(value)
-        resolved = substitute(value, self._reasoner.knowledge.replacements)
-        if resolved.is_Integer:
-            return int(resolved)
+        if not divisors(value):
+            resolved = substitute(value, self._reasoner.knowledge.replacements)
+            if resolved.is_Integer:
+                return int(resolved)
         number = self.size_hint(value)
-        self._record("guard", sympy.Eq(value, number))
+        claim = build_keeping_divisions(sympy.Eq, value, sympy.Integer(number))
+        if not self.prove(claim).proved:
+            self._record("guard", claim)
         return number
 
     def _evaluate_condition(self, claim: sympy.Basic) -> bool:
         if self.prove(claim).proved:
             return True
-        negation = sympy.Not(claim)
+        negation = self._negation(claim)
         if self.prove(negation).proved:
             return False
-        if self._unbacked_in(claim):
-            raise self._data_dependent(claim, [str(claim), str(negation)])
-        result = holds(claim, self.hints)
+        try:
+            result = evaluate(claim, self._example()) is True  # like Python: a zero divisor raises
+        except UnboundSymbolError:
+            raise self._data_dependent(claim, [str(claim), str(negation)]) from None
         self._record("guard", claim if result else negation)
         return result
 

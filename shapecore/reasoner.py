@@ -47,7 +47,7 @@ from shapecore.search import find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
 from shapecore.z3backend import Z3Session
 
-__all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "as_expr", "as_claim"]
+__all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "as_expr", "as_claim", "is_claim"]
 
 ExprLike = str | sympy.Basic | int | bool
 _PROBE_BUDGET = 2  # points tried before any analysis
@@ -68,10 +68,15 @@ def as_expr(value: ExprLike) -> sympy.Basic:
     raise ArgumentError(f"expected guard text or a sympy expression, got {type(value).__name__}: {value!r}")
 
 
+def is_claim(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` is a relation or boolean combination (not an integer expression)."""
+    return expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))
+
+
 def as_claim(value: ExprLike) -> sympy.Basic:
     """``value`` as a relation or boolean combination; integer expressions are rejected."""
     expr = as_expr(value)
-    if not (expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))):
+    if not is_claim(expr):
         raise ArgumentError(
             f"expected a claim such as Eq(Mod(s0, 8), 0) or s0 >= 2, got the integer expression {expr}"
         )

@@ -42,7 +42,16 @@ from shapecore import functions as F
 from shapecore.modular import ModularSet, _Analyzer
 from shapecore.ranges import ValueRange, _Bounder, _floor_div, is_infinite
 
-__all__ = ["canonicalize", "substitute", "simplify", "divisors", "needs_rewriting", "symbols_of", "Simplifier"]
+__all__ = [
+    "canonicalize",
+    "substitute",
+    "simplify",
+    "divisors",
+    "build_keeping_divisions",
+    "needs_rewriting",
+    "symbols_of",
+    "Simplifier",
+]
 
 
 def _rebuild(expr: sympy.Basic, visit: Callable[[sympy.Basic], sympy.Basic]) -> sympy.Basic:
@@ -129,6 +138,30 @@ def substitute(expr: sympy.Basic, replacements: Mapping[sympy.Symbol, sympy.Basi
 def divisors(expr: sympy.Basic) -> frozenset[sympy.Basic]:
     """The non-constant divisors in ``expr``: where it may be undefined."""
     return _survey(expr)[1]
+
+
+def build_keeping_divisions(build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:
+    """``build(*args)``, unevaluated if sympy's folding would drop a divisor of ``args``.
+
+    sympy folds as it builds (``x//y - x//y`` is 0, ``Not(x//y - x//y >= 0)`` is False), and
+    an expression is undefined wherever a division in it divides by zero: keeping the
+    structure keeps that (and ``evaluate`` raises ``ZeroDivisionError`` there, like Python).
+    """
+    result = build(*args)
+    required = set().union(*(divisors(a) for a in args))
+    if not required - divisors(result):
+        return result
+    result = build(*args, evaluate=False)
+    if required - divisors(result):  # And/Or fold a True argument, or a condition and its negation, even so
+        result = build(*(_opaque_to_connectives(a) for a in args), evaluate=False)
+    return result
+
+
+def _opaque_to_connectives(claim: sympy.Basic) -> sympy.Basic:
+    """``claim`` in a form ``And``/``Or`` never fold: ``Eq(0, 0)`` for True, ``~~claim`` otherwise."""
+    if claim is sympy.true or claim is sympy.false:
+        return (sympy.Eq if claim is sympy.true else sympy.Ne)(0, 0, evaluate=False)
+    return sympy.Not(sympy.Not(claim, evaluate=False), evaluate=False)
 
 
 def needs_rewriting(expr: sympy.Basic) -> bool:

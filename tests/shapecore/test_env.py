@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import sympy
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapecore import (
@@ -19,7 +19,7 @@ from shapecore import (
     int_symbol,
     parse,
 )
-from shapecore.testing import shape_envs
+from shapecore.testing import claims, relations, shape_envs
 
 
 def test_import_does_not_import_torch():
@@ -281,7 +281,84 @@ def test_a_log_that_contradicts_itself_is_refused_at_its_entry():
     document = _env_document()
     document["log"].append({"kind": "fact", "expr": "s0 <= 1"})
     text = json.dumps(document, indent=2)
-    with pytest.raises(ConstraintError, match=r"^<ShapeEnv JSON>:(\d+):(\d+): fact s0 <= 1 contradicts") as info:
+    reason = "(contradicts|is false for the example values)"  # the hints are checked first
+    with pytest.raises(ConstraintError, match=rf"^<ShapeEnv JSON>:(\d+):(\d+): fact s0 <= 1 {reason}") as info:
         ShapeEnv.from_json(text)
     line, column = (int(n) for n in str(info.value).split(":")[1:3])
     assert _at(text, line, column).startswith("s0 <= 1")
+
+
+# -- undefined at the hints: raise like Python, record nothing -------------------------------------
+
+
+def test_a_condition_undefined_at_the_hints_raises_and_records_nothing():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    with pytest.raises(ZeroDivisionError):
+        env.evaluate_expr("Mod(s0, s0 - 8) < s0 + 100")
+    with pytest.raises(ZeroDivisionError):
+        env.evaluate_expr("s0 // (s0 - 8)")
+    with pytest.raises(ZeroDivisionError):
+        env.size_hint("s0 // (s0 - 8)")
+    assert env.guards == []
+    assert env.evaluate_expr("Eq(s0, 3)") is False
+    assert env.evaluate_expr("s0 < 0") is False
+    assert env.evaluate_expr("s0 // (s0 - 6)") == 4
+
+
+def test_runtime_asserts_false_at_the_hints_are_rejected():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    env.create_unbacked_symbol(name="u0")
+    env.add_fact("Eq(u0, s0)")  # u0 := s0: the example point gives u0 the value 8
+    with pytest.raises(ConstraintError, match="false for the example values"):
+        env.defer_runtime_assert("Eq(s0, 3)")
+    assert env.evaluate_expr("u0 > 5") is True and env.runtime_asserts == []
+
+
+# -- rejection is atomic ----------------------------------------------------------------------------
+
+
+def test_a_rejected_fact_leaves_no_trace():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    env.create_unbacked_symbol(min=0, max=10)
+    before = env.to_json()
+    with pytest.raises(ConstraintError, match="nothing was recorded"):
+        env.add_fact("u0 >= 20")
+    assert env.to_json() == before
+    assert env.evaluate_expr("Eq(s0, 3)") is False and env.prove("u0 <= 10").proved
+    with pytest.raises(ConstraintError):
+        env.constrain_range("u0", min=4, max=2)  # the first half holds alone; neither is kept
+    assert env.var_to_range[int_symbol("u0")] == ValueRange(0, 10)
+
+
+def _answers(env, queries):
+    return [env.prove(q).status for q in queries]
+
+
+def _agree(first, second):
+    return all("unknown" in (a, b) or a == b for a, b in zip(first, second))
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 3))
+@given(
+    env=shape_envs(("s0", "s1"), max_facts=2),
+    unbacked=st.lists(relations(("s0", "u0"), max_leaves=3, variable_divisors=False), max_size=2),
+    fact=relations(("s0", "s1", "u0"), max_leaves=3),
+    queries=st.lists(claims(("s0", "s1", "u0"), max_leaves=3), min_size=1, max_size=3),
+)
+def test_a_rejected_fact_leaves_the_env_answering_as_before(env, unbacked, fact, queries):
+    env.create_unbacked_symbol(name="u0", min=-10, max=10)
+    for extra in unbacked:
+        try:
+            env.add_fact(extra)
+        except ConstraintError:
+            pass
+    before, answers = env.to_json(), _answers(env, queries)
+    try:
+        env.add_fact(fact)
+    except ConstraintError:
+        assert env.to_json() == before
+        assert _agree(_answers(env, queries), answers)
+        assert _agree(_answers(ShapeEnv.from_json(before, timeout_ms=200), queries), answers)
