@@ -18,6 +18,13 @@ levels, where a chain of one kind of operator (a sum, a product, ``&``, ``|``, r
 or ``-``) counts as one level however long it is, up to what Python's own parser takes (a
 chain of about 3,000 operators).
 
+Folding never hides a division: sympy simplifies as it builds (``x//y - x//y`` is ``0``,
+``Ne(2*x, 5)`` is ``True``), but like Python, an expression is undefined wherever a division
+it was written with divides by zero. A node whose folding would drop a division is built
+unevaluated, as written (everything else still folds), so the text keeps Python's meaning:
+``x//y - x//y >= 0`` is True where ``y != 0`` and undefined (``ZeroDivisionError``) where
+``y == 0``.
+
 Every name is an integer symbol, except torch's float symbols ``zf<n>``/``zuf<n>``, which are real.
 """
 
@@ -34,6 +41,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ParseError
+from shapecore.rewrite import build_keeping_divisions, divisors
 
 __all__ = ["parse", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
 
@@ -118,6 +126,18 @@ _COMPARE: dict[type, Callable[[sympy.Basic, sympy.Basic], sympy.Basic]] = {
 
 _TOKEN = re.compile(r"\w+|\S")
 
+_DIVISOR_ARGUMENTS: dict[type, slice] = {
+    F.FloorDiv: slice(1, 2),
+    F.CleanDiv: slice(1, 2),
+    F.CeilDiv: slice(1, 2),
+    F.Mod: slice(1, 2),
+    F.PythonMod: slice(1, 2),
+    F.ModularIndexing: slice(1, 3),
+    F.IntTrueDiv: slice(1, 2),
+    F.FloatTrueDiv: slice(1, 2),
+}
+"""Which arguments of each division are divisors (a zero one makes the expression undefined)."""
+
 
 def _is_bool(expr: sympy.Basic) -> bool:
     return expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))
@@ -126,7 +146,9 @@ def _is_bool(expr: sympy.Basic) -> bool:
 class _Reader:
     """Turns one ``ast`` expression into sympy, reporting positions in the caller's text."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, keep_divisions: bool = False) -> None:
+        self.divisors: set[sympy.Basic] = set()  # every divisor a division was built with
+        self.keep_divisions = keep_divisions  # build a node unevaluated where folding drops a division
         self.text = text
         self.lines = text.splitlines() or [""]
         self.source = text.lstrip()
@@ -239,11 +261,11 @@ class _Reader:
 
     def _unary(self, node: ast.UnaryOp, operand: sympy.Basic) -> sympy.Basic:
         if isinstance(node.op, ast.USub):
-            return -self._checked(operand, node.operand, condition=False)
+            return self._build(sympy.Mul, sympy.S.NegativeOne, self._checked(operand, node.operand, condition=False))
         if isinstance(node.op, ast.UAdd):
             return self._checked(operand, node.operand, condition=False)
         if isinstance(node.op, (ast.Not, ast.Invert)):
-            return sympy.Not(self._checked(operand, node.operand, condition=True))
+            return self._build(sympy.Not, self._checked(operand, node.operand, condition=True))
         raise self.error(f"unsupported operator {type(node.op).__name__}", node)
 
     def _read_BinOp(self, node: ast.BinOp) -> sympy.Basic:
@@ -280,37 +302,37 @@ class _Reader:
                 if digits > MAX_INTEGER_DIGITS + 1:
                     raise self.error(f"product too large: its coefficient would exceed {MAX_INTEGER_DIGITS} digits, "
                                      "the most a guard's integers may have", node)
-            operands.append(-right if isinstance(node.op, ast.Sub) else right)
+            operands.append(self._build(sympy.Mul, sympy.S.NegativeOne, right) if isinstance(node.op, ast.Sub) else right)
         if isinstance(op, ast.BitAnd):
-            return sympy.And(*operands)
+            return self._build(sympy.And, *operands)
         if isinstance(op, ast.BitOr):
-            return sympy.Or(*operands)
+            return self._build(sympy.Or, *operands)
         if isinstance(op, ast.Mult):
-            return self._sized(sympy.Mul(*operands), run[-1])
-        return sympy.Add(*operands)
+            return self._sized(self._build(sympy.Mul, *operands), run[-1])
+        return self._build(sympy.Add, *operands)
 
     def _binary(self, node: ast.BinOp, left: sympy.Basic) -> sympy.Basic:
         """``left op right`` for an operator that is not associative (``//``, ``%``, ``**``, ``/``)."""
         op = node.op
         left, right = self._checked(left, node.left, condition=False), self._integer(node.right)
         if isinstance(op, ast.FloorDiv):
-            return F.FloorDiv(left, right)
+            return self._build(F.FloorDiv, left, right)
         if isinstance(op, ast.Mod):
-            return F.Mod(left, right)
+            return self._build(F.Mod, left, right)
         if isinstance(op, ast.Pow):
             self._check_power(left, right, node)
-            return self._sized(sympy.Pow(left, right), node)
+            return self._sized(self._build(sympy.Pow, left, right), node)
         if isinstance(op, ast.Div):
             if isinstance(right, sympy.Integer):
                 if right == 0:
                     raise self.error("division by zero", node.right)
-                return left * sympy.Rational(1, int(right))
-            return F.IntTrueDiv(left, right)
+                return self._build(sympy.Mul, left, sympy.Rational(1, int(right)))
+            return self._build(F.IntTrueDiv, left, right)
         raise self.error(f"unsupported operator {type(op).__name__} (bitwise operators apply to conditions only)", node)
 
     def _read_BoolOp(self, node: ast.BoolOp) -> sympy.Basic:
         values = [self._condition(v) for v in node.values]
-        return sympy.And(*values) if isinstance(node.op, ast.And) else sympy.Or(*values)
+        return self._build(sympy.And if isinstance(node.op, ast.And) else sympy.Or, *values)
 
     def _read_Compare(self, node: ast.Compare) -> sympy.Basic:
         operands = [self._integer(node.left)] + [self._integer(c) for c in node.comparators]
@@ -319,8 +341,8 @@ class _Reader:
             build = _COMPARE.get(type(op))
             if build is None:
                 raise self.error(f"unsupported comparison {type(op).__name__}", node)
-            parts.append(build(left, right))
-        return sympy.And(*parts)
+            parts.append(self._build(build, left, right))
+        return self._build(sympy.And, *parts)
 
     def _read_Call(self, node: ast.Call) -> sympy.Basic:
         if not isinstance(node.func, ast.Name):
@@ -341,7 +363,19 @@ class _Reader:
         args = [read(arg) for arg in node.args]
         if name == "PowByNatural":
             self._check_power(*args, node)
-        return build(*args)
+        return self._build(build, *args)
+
+    def _build(self, build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:
+        """``build(*args)``, noting the divisors it divides by, which folding may drop: with
+        ``keep_divisions``, a node that would drop one is built unevaluated instead."""
+        where = _DIVISOR_ARGUMENTS.get(build)  # type: ignore[call-overload]
+        if where is not None:
+            self.divisors.update(a for a in args[where] if not a.is_Number)
+        elif build is sympy.Pow and args[1].is_negative and not args[0].is_Number:
+            self.divisors.add(args[0])  # x**-n == 1/x**n
+        if build is sympy.Pow and args[0].is_zero and args[1].is_negative:
+            raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
+        return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -371,7 +405,10 @@ def parse(text: str) -> sympy.Basic:
     if isinstance(tree.body, ast.Tuple):
         raise reader.error("expected one expression, got several separated by commas", tree.body)
     _check_nesting(tree.body, reader)
-    return reader.read(tree)
+    result = reader.read(tree)
+    if reader.divisors - divisors(result):  # folding dropped a division: read again, keeping them
+        return _Reader(text, keep_divisions=True).read(tree)
+    return result
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import sympy
 
@@ -47,6 +47,7 @@ __all__ = [
     "substitute",
     "simplify",
     "divisors",
+    "keep_definedness",
     "build_keeping_divisions",
     "needs_rewriting",
     "symbols_of",
@@ -54,14 +55,17 @@ __all__ = [
 ]
 
 
-def _rebuild(expr: sympy.Basic, visit: Callable[[sympy.Basic], sympy.Basic]) -> sympy.Basic:
-    """``expr`` with ``visit`` applied to each argument, rebuilt only when one changed."""
+def _rebuild(
+    expr: sympy.Basic, visit: Callable[[sympy.Basic], sympy.Basic], *, keep_divisions: bool = False
+) -> sympy.Basic:
+    """``expr`` with ``visit`` applied to each argument, rebuilt only when one changed
+    (unevaluated, with ``keep_divisions``, where sympy's folding would drop a division)."""
     if not expr.args or expr.is_Atom:
         return expr
     args = tuple(visit(a) for a in expr.args)
     if all(new is old for new, old in zip(args, expr.args)):
         return expr
-    return expr.func(*args)
+    return build_keeping_divisions(expr.func, *args) if keep_divisions else expr.func(*args)
 
 
 def _canonical_node(expr: sympy.Basic) -> sympy.Basic:
@@ -117,7 +121,7 @@ def canonicalize(expr: sympy.Basic) -> sympy.Basic:
     def visit(node: sympy.Basic) -> sympy.Basic:
         found = memo.get(node)
         if found is None:
-            found = memo[node] = _canonical_node(_rebuild(node, visit))
+            found = memo[node] = _canonical_node(_rebuild(node, visit, keep_divisions=True))
         return found
 
     return visit(expr)
@@ -129,7 +133,12 @@ def symbols_of(expr: sympy.Basic) -> frozenset[sympy.Symbol]:
 
 
 def substitute(expr: sympy.Basic, replacements: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
-    """``expr`` with each replaced symbol swapped for its (fully resolved) expression."""
+    """``expr`` with each replaced symbol swapped for its (fully resolved) expression.
+
+    The rebuilt expression is folded, which may drop divisions (``(s1 - s0)*(x//y)`` is 0
+    under ``s1 := s0``): a caller that needs to know where ``expr`` is defined keeps
+    ``divisors(expr)`` of the original (as the reasoner and the simplifier do).
+    """
     if not replacements or not (symbols_of(expr) & replacements.keys()):
         return expr
     return expr.xreplace(dict(replacements))
@@ -162,6 +171,27 @@ def _opaque_to_connectives(claim: sympy.Basic) -> sympy.Basic:
     if claim is sympy.true or claim is sympy.false:
         return (sympy.Eq if claim is sympy.true else sympy.Ne)(0, 0, evaluate=False)
     return sympy.Not(sympy.Not(claim, evaluate=False), evaluate=False)
+
+
+def keep_definedness(claim: sympy.Basic, required: Iterable[sympy.Basic]) -> sympy.Basic:
+    """``claim`` and ``Ne(d, 0)`` for each divisor ``d`` of ``required`` that ``claim`` lost.
+
+    For a claim rebuilt from parts whose divisions were already folded away (by substituting
+    replacements, say): it then *holds* (:func:`shapecore.holds`) exactly where a claim built
+    without folding would, since each rule sympy folds by is an identity wherever the claim
+    is defined. Where the claim is undefined it is false rather than an error, so this suits
+    answers about where a claim holds, not its negation (see :func:`build_keeping_divisions`).
+    """
+    required = {d for d in required if not (d.is_Number and d != 0)}
+    result, restored = claim, set()
+    while True:
+        missing = sorted(required - divisors(result) - restored, key=sympy.default_sort_key)
+        if not missing:
+            return result
+        restored.update(missing)
+        # a condition may fold in turn (``Ne(x**2 + 1, 0)`` is True), dropping divisors inside
+        # ``d``: those were required too, so the next round restores them
+        result = sympy.And(result, *(sympy.Ne(d, 0) for d in missing))
 
 
 def needs_rewriting(expr: sympy.Basic) -> bool:

@@ -70,7 +70,7 @@ from shapecore.modular import ModularSet, tighten
 from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
-from shapecore.rewrite import canonicalize, divisors, substitute, symbols_of
+from shapecore.rewrite import canonicalize, divisors, keep_definedness, substitute, symbols_of
 from shapecore.validation import check_ranges, guard_list
 from shapecore.group_solver import GroupSolver, minimal_unsat, ordered, unsatisfiable
 from shapecore.z3backend import Translator
@@ -419,7 +419,7 @@ class _Simplification:
             expr, found = self._substituted(atom)
             verdict = False if expr is sympy.false else self._cheap(layers, expr, found)
             if verdict is None and isinstance(expr, sympy.Or):
-                self._prune_alternatives(atom, expr, layers)
+                self._prune_alternatives(atom, expr, found, layers)
             elif verdict is None:
                 verdict = {"summary": True, "never": False}.get(self._try_rewrite(atom, expr, found))  # type: ignore[arg-type]
             if verdict is True:
@@ -434,12 +434,16 @@ class _Simplification:
                     atom.learned = state
         return None
 
-    def _prune_alternatives(self, atom: _Atom, expr: sympy.Basic, layers: CheapLayers) -> None:
+    def _prune_alternatives(self, atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic],
+                            layers: CheapLayers) -> None:
         """Drop the alternatives of an ``Or`` that never hold where the summary does.
 
         ``A | B`` is ``B`` wherever ``A`` is false, as long as ``A`` is defined there (strict
         evaluation: a zero divisor in ``A`` makes the whole guard fail), so only alternatives
         without a symbolic divisor go. ``(s0 < 2) | (s1 > 5)`` under ``s0 >= 2`` is ``s1 > 5``.
+        ``expr`` is the conjunct with the replacements substituted, which may have folded
+        away divisions of the conjunct as written; ``found`` (its divisors, substituted) come
+        back as conditions.
         """
         if atom.rewrite is not None:
             return
@@ -452,7 +456,7 @@ class _Simplification:
             if not never:
                 kept.append(alternative)
         if kept and len(kept) < len(expr.args):
-            to = sympy.Or(*kept)
+            to = keep_definedness(sympy.Or(*kept), found)
             atom.rewrite = Rewrite(atom.expr, to, "the other alternatives never hold where the other guards do")
             atom.current = to
 

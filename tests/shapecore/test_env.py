@@ -14,12 +14,16 @@ from shapecore import (
     ConstraintError,
     DataDependentError,
     GuardInputError,
+    ParseError,
     ShapeEnv,
     ValueRange,
+    holds,
     int_symbol,
     parse,
 )
-from shapecore.testing import claims, relations, shape_envs
+from shapecore.testing import claims, fact_sets, relations, shape_envs
+
+from .guard_texts import claim_texts, int_texts, python_value
 
 
 def test_import_does_not_import_torch():
@@ -306,6 +310,22 @@ def test_a_condition_undefined_at_the_hints_raises_and_records_nothing():
     assert env.evaluate_expr("s0 // (s0 - 6)") == 4
 
 
+def test_a_division_folded_away_is_still_guarded():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    env.create_symbol(0, min=0)
+    with pytest.raises(ZeroDivisionError):
+        env.evaluate_expr("s0//s1 - s0//s1")  # Python raises at s1 = 0; sympy would fold it to 0
+    with pytest.raises(ZeroDivisionError):
+        env.evaluate_expr("s0//s1 - s0//s1 >= 0")
+    assert env.guards == []
+    env2 = ShapeEnv()
+    env2.create_symbol(8)
+    env2.create_symbol(3, min=-5)
+    assert env2.evaluate_expr("s0//s1 - s0//s1") == 0
+    assert env2.check_guards({"s0": 8, "s1": 0}) != [], "the guard must keep s1 != 0"
+
+
 def test_runtime_asserts_false_at_the_hints_are_rejected():
     env = ShapeEnv()
     env.create_symbol(8)
@@ -362,3 +382,35 @@ def test_a_rejected_fact_leaves_the_env_answering_as_before(env, unbacked, fact,
         assert env.to_json() == before
         assert _agree(_answers(env, queries), answers)
         assert _agree(_answers(ShapeEnv.from_json(before, timeout_ms=200), queries), answers)
+
+
+@st.composite
+def small_hint_envs(draw):
+    """Envs whose hints are small (0 included), so that divisors often vanish at the hints."""
+    env = ShapeEnv(timeout_ms=200)
+    for name in ("s0", "s1"):
+        env.create_symbol(draw(st.integers(0, 3)), name=name, min=-1)
+    for fact in draw(fact_sets(("s0", "s1"), max_size=2, variable_divisors=False)):
+        if holds(fact, env.hints):
+            env.add_fact(fact)
+    return env
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(env=small_hint_envs(), text=st.one_of(claim_texts(("s0", "s1"), max_leaves=3), int_texts(("s0", "s1"), max_leaves=3)))
+def test_evaluate_expr_answers_like_python_and_records_only_what_holds_at_the_hints(env, text):
+    hints = env.hints
+    try:
+        parse(text)
+    except ParseError:  # a divisor that is zero as written
+        return
+    guards = list(env.guards)
+    try:
+        expected = python_value(text, hints)
+    except ZeroDivisionError:
+        with pytest.raises(ZeroDivisionError):
+            env.evaluate_expr(text)
+        assert env.guards == guards, "nothing may be recorded"
+        return
+    assert env.evaluate_expr(text) == expected
+    assert all(holds(g, hints) for g in env.guards)

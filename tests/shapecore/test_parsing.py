@@ -10,10 +10,12 @@ import torch.utils._sympy.functions as T
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shapecore import ParseError, evaluate, int_symbol, parse, python_str
+from shapecore import ParseError, evaluate, holds, int_symbol, parse, python_str
 from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING
 from shapecore.printing import PYTHON_NAMESPACE
 from shapecore.testing import assignments, claims, int_exprs
+
+from .guard_texts import claim_texts, int_texts, python_holds, python_value
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
@@ -89,6 +91,86 @@ def test_parse_errors_name_line_column_and_token(text, line, column, token, word
 def test_parse_rejects_non_text():
     with pytest.raises(TypeError, match="guard text"):
         parse(3)
+
+
+# -- folding never hides a division ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x//y - x//y >= 0",
+        "Eq(Mod(x//y, -1), 0)",
+        "Or(Ne(2*x, 5), x//y > 0)",
+        "Eq(FloorDiv(x, y), FloorDiv(x, y))",
+        "x + 0*ModularIndexing(x, y, 3) > -100",
+        "Not(x//y - x//y >= 0)",
+    ],
+)
+def test_text_that_folding_would_rid_of_a_division_keeps_it(text):
+    claim = parse(text)
+    assert claim.free_symbols == {int_symbol("x"), int_symbol("y")}
+    assert holds(claim, {"x": 3, "y": 2}) != text.startswith("Not")
+    for reread in (claim, parse(str(claim))):
+        with pytest.raises(ZeroDivisionError):  # as in Python, also under Not
+            evaluate(reread, {"x": 3, "y": 0})
+
+
+def test_an_integer_expression_that_would_lose_a_division_stays_as_written():
+    expr = parse("x//y - x//y")
+    assert evaluate(expr, {"x": 7, "y": 2}) == 0
+    with pytest.raises(ZeroDivisionError):
+        evaluate(expr, {"x": 7, "y": 0})
+    assert evaluate(parse("Mod(x//y, 1)"), {"x": 7, "y": 3}) == 0
+    with pytest.raises(ZeroDivisionError):
+        evaluate(parse("0*(x % y)"), {"x": 7, "y": 0})
+
+
+@pytest.mark.parametrize("text", ["Mod(x, y - y)", "x // (2*y - y - y) > 1", "0**-1", "x % (x//y - x//y)"])
+def test_a_divisor_that_is_zero_as_written_is_a_parse_error(text):
+    with pytest.raises(ParseError, match="division by zero"):
+        parse(text)
+
+
+BOX = [{"x": x, "y": y} for x in range(-4, 5) for y in range(-4, 5)]
+
+
+def _python_raises_everywhere(text):
+    for point in BOX:
+        with pytest.raises(ZeroDivisionError):
+            python_value(text, point)
+
+
+@given(claim_texts(("x", "y")))
+def test_parsed_claims_hold_exactly_where_python_says(text):
+    """No parsed claim loses a divisor (nor changes its value): Python's eval is the oracle."""
+    try:
+        claim = parse(text)
+    except ParseError as error:
+        assert "division by zero" in error.message
+        _python_raises_everywhere(text)
+        return
+    for point in BOX:
+        assert holds(claim, point) == python_holds(text, point), point
+
+
+@given(int_texts(("x", "y")))
+def test_parsed_expressions_compute_what_python_computes(text):
+    try:
+        expr = parse(text)
+    except ParseError as error:
+        assert "division by zero" in error.message
+        _python_raises_everywhere(text)
+        return
+    for point in BOX:
+        try:
+            expected = python_value(text, point)
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                evaluate(expr, point)
+            continue
+        assert evaluate(expr, point) == expected, point
+        assert evaluate(parse(str(expr)), point) == expected, "printed and read back"
 
 
 # -- round trips -------------------------------------------------------------------------------

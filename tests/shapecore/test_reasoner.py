@@ -5,12 +5,14 @@ import itertools
 import pytest
 import sympy
 import z3
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapecore.functions as F
-from shapecore import ArgumentError, Proof, Reasoner, holds, parse, prove
+from shapecore import ArgumentError, ParseError, Proof, Reasoner, holds, parse, prove
 from shapecore.testing import claims, fact_sets
+
+from .guard_texts import claim_texts, python_holds
 
 REQUIRED = [
     ("Eq(Mod(s0*s1, 8), 0)", ["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"], None, "proved"),
@@ -51,7 +53,8 @@ def test_no_sign_is_assumed():
 
 
 def test_undefined_claims_never_hold():
-    assert prove("Eq(FloorDiv(s0, s1), FloorDiv(s0, s1))").status == "proved"  # folds structurally
+    proof = prove("Eq(FloorDiv(s0, s1), FloorDiv(s0, s1))")  # sympy folds it to True, but s1 may be 0
+    assert proof.status == "refuted" and proof.counterexample["s1"] == 0
     assert prove("FloorDiv(s0, s1) <= s0", ranges={"s0": (0, None), "s1": (1, None)}).status == "proved"
     proof = prove("FloorDiv(s0, s1) <= s0", ranges={"s0": (0, None)})
     assert proof.status == "refuted" and proof.counterexample["s1"] == 0
@@ -214,3 +217,33 @@ def test_integers_beyond_a_floats_range_are_exact():
 def test_arguments_that_cannot_work_are_refused(call, message):
     with pytest.raises(ArgumentError, match=message):
         call()
+
+
+# -- undefined terms -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("claim", ["x//y - x//y >= 0", "Eq(Mod(x//y, -1), 0)", "Or(Ne(2*x, 5), x//y > 0)"])
+def test_a_claim_undefined_somewhere_the_facts_allow_is_not_proved(claim):
+    proof = prove(claim)
+    assert proof.refuted and proof.counterexample["y"] == 0
+    assert prove(claim, facts=["y >= 1"]).proved
+
+
+TEXT_BOX = range(-5, 9)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(claim=claim_texts(("x", "y"), max_leaves=3), facts=st.lists(claim_texts(("x", "y"), max_leaves=2), max_size=2))
+def test_soundness_on_guard_text(claim, facts):
+    """Text as written (so sympy's folding is under test), Python's eval as the oracle."""
+    try:
+        proof = prove(claim, facts=facts, timeout_ms=200)
+    except ParseError:  # a divisor that is zero as written (test_parsing checks the message)
+        return
+    points = [{"x": x, "y": y} for x in TEXT_BOX for y in TEXT_BOX]
+    admissible = [p for p in points if all(python_holds(f, p) for f in facts)]
+    if proof.proved:
+        assert all(python_holds(claim, p) for p in admissible), "proved, yet false inside the box"
+    if proof.refuted:
+        values = {"x": 0, "y": 0, **proof.counterexample}  # a symbol folded away may be unbound
+        assert all(python_holds(f, values) for f in facts) and not python_holds(claim, values)

@@ -14,11 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapecore.simplifier as simplify_module
-from shapecore import ArgumentError, ConstraintError, FloorDiv, Max, Mod, holds, int_symbol, parse, simplify
+from shapecore import ArgumentError, ConstraintError, FloorDiv, Max, Mod, ParseError, holds, int_symbol, parse, simplify
 from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
 from shapecore.z3backend import Translator
+
+from .guard_texts import claim_texts, python_holds
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
@@ -177,6 +179,20 @@ def test_a_zero_divisor_means_the_guard_never_holds():
     assert sampled_equivalent(guards, result.guards, ("s0", "s1", "s2"), range(-3, 4)) is None
 
 
+def test_a_division_folded_away_is_not_dropped():
+    result = simplify(["Or(Ne(2*x, 5), x//y > 0)", "y >= 0"])
+    assert [y for y in range(-3, 4) if all(holds(g, {"x": 1, "y": y}) for g in result.guards)] == [1, 2, 3]
+    # under s2 := s1 the product vanishes, but y - z is still a divisor of the guard as written
+    guards = ["Or(s0 < 2, (x//(y - z))*(s1 - s2) + s3 > 0)", "Eq(s2, s1)", "s0 >= 2"]
+    result = simplify(guards)
+    point = {"s0": 3, "s1": 1, "s2": 1, "s3": 1, "x": 1, "y": 2, "z": 2}
+    assert not all(holds(g, point) for g in result.guards)
+    names = ("s0", "s1", "s2", "s3", "y", "z")
+    for values in itertools.product(range(-2, 4), repeat=len(names)):
+        point = {"x": 1, **dict(zip(names, values))}
+        assert all(holds(parse(g), point) for g in guards) == all(holds(g, point) for g in result.guards), point
+
+
 def test_contradictory_facts_are_an_error():
     with pytest.raises(ConstraintError, match="contradict"):
         simplify(["s0 >= 1"], facts=["s0 > 3"], ranges={"s0": (0, 2)})
@@ -320,3 +336,17 @@ def test_integers_beyond_a_floats_range_are_exact():
     big = 10**400
     kept = simplify([f"s0 >= {big}", f"s0 >= {big + 1}", f"Ne(s0, {big + 2})"]).guards
     assert set(kept) == {parse(f"s0 >= {big + 1}"), parse(f"Ne(s0, {big + 2})")}
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 3))
+@given(st.lists(st.one_of(claim_texts(("x", "y"), max_leaves=3), st.sampled_from(["Eq(x, y)", "Eq(x, y + 1)", "x >= 1"])),
+                min_size=1, max_size=3))
+def test_guard_text_simplifies_to_what_python_accepts(guards):
+    """Text as written (sympy folds while parsing, the digest substitutes): Python is the oracle."""
+    try:
+        result = simplify(guards, timeout_ms=100)
+    except ParseError:  # a divisor that is zero as written
+        return
+    for x, y in itertools.product(range(-6, 9), repeat=2):
+        point = {"x": x, "y": y}
+        assert all(python_holds(g, point) for g in guards) == all(holds(g, point) for g in result.guards), point

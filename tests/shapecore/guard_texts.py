@@ -1,0 +1,119 @@
+"""Guard *text* as users write it, and Python itself as the oracle of what it means.
+
+The strategies build text (not sympy trees), so parsing, and sympy's folding while it builds,
+are under test too; they favour what folds: ``a - a``, ``0*(a)``, ``Mod(a, 1)``, ``(a)**0``,
+``Eq(a, a)``, ``Ne(2*a, 5)``, ``Or(True-ish, ...)``. :func:`python_value` evaluates a text with
+Python's own operators (``FloorDiv`` is ``//``, ``And`` evaluates every argument, as guards do),
+so ``holds(parse(text), point)`` must equal :func:`python_holds`.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Mapping, Sequence
+
+from hypothesis import strategies as st
+
+PYTHON_MEANING: dict[str, object] = {
+    "FloorDiv": operator.floordiv,
+    "CleanDiv": operator.floordiv,
+    "CeilDiv": lambda a, b: -((-a) // b),
+    "Mod": operator.mod,
+    "PythonMod": operator.mod,
+    "ModularIndexing": lambda a, b, c: (a // b) % c,
+    "Max": max,
+    "Min": min,
+    "Eq": operator.eq,
+    "Ne": operator.ne,
+    "Lt": operator.lt,
+    "Le": operator.le,
+    "Gt": operator.gt,
+    "Ge": operator.ge,
+    "And": lambda *xs: all(xs),  # the arguments are all evaluated before the call: strict
+    "Or": lambda *xs: any(xs),
+    "Not": operator.not_,
+}
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _code(text: str):
+    return compile(text, "<guard>", "eval")
+
+
+def python_value(text: str, point: Mapping[str, int]) -> object:
+    """``text`` evaluated by Python at ``point`` (raises ``ZeroDivisionError`` like Python)."""
+    return eval(_code(text), dict(PYTHON_MEANING), dict(point))  # noqa: S307
+
+
+def python_holds(text: str, point: Mapping[str, int]) -> bool:
+    """Whether the guard ``text`` is True at ``point`` with no zero divisor."""
+    try:
+        return python_value(text, point) is True
+    except ZeroDivisionError:
+        return False
+
+
+def _divisions(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    pairs = st.tuples(children, children)
+    return st.one_of(
+        pairs.map(lambda ab: f"({ab[0]} + {ab[1]})"),
+        pairs.map(lambda ab: f"({ab[0]} - {ab[1]})"),
+        pairs.map(lambda ab: f"({ab[0]})*({ab[1]})"),
+        pairs.map(lambda ab: f"({ab[0]} // {ab[1]})"),
+        pairs.map(lambda ab: f"Mod({ab[0]}, {ab[1]})"),
+        pairs.map(lambda ab: f"CeilDiv({ab[0]}, {ab[1]})"),
+        st.tuples(children, children, children).map(lambda t: f"ModularIndexing({t[0]}, {t[1]}, {t[2]})"),
+        pairs.map(lambda ab: f"Max({ab[0]}, {ab[1]})"),
+        pairs.map(lambda ab: f"Min({ab[0]}, {ab[1]})"),
+        children.map(lambda a: f"({a})**2"),
+    )
+
+
+def _leaves(names: Sequence[str]) -> st.SearchStrategy[str]:
+    return st.one_of(st.sampled_from(list(names)), st.integers(-4, 6).map(str))
+
+
+def _small(names: Sequence[str]) -> st.SearchStrategy[str]:
+    """Small expressions, for the patterns that repeat one (so text stays short)."""
+    return st.recursive(_leaves(names), _divisions, max_leaves=3)
+
+
+def int_texts(names: Sequence[str], *, max_leaves: int = 5) -> st.SearchStrategy[str]:
+    """Integer expressions as text, over ``names``, with symbolic divisors and foldable parts."""
+    small = _small(names)
+    folding = st.one_of(  # what sympy folds away, divisions and all
+        small.map(lambda a: f"({a} - {a})"),
+        small.map(lambda a: f"Max({a}, {a})"),
+    )
+
+    def extend(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            _divisions(children),
+            folding,
+            children.map(lambda a: f"0*({a})"),
+            children.map(lambda a: f"({a})**0"),
+            st.tuples(children, st.sampled_from([1, -1])).map(lambda ab: f"Mod({ab[0]}, {ab[1]})"),
+        )
+
+    return st.recursive(_leaves(names), extend, max_leaves=max_leaves)
+
+
+def claim_texts(names: Sequence[str], *, max_leaves: int = 4) -> st.SearchStrategy[str]:
+    """Relations of :func:`int_texts` and their ``And``/``Or``/``Not``, as text."""
+    ints = int_texts(names, max_leaves=max_leaves)
+    small = _small(names)
+    relation = st.one_of(
+        st.tuples(st.sampled_from(["Eq", "Ne", "Lt", "Le", "Gt", "Ge"]), ints, ints).map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+        small.map(lambda a: f"Eq({a}, {a})"),
+        ints.map(lambda a: f"Ne(2*({a}), 5)"),  # never 5: sympy knows 2*a is even
+    )
+    return st.recursive(
+        relation,
+        lambda children: st.one_of(
+            st.tuples(children, children).map(lambda ab: f"And({ab[0]}, {ab[1]})"),
+            st.tuples(children, children).map(lambda ab: f"Or({ab[0]}, {ab[1]})"),
+            children.map(lambda a: f"Not({a})"),
+        ),
+        max_leaves=3,
+    )
