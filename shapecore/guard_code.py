@@ -10,7 +10,9 @@ Calling convention. ``sources`` maps each symbol name to the Python expression t
 value, e.g. ``{"s0": "x.size()[0]", "s1": "x.size()[1]"}``; the function takes, as keyword
 arguments, the free names of those expressions (here ``x``). Without ``sources`` every symbol
 reads itself, so the function takes the symbols as keywords: ``check(s0=16, s1=4)`` or
-``check(**values)``. Each symbol's source is evaluated once per call.
+``check(**values)``. Each symbol's source is evaluated once per call. A symbol counts when the
+guard text names it, even if parsing folded it away (``Eq(s1, s1)`` is True, yet the function
+takes ``s1``).
 
 >>> check = compile_guards(["Eq(Mod(s0, 8), 0)", "s0 >= 16"])
 >>> check(s0=24) is None, str(check(s0=8))
@@ -26,6 +28,7 @@ from typing import Protocol
 
 import sympy
 
+from shapecore.parsing import named_symbols
 from shapecore.printing import PYTHON_NAMESPACE, python_str
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import divisors, symbols_of
@@ -68,15 +71,18 @@ def _free_names(source: str, symbol: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _generate(claims: list[sympy.Basic], sources: Mapping[str, str], name: str) -> tuple[str, list[str]]:
-    """``(source code of the function, its parameters)``."""
-    used = sorted({s.name for c in claims for s in symbols_of(c)})
-    missing = [s for s in used if s not in sources]
+def _generate(
+    claims: list[sympy.Basic], sources: Mapping[str, str], name: str, named: frozenset[str] = frozenset()
+) -> tuple[str, list[str]]:
+    """``(source code of the function, its parameters)``; ``named``: symbols the text names besides."""
+    used = {s.name for c in claims for s in symbols_of(c)}
+    missing = sorted(s for s in used if s not in sources)
     if missing:
         raise ValueError(
             f"the guards mention {', '.join(missing)}, which has no source; "
             f"pass sources={{{missing[0]!r}: 'x.size()[0]', ...}} or leave sources out to take symbols as arguments"
         )
+    used = sorted(used | (named & sources.keys()))
     local = {s: f"_v_{s}" for s in used}
     parameters = list(dict.fromkeys(p for s in used for p in _free_names(sources[s], s)))
     lines = [f"def {name}({'*, ' + ', '.join(parameters) if parameters else ''}):"]
@@ -98,10 +104,12 @@ def compile_guards(guards: Iterable[ExprLike], sources: Mapping[str, str] | None
     that does not; it has attributes ``guards``, ``parameters`` and ``source`` (the code).
     Raises ValueError when a guard mentions a symbol without a source.
     """
-    claims = [as_claim(g) for g in guard_list(guards, "guards")]
+    guards = guard_list(guards, "guards")
+    claims = [as_claim(g) for g in guards]
+    named = frozenset(s.name for g in guards if isinstance(g, str) for s in named_symbols(g))
     if sources is None:
-        sources = {s.name: s.name for c in claims for s in symbols_of(c)}
-    code, parameters = _generate(claims, sources, "check_guards")
+        sources = {name: name for name in sorted(named | {s.name for c in claims for s in symbols_of(c)})}
+    code, parameters = _generate(claims, sources, "check_guards", named)
     namespace: dict[str, object] = dict(PYTHON_NAMESPACE)
     namespace.update({f"_guard{i}": claim for i, claim in enumerate(claims)})
     exec(compile(code, "<shapecore.compile_guards>", "exec"), namespace)

@@ -196,15 +196,16 @@ class Knowledge:
 
     # -- public ---------------------------------------------------------------------------
 
-    def add(self, fact: sympy.Basic) -> int:
+    def add(self, fact: sympy.Basic, mentions: Iterable[sympy.Symbol] = ()) -> int:
         """Record ``fact`` (a relation or boolean combination); returns its index.
 
-        A fact with a divisor that is identically zero can never hold: it is kept as given
-        and recorded as a contradiction.
+        ``mentions``: symbols the fact was written with that folding removed (``Eq(s1, s1)``),
+        counted in :attr:`symbols` all the same. A fact with a divisor that is identically zero
+        can never hold: it is kept as given and recorded as a contradiction.
         """
         index = len(self.facts)
         self.facts.append(fact)
-        self.symbols |= symbols_of(fact)
+        self.symbols |= symbols_of(fact) | frozenset(mentions)
         self.version += 1
         try:
             canonical = canonicalize(fact)

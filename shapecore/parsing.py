@@ -43,7 +43,7 @@ from shapecore import functions as F
 from shapecore.errors import ArgumentError, ParseError
 from shapecore.rewrite import build_keeping_divisions, divisors
 
-__all__ = ["parse", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
+__all__ = ["parse", "named_symbols", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
 
 MAX_INTEGER_DIGITS = 4000
 """Decimal digits of the largest integer a guard may hold: every guard must print and read back,
@@ -448,3 +448,18 @@ def _continues_chain(parent: ast.AST, child: ast.AST) -> bool:
     if isinstance(parent, ast.UnaryOp) and isinstance(child, ast.UnaryOp):
         return True
     return isinstance(child, (ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.expr_context))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def named_symbols(text: str) -> frozenset[sympy.Symbol]:
+    """Every symbol ``text`` names, also those its parsed form folded away.
+
+    >>> parse("Eq(s1, s1) | (s0 > 2)"), sorted(map(str, named_symbols("Eq(s1, s1) | (s0 > 2)")))
+    (True, ['s0', 's1'])
+    """
+    parse(text)  # the same errors as parse
+    tree = ast.parse(text.lstrip(), mode="eval")
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    return frozenset(
+        F.symbol_for(node.id) for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in called
+    )

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 from sympy.logic.boolalg import BooleanAtom, BooleanFunction
@@ -40,10 +40,10 @@ from shapecore.evaluation import evaluate, holds
 from shapecore.functions import int_symbol
 from shapecore.knowledge import Checkpoint as KnowledgeCheckpoint
 from shapecore.knowledge import Knowledge
-from shapecore.parsing import parse
+from shapecore.parsing import named_symbols, parse
 from shapecore.proof import Proof
 from shapecore.rewrite import canonicalize, divisors, needs_rewriting, substitute, symbols_of
-from shapecore.search import find_counterexample, satisfies
+from shapecore.search import bind_all, find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
 from shapecore.z3backend import Z3Session
 
@@ -132,7 +132,7 @@ class Reasoner:
     def add_fact(self, fact: ExprLike) -> sympy.Basic:
         """Assume ``fact`` from now on; returns it as parsed and canonicalized."""
         claim = as_claim(fact)
-        index = self.knowledge.add(claim)
+        index = self.knowledge.add(claim, named_symbols(fact) if isinstance(fact, str) else ())
         if self.hints:
             self._hint_point()  # check the facts at the hints now, as torch does when recording a guard
         return self.knowledge.facts[index]
@@ -185,7 +185,12 @@ class Reasoner:
             self._cache_version = self.knowledge.version
         found = self._cache.get(claim)
         if found is None:
-            found = self._cache[claim] = self._prove(claim)
+            found = self._prove(claim)
+            if found.counterexample is not None:  # it binds every symbol of the claim and the facts
+                named = named_symbols(claim) if isinstance(claim, str) else ()
+                symbols = self.knowledge.symbols | symbols_of(found.claim) | frozenset(named)
+                found = replace(found, counterexample=bind_all(found.counterexample, symbols, self.knowledge, self.hints))
+            self._cache[claim] = found
         return found
 
     # -- layers -----------------------------------------------------------------------------

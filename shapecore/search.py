@@ -12,15 +12,16 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import sympy
 
+from shapecore.errors import UnboundSymbolError
 from shapecore.evaluation import evaluate, holds
 from shapecore.knowledge import Knowledge
 from shapecore.rewrite import symbols_of
 
-__all__ = ["find_counterexample", "satisfies"]
+__all__ = ["find_counterexample", "satisfies", "bind_all"]
 
 _SMALL = (0, 1, 2, 3, 4, 8, -1, -2, 16, 64)
 
@@ -99,3 +100,33 @@ def find_counterexample(
         if not holds(claim, values) and satisfies(facts, values):
             return values
     return None
+
+
+def bind_all(
+    values: Mapping[str, int],
+    symbols: Iterable[sympy.Symbol],
+    knowledge: Knowledge,
+    hints: Mapping[str, int] | None = None,
+) -> dict[str, int]:
+    """``values`` extended to bind every one of ``symbols``.
+
+    An unbound symbol that is not replaced takes its first candidate value (its hint when it
+    has one, else a value in its range and residue class); a replaced one, its replacement's
+    value. Symbols a counterexample leaves unbound are those no fact or claim depends on (they
+    were folded away, as in ``Eq(s1, s1)``), so any such value keeps it a counterexample.
+    """
+    result = dict(values)
+    hints = hints or {}
+    missing = sorted((s for s in symbols if s.name not in result), key=lambda s: s.name)
+    replaced = knowledge.replacements
+    for symbol in missing:
+        if symbol not in replaced:
+            options = _candidates(knowledge, symbol, hints.get(symbol.name)) if symbol.is_integer else [0]
+            result[symbol.name] = options[0] if options else 0
+    for symbol in missing:
+        if symbol in replaced:
+            try:
+                result[symbol.name] = evaluate(replaced[symbol], result)
+            except (UnboundSymbolError, ZeroDivisionError):
+                pass
+    return result

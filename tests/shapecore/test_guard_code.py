@@ -84,3 +84,11 @@ def test_float_guards_follow_python():
 def test_guard_text_must_come_in_a_list():
     with pytest.raises(ArgumentError, match=r"guards must be a list of guards .*guards=\['s0 > 2'\]"):
         compile_guards("s0 > 2")
+
+
+def test_takes_every_symbol_the_guard_text_names():
+    check = compile_guards(["s0 >= 2", "Eq(s1, s1)"])  # the second folds to True
+    assert check.parameters == ("s0", "s1")
+    assert check(s0=3, s1=4) is None and str(check(s0=1, s1=4)) == "s0 >= 2"
+    sized = compile_guards(["Eq(Mod(s1, 1), 0)"], {"s1": "x.shape[1]"})
+    assert sized.parameters == ("x",) and sized(x=FakeTensor(2, 3)) is None

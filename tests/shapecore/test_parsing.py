@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shapecore import ParseError, evaluate, holds, int_symbol, parse, python_str
-from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING
+from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING, named_symbols
 from shapecore.printing import PYTHON_NAMESPACE
 from shapecore.testing import assignments, claims, int_exprs
 
@@ -130,6 +130,11 @@ def test_an_integer_expression_that_would_lose_a_division_stays_as_written():
 def test_a_divisor_that_is_zero_as_written_is_a_parse_error(text):
     with pytest.raises(ParseError, match="division by zero"):
         parse(text)
+
+
+def test_named_symbols_include_those_folded_away():
+    assert named_symbols("Eq(s1, s1) | (s0 > 2)") == {int_symbol("s0"), int_symbol("s1")}
+    assert named_symbols("Mod(x, 1) + max(a, b)") == {int_symbol(n) for n in "xab"}
 
 
 BOX = [{"x": x, "y": y} for x in range(-4, 5) for y in range(-4, 5)]

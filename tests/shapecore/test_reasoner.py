@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import shapecore.functions as F
 from shapecore import ArgumentError, ParseError, Proof, Reasoner, holds, parse, prove
+from shapecore.parsing import named_symbols
 from shapecore.testing import claims, fact_sets
 
 from .guard_texts import claim_texts, python_holds
@@ -219,7 +220,7 @@ def test_arguments_that_cannot_work_are_refused(call, message):
         call()
 
 
-# -- undefined terms -------------------------------------------------------------------------------
+# -- undefined terms, and every symbol bound -------------------------------------------------------
 
 
 @pytest.mark.parametrize("claim", ["x//y - x//y >= 0", "Eq(Mod(x//y, -1), 0)", "Or(Ne(2*x, 5), x//y > 0)"])
@@ -227,6 +228,13 @@ def test_a_claim_undefined_somewhere_the_facts_allow_is_not_proved(claim):
     proof = prove(claim)
     assert proof.refuted and proof.counterexample["y"] == 0
     assert prove(claim, facts=["y >= 1"]).proved
+
+
+def test_a_counterexample_binds_every_symbol_the_claim_names():
+    proof = prove("Lt(s1, s1)", ranges={"s0": (1, 42)})
+    assert proof.refuted and set(proof.counterexample) == {"s0", "s1"}
+    proof = prove("Eq(s1, s1) & (s0 > 5)", facts=["Eq(Mod(s2, 1), 0)"], ranges={"s0": (1, 42)})
+    assert proof.refuted and set(proof.counterexample) == {"s0", "s1", "s2"}
 
 
 TEXT_BOX = range(-5, 9)
@@ -245,5 +253,7 @@ def test_soundness_on_guard_text(claim, facts):
     if proof.proved:
         assert all(python_holds(claim, p) for p in admissible), "proved, yet false inside the box"
     if proof.refuted:
-        values = {"x": 0, "y": 0, **proof.counterexample}  # a symbol folded away may be unbound
+        values = proof.counterexample
+        named = named_symbols(claim).union(*(named_symbols(f) for f in facts))
+        assert {s.name for s in named} <= set(values), "the counterexample leaves a symbol unbound"
         assert all(python_holds(f, values) for f in facts) and not python_holds(claim, values)
