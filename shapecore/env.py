@@ -226,7 +226,7 @@ class ShapeEnv:
             if symbol.name not in point and symbols_of(expression) <= {F.int_symbol(n) for n in point}:
                 try:
                     point[symbol.name] = evaluate(expression, point)
-                except ZeroDivisionError:  # cannot happen while the invariant holds; leave it unbound
+                except ArithmeticError:  # cannot happen while the invariant holds; leave it unbound
                     pass
         return point
 
@@ -238,8 +238,8 @@ class ShapeEnv:
             return  # depends on an unbacked value: nothing to check it against
         try:
             problem = None if evaluate(claim, point) is True else "false"
-        except ZeroDivisionError:
-            problem = "undefined (a divisor is zero)"
+        except ArithmeticError as error:  # as Python would raise there
+            problem = f"undefined ({type(error).__name__}: {error})"
         if problem is not None:
             values = ", ".join(f"{n}={point[n]}" for n in names) or "no symbols"
             raise ConstraintError(

@@ -3,9 +3,9 @@
 ``evaluate(expr, values)`` computes with Python ints (``Fraction`` for rational coefficients,
 ``float`` inside float-valued functions), so its result is the ground truth every analyzer is
 tested against. Boolean connectives are strict: every argument is evaluated, and a zero
-divisor anywhere raises ``ZeroDivisionError``. :func:`holds` is the predicate the reasoner's
-contract is stated in: a claim *holds* under an assignment when it evaluates to ``True``
-without error.
+divisor anywhere raises ``ZeroDivisionError`` (a float overflow, ``OverflowError``: both are
+Python's ``ArithmeticError``). :func:`holds` is the predicate the reasoner's contract is
+stated in: a claim *holds* under an assignment when it evaluates to ``True`` without error.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ _NARY: dict[type, Callable[..., Value]] = {
     F.CeilToInt: math.ceil,
     F.RoundToInt: round,
     F.TruncToFloat: lambda x: float(math.trunc(x)),
+    F.FloatAdd: operator.add,
+    F.FloatMul: operator.mul,
+    F.FloatPow: operator.pow,
 }
 
 
@@ -129,8 +132,9 @@ def evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
 
 
 def holds(claim: sympy.Basic, values: Mapping[str, Value]) -> bool:
-    """Whether ``claim`` evaluates to True under ``values`` (a zero divisor means it does not)."""
+    """Whether ``claim`` evaluates to True under ``values`` (a zero divisor, or a float
+    overflow, means it does not)."""
     try:
         return _compile(claim)(values) is True
-    except ZeroDivisionError:
+    except ArithmeticError:
         return False

@@ -14,10 +14,16 @@ Semantics, one per operation, exactly Python's on ``int``:
 * ``Max``/``Min``: Python's ``max``/``min``; built without comparing symbolic arguments.
 * A zero divisor makes the expression undefined: evaluating it raises ``ZeroDivisionError``.
 
-Float-valued functions torch emits (``ToFloat``, ``IntTrueDiv``, ``FloatTrueDiv``,
-``TruncToInt``, ``FloorToInt``, ``CeilToInt``, ``RoundToInt``, ``TruncToFloat``) follow
-Python's float semantics (``float(a)``, ``a / b``, ``math.trunc`` …). They parse, print and
-evaluate; the reasoner treats them as opaque.
+Floats follow Python, not sympy. The float-valued functions torch emits (``ToFloat``,
+``IntTrueDiv``, ``FloatTrueDiv``, ``TruncToInt``, ``FloorToInt``, ``CeilToInt``,
+``RoundToInt``, ``TruncToFloat``) mean ``float(a)``, ``a / b``, ``math.trunc`` …; and since
+float arithmetic is neither associative nor exact (``3*0.1*10 <= 3`` is False in Python, while
+sympy folds ``s0*0.1*10`` to ``1.0*s0``), ``+ * **`` with a float operand are the binary
+:class:`FloatAdd`, :class:`FloatMul` and :class:`FloatPow`: one Python operation each, in the
+order written, folded only when both operands are numbers (with Python's floats). So is ``**``
+with an exponent that may be negative (``2 ** -1`` is ``0.5``). Build them with :func:`add`,
+:func:`mul` and :func:`power`, which keep sympy's exact arithmetic when no float is involved.
+They parse, print and evaluate; the reasoner treats them as opaque.
 
 Construction folds constants and applies only identities that hold for *every* integer
 (``x // 1 = x``, ``0 % b = 0`` for a nonzero constant ``b``); knowledge-dependent rewriting
@@ -27,6 +33,7 @@ the rest print as calls, so ``str(expr)`` is the text torch would log.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -55,6 +62,14 @@ __all__ = [
     "CeilToInt",
     "RoundToInt",
     "TruncToFloat",
+    "FloatAdd",
+    "FloatMul",
+    "FloatPow",
+    "add",
+    "mul",
+    "power",
+    "float_valued",
+    "float_number",
     "FLOAT_FUNCTIONS",
     "RELATION_OPERATORS",
     "int_symbol",
@@ -240,6 +255,32 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+def float_number(value: float) -> sympy.Float:
+    """The double ``value`` as a sympy ``Float``: exactly it, printed with enough digits to read back."""
+    mantissa = repr(value).split("e")[0].lstrip("-").replace(".", "").lstrip("0")
+    return sympy.Float(value, max(15, len(mantissa)))
+
+
+def _python_number(value: sympy.Basic) -> int | Fraction | float | None:
+    """A number as Python computes with it (exact for integers and rationals), else None."""
+    if isinstance(value, sympy.Integer):
+        return int(value)
+    if isinstance(value, sympy.Rational):
+        return Fraction(int(value.p), int(value.q))
+    if isinstance(value, sympy.Float) and value.is_finite:
+        return float(value)
+    return None
+
+
+def _as_number(value: int | Fraction | float) -> sympy.Basic | None:
+    """A Python result as a sympy number (None for a float that is not finite)."""
+    if isinstance(value, float):
+        return float_number(value) if math.isfinite(value) else None
+    if isinstance(value, Fraction):
+        return sympy.Rational(value.numerator, value.denominator)
+    return sympy.Integer(value)
+
+
 class ToFloat(sympy.Function):
     """``float(a)``."""
 
@@ -249,7 +290,7 @@ class ToFloat(sympy.Function):
     @classmethod
     def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
         if isinstance(number, sympy.Integer):
-            return sympy.Float(int(number))
+            return _as_number(float(int(number)))
         return None
 
 
@@ -270,7 +311,7 @@ class _TrueDiv(sympy.Function):
         if divisor.is_zero:
             raise ZeroDivisionError(f"division by zero in {cls.__name__}({base}, {divisor})")
         if isinstance(base, cls._operand) and isinstance(divisor, cls._operand):
-            return sympy.Float(cls._divide(base, divisor))
+            return _as_number(cls._divide(base, divisor))
         return None
 
 
@@ -315,8 +356,110 @@ class TruncToFloat(sympy.Function):
     @classmethod
     def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
         if isinstance(number, sympy.Number) and number.is_finite:
-            return sympy.Float(math.trunc(float(number)))
+            return _as_number(float(math.trunc(float(number))))
         return None
+
+
+class _FloatArithmetic(sympy.Function):
+    """One Python operation with a float operand; folds only two numbers, with Python's floats."""
+
+    nargs = (2,)
+    is_real = True
+    _operator: Callable[[Any, Any], Any]
+
+    @classmethod
+    def eval(cls, a: sympy.Basic, b: sympy.Basic) -> sympy.Basic | None:
+        x, y = _python_number(a), _python_number(b)
+        if x is None or y is None:
+            return None
+        try:
+            return _as_number(cls._operator(x, y))
+        except (ArithmeticError, TypeError):  # 0.0 ** -1, (-8.0) ** 0.5 (complex): left to evaluation
+            return None
+
+
+class FloatAdd(_FloatArithmetic):
+    """``a + b`` where one operand is a float: Python's float addition (inexact, not associative)."""
+
+    _operator = operator.add
+    precedence = PRECEDENCE["Add"]
+
+    def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
+        return _infix_sum(printer, *self.args)
+
+
+class FloatMul(_FloatArithmetic):
+    """``a * b`` where one operand is a float: Python's float multiplication."""
+
+    _operator = operator.mul
+    precedence = PRECEDENCE["Mul"]
+
+    def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
+        a, b = self.args
+        return f"{printer.parenthesize(a, self.precedence, strict=True)}*{printer.parenthesize(b, self.precedence)}"
+
+
+class FloatPow(_FloatArithmetic):
+    """``a ** b`` as Python computes it where the result may be a float: a float operand, or an
+    exponent that may be negative (``2 ** -1 == 0.5``; ``0 ** -1`` raises ``ZeroDivisionError``)."""
+
+    _operator = operator.pow
+    precedence = PRECEDENCE["Pow"]
+
+    def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
+        a, b = self.args  # ** groups to the right: the base needs parentheses at its own level
+        return f"{printer.parenthesize(a, self.precedence)}**{printer.parenthesize(b, self.precedence, strict=True)}"
+
+
+def _infix_sum(printer: sympy.printing.StrPrinter, a: sympy.Basic, b: sympy.Basic) -> str:
+    """``a + b`` as text that reads back as the same two operands (``a - c`` when ``b == -c``)."""
+    level = PRECEDENCE["Add"]  # the left operand needs parentheses only below it, the right one at it too
+    left = printer.parenthesize(a, level, strict=True)
+    if b.could_extract_minus_sign():
+        return f"{left} - {printer.parenthesize(-b, level)}"
+    return f"{left} + {printer.parenthesize(b, level)}"
+
+
+_FLOAT_RESULTS = (ToFloat, IntTrueDiv, FloatTrueDiv, TruncToFloat, FloatAdd, FloatMul, FloatPow)
+_INTEGER_RESULTS = (TruncToInt, FloorToInt, CeilToInt, RoundToInt)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def float_valued(expr: sympy.Basic) -> bool:
+    """Whether Python computes ``expr`` in floats (a float literal, float symbol or float
+    function in it, outside a float-to-int function): its arithmetic must then be Python's."""
+    if expr.is_Float or isinstance(expr, _FLOAT_RESULTS):
+        return True
+    if expr.is_Symbol:
+        return not expr.is_integer
+    if isinstance(expr, _INTEGER_RESULTS) or expr.is_Relational or isinstance(expr, sympy.logic.boolalg.Boolean):
+        return False
+    return any(float_valued(a) for a in expr.args)
+
+
+def _chain(exact: Callable[..., sympy.Basic], inexact: type, args: tuple, evaluate: bool) -> sympy.Basic:
+    if not any(float_valued(a) for a in args):
+        return exact(*args, evaluate=evaluate)
+    return functools.reduce(lambda a, b: inexact(a, b, evaluate=evaluate), args)
+
+
+def add(*terms: sympy.Basic, evaluate: bool = True) -> sympy.Basic:
+    """``terms[0] + terms[1] + …`` as Python computes it: sympy's exact ``Add`` for integers
+    and rationals, :class:`FloatAdd` from left to right once a float is involved."""
+    return _chain(sympy.Add, FloatAdd, terms, evaluate)
+
+
+def mul(*factors: sympy.Basic, evaluate: bool = True) -> sympy.Basic:
+    """``factors[0] * factors[1] * …`` as Python computes it (see :func:`add`)."""
+    return _chain(sympy.Mul, FloatMul, factors, evaluate)
+
+
+def power(base: sympy.Basic, exponent: sympy.Basic, evaluate: bool = True) -> sympy.Basic:
+    """``base ** exponent`` as Python computes it: sympy's exact ``Pow`` for a nonnegative
+    integer exponent, else :class:`FloatPow`."""
+    if exponent.is_nonnegative is not True and not float_valued(base) and not float_valued(exponent):
+        return FloatPow(base, exponent, evaluate=evaluate)
+    return _chain(sympy.Pow, FloatPow, (base, exponent), evaluate)
 
 
 RELATION_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
@@ -338,5 +481,8 @@ FLOAT_FUNCTIONS: tuple[type[sympy.Function], ...] = (
     CeilToInt,
     RoundToInt,
     TruncToFloat,
+    FloatAdd,
+    FloatMul,
+    FloatPow,
 )
 """Functions with a float argument or result: evaluated exactly, opaque to the reasoner."""

@@ -2,7 +2,7 @@
 
 :func:`compile_guards` returns a function that checks every guard in order and returns the
 first one that does not hold, or ``None`` when all hold. Its semantics are
-:func:`shapecore.holds`, guard by guard: a zero divisor means the guard does not hold, and
+:func:`shapecore.holds`, guard by guard: a zero divisor (or a float overflow) means the guard does not hold, and
 ``And``/``Or`` evaluate every part (Python's ``and``/``or`` would skip some, and so skip a
 division by zero), so the function agrees with ``holds`` on every input.
 
@@ -28,6 +28,7 @@ from typing import Protocol
 
 import sympy
 
+from shapecore.functions import FLOAT_FUNCTIONS
 from shapecore.parsing import named_symbols
 from shapecore.printing import PYTHON_NAMESPACE, python_str
 from shapecore.reasoner import ExprLike, as_claim
@@ -89,8 +90,8 @@ def _generate(
     lines += [f"    {local[s]} = {sources[s]}" for s in used]
     for i, claim in enumerate(claims):
         test = f"if not ({_strict(claim, local)}): return _guard{i}"
-        if divisors(claim):
-            lines += ["    try:", f"        {test}", "    except ZeroDivisionError:", f"        return _guard{i}"]
+        if divisors(claim) or claim.has(*FLOAT_FUNCTIONS, sympy.Float):
+            lines += ["    try:", f"        {test}", "    except ArithmeticError:", f"        return _guard{i}"]
         else:
             lines.append(f"    {test}")
     lines.append("    return None")

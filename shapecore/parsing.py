@@ -8,8 +8,11 @@ Accepted, and mixable in one expression:
 
 ``//`` is :class:`FloorDiv`, ``%`` is :class:`Mod` (Python semantics both), ``/`` by a nonzero
 integer literal is exact rational division (as sympy prints ``s0/8``) and any other ``/`` is
-:class:`IntTrueDiv`. Every name is an integer symbol. Errors are :class:`ParseError` with the
-1-based line and column of the offending token.
+:class:`IntTrueDiv` (:class:`FloatTrueDiv` with a float operand). Float literals and float
+arithmetic follow Python, not sympy: ``+ * **`` with a float operand are one Python operation
+each, in the order written (:func:`shapecore.functions.add`), so ``s0*0.1*10 <= s0`` is False
+at ``s0 = 3``, as in Python. Every name is an integer symbol. Errors are :class:`ParseError`
+with the 1-based line and column of the offending token.
 
 Size limits, so that malformed input is refused at once rather than exhausting the stack or
 memory: integers have at most :data:`MAX_INTEGER_DIGITS` decimal digits (a power that would be
@@ -139,6 +142,10 @@ _DIVISOR_ARGUMENTS: dict[type, slice] = {
 """Which arguments of each division are divisors (a zero one makes the expression undefined)."""
 
 
+def _nonzero_number(expr: sympy.Basic) -> bool:
+    return expr.is_Number and expr != 0
+
+
 def _is_bool(expr: sympy.Basic) -> bool:
     return expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))
 
@@ -186,7 +193,7 @@ class _Reader:
             raise
         except ZeroDivisionError as exc:
             raise self.error(f"division by zero: {exc}", node) from None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise self.error(f"invalid expression: {exc}", node) from None
 
     def _read_Expression(self, node: ast.Expression) -> sympy.Basic:
@@ -201,7 +208,9 @@ class _Reader:
                 raise self.error(self._too_large(value), node)
             return sympy.Integer(value)
         if isinstance(value, float):
-            return sympy.Float(value)
+            if not math.isfinite(value):
+                raise self.error(f"float literal {node.value!r} is not finite", node)
+            return F.float_number(value)
         raise self.error(f"unsupported literal {value!r}: guards hold integers and booleans", node)
 
     def _read_Name(self, node: ast.Name) -> sympy.Basic:
@@ -261,7 +270,7 @@ class _Reader:
 
     def _unary(self, node: ast.UnaryOp, operand: sympy.Basic) -> sympy.Basic:
         if isinstance(node.op, ast.USub):
-            return self._build(sympy.Mul, sympy.S.NegativeOne, self._checked(operand, node.operand, condition=False))
+            return self._build(sympy.Mul, sympy.S.NegativeOne, self._checked(operand, node.operand, condition=False))  # exact, floats too
         if isinstance(node.op, ast.UAdd):
             return self._checked(operand, node.operand, condition=False)
         if isinstance(node.op, (ast.Not, ast.Invert)):
@@ -308,8 +317,8 @@ class _Reader:
         if isinstance(op, ast.BitOr):
             return self._build(sympy.Or, *operands)
         if isinstance(op, ast.Mult):
-            return self._sized(self._build(sympy.Mul, *operands), run[-1])
-        return self._build(sympy.Add, *operands)
+            return self._sized(self._build(F.mul, *operands), run[-1])  # Python's, left to right, once a float is in
+        return self._build(F.add, *operands)
 
     def _binary(self, node: ast.BinOp, left: sympy.Basic) -> sympy.Basic:
         """``left op right`` for an operator that is not associative (``//``, ``%``, ``**``, ``/``)."""
@@ -321,8 +330,10 @@ class _Reader:
             return self._build(F.Mod, left, right)
         if isinstance(op, ast.Pow):
             self._check_power(left, right, node)
-            return self._sized(self._build(sympy.Pow, left, right), node)
+            return self._sized(self._build(F.power, left, right), node)
         if isinstance(op, ast.Div):
+            if F.float_valued(left) or F.float_valued(right):
+                return self._build(F.FloatTrueDiv, left, right)
             if isinstance(right, sympy.Integer):
                 if right == 0:
                     raise self.error("division by zero", node.right)
@@ -371,9 +382,9 @@ class _Reader:
         where = _DIVISOR_ARGUMENTS.get(build)  # type: ignore[call-overload]
         if where is not None:
             self.divisors.update(a for a in args[where] if not a.is_Number)
-        elif build is sympy.Pow and args[1].is_negative and not args[0].is_Number:
-            self.divisors.add(args[0])  # x**-n == 1/x**n
-        if build is sympy.Pow and args[0].is_zero and args[1].is_negative:
+        elif build is F.power and args[1].is_nonnegative is not True and not _nonzero_number(args[0]):
+            self.divisors.add(args[0])  # 0 ** -n raises ZeroDivisionError
+        if build is F.power and args[0].is_zero and args[1].is_negative:
             raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
         return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
 

@@ -118,6 +118,18 @@ class _PythonPrinter(StrPrinter):
     def _print_TruncToFloat(self, expr: sympy.Basic) -> str:
         return f"float(math.trunc({self._print(expr.args[0])}))"
 
+    def _print_FloatAdd(self, expr: sympy.Basic) -> str:
+        return f"({self._print(expr.args[0])}) + ({self._print(expr.args[1])})"
+
+    def _print_FloatMul(self, expr: sympy.Basic) -> str:
+        return f"({self._print(expr.args[0])}) * ({self._print(expr.args[1])})"
+
+    def _print_FloatPow(self, expr: sympy.Basic) -> str:
+        return f"({self._print(expr.args[0])}) ** ({self._print(expr.args[1])})"
+
+    def _print_Float(self, expr: sympy.Float) -> str:
+        return repr(float(expr))
+
     def _relation(self, op: str, expr: sympy.Basic) -> str:
         lhs, rhs = expr.args
         return f"{self.parenthesize(lhs, _REL, strict=True)} {op} {self.parenthesize(rhs, _REL, strict=True)}"

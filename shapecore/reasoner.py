@@ -260,7 +260,7 @@ class Reasoner:
                 for symbol, expression in knowledge.replacements.items():
                     if self._hints_point is not None:
                         self._hints_point.setdefault(symbol.name, evaluate(expression, self._hints_point))
-            except (UnboundSymbolError, ZeroDivisionError):
+            except (UnboundSymbolError, ArithmeticError):
                 self._hints_point = None
         point = self._hints_point
         if point is not None and self._hints_checked < len(knowledge.facts):

@@ -107,6 +107,9 @@ def _survey(expr: sympy.Basic) -> tuple[frozenset[type], frozenset[sympy.Basic],
             found.update(a for a in node.args[1:] if not a.is_Number)
         elif node.is_Pow and node.exp.is_negative and not node.base.is_Number:
             found.add(node.base)
+        elif isinstance(node, F.FloatPow) and node.args[1].is_nonnegative is not True:
+            if not (node.args[0].is_Number and node.args[0] != 0):
+                found.add(node.args[0])  # 0 ** -n raises ZeroDivisionError
         stack.extend(node.args)
     return frozenset(kinds), frozenset(found), frozenset(symbols)
 

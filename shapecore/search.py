@@ -95,7 +95,7 @@ def find_counterexample(
         values.update((s.name, v) for s, v in zip(in_claim, combination))
         try:
             values.update((s.name, evaluate(e, values)) for s, e in replaced.items())
-        except ZeroDivisionError:
+        except ArithmeticError:
             continue
         if not holds(claim, values) and satisfies(facts, values):
             return values
@@ -127,6 +127,6 @@ def bind_all(
         if symbol in replaced:
             try:
                 result[symbol.name] = evaluate(replaced[symbol], result)
-            except (UnboundSymbolError, ZeroDivisionError):
+            except (UnboundSymbolError, ArithmeticError):
                 pass
     return result

@@ -11,7 +11,10 @@ Expressions (:func:`map_expr`, :func:`to_torch`) are rebuilt node by node, never
   classes of the same name; ``PowByNatural`` maps to ``Pow``, ``Identity(x)`` to ``x``; sympy's
   ``Add Mul Pow Mod Max Min``, numbers, relations and ``And Or Not`` map to themselves.
   Values are preserved wherever torch defines them (torch's ``Mod`` is defined only for a
-  nonnegative dividend and positive divisor, where it equals Python's ``%``).
+  nonnegative dividend and positive divisor, where it equals Python's ``%``). sympy's ``Add``,
+  ``Mul`` and ``Pow`` with a float operand become shapecore's ``FloatAdd``, ``FloatMul`` and
+  ``FloatPow`` (Python's float operations, one at a time, in the order of the arguments), and
+  back (``FloatPow`` to torch's).
 * Symbols keep their names: an integer symbol becomes ``int_symbol(name)``, torch's float
   symbols ``zf*``/``zuf*`` become ``float_symbol(name)``.
 * Anything else (``Where``, ``LShift``, ``FloatPow``, ``OpaqueUnaryFn_*``, ``int_oo`` …) is
@@ -108,6 +111,8 @@ def _from_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
     import torch.utils._sympy.functions as T
 
     table: dict[type, Callable[..., sympy.Basic]] = dict(_SAME_ON_BOTH_SIDES)
+    # float arithmetic becomes Python's, one operation at a time (exact arithmetic stays sympy's)
+    table.update({sympy.Add: F.add, sympy.Mul: F.mul, sympy.Pow: F.power})
     table.update({sympy.Mod: F.Mod, sympy.Max: F.Max, sympy.Min: F.Min})
     table.update(
         {
@@ -148,6 +153,15 @@ def _map_atom(node: sympy.Basic, root: sympy.Basic) -> sympy.Basic:
     raise UnmappableExpressionError(node, root, "from torch")
 
 
+def _printed_args(node: sympy.Basic) -> tuple[sympy.Basic, ...]:
+    """``node``'s arguments in the order it prints them, which Python evaluates a float sum in."""
+    if isinstance(node, sympy.Add):
+        return tuple(node.as_ordered_terms())
+    if isinstance(node, sympy.Mul):
+        return tuple(node.as_ordered_factors())
+    return node.args
+
+
 def _rebuild(expr: sympy.Basic, table: Mapping[type, Callable[..., sympy.Basic]],
              leaf: Callable[[sympy.Basic, sympy.Basic], sympy.Basic], direction: str) -> sympy.Basic:
     """``expr`` rebuilt bottom-up: each node through ``table[type(node)]``, atoms through ``leaf``."""
@@ -162,7 +176,7 @@ def _rebuild(expr: sympy.Basic, table: Mapping[type, Callable[..., sympy.Basic]]
             build = table.get(type(node))
             if build is None:
                 raise UnmappableExpressionError(node, expr, direction)
-            result = build(*(visit(a) for a in node.args))
+            result = build(*(visit(a) for a in _printed_args(node)))
         memo[node] = result
         return result
 
@@ -228,6 +242,9 @@ def _to_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
             F.CeilToInt: T.CeilToInt,
             F.RoundToInt: T.RoundToInt,
             F.TruncToFloat: T.TruncToFloat,
+            F.FloatAdd: sympy.Add,
+            F.FloatMul: sympy.Mul,
+            F.FloatPow: T.FloatPow,
         }
     )
     return table

@@ -10,6 +10,7 @@ so ``holds(parse(text), point)`` must equal :func:`python_holds`.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Mapping, Sequence
 
@@ -33,6 +34,9 @@ PYTHON_MEANING: dict[str, object] = {
     "And": lambda *xs: all(xs),  # the arguments are all evaluated before the call: strict
     "Or": lambda *xs: any(xs),
     "Not": operator.not_,
+    "ToFloat": float,
+    "TruncToInt": math.trunc,
+    "FloorToInt": math.floor,
 }
 
 
@@ -47,10 +51,10 @@ def python_value(text: str, point: Mapping[str, int]) -> object:
 
 
 def python_holds(text: str, point: Mapping[str, int]) -> bool:
-    """Whether the guard ``text`` is True at ``point`` with no zero divisor."""
+    """Whether the guard ``text`` is True at ``point`` with no zero divisor (nor overflow)."""
     try:
         return python_value(text, point) is True
-    except ZeroDivisionError:
+    except ArithmeticError:
         return False
 
 
@@ -117,3 +121,28 @@ def claim_texts(names: Sequence[str], *, max_leaves: int = 4) -> st.SearchStrate
         ),
         max_leaves=3,
     )
+
+
+def float_texts(names: Sequence[str], *, max_leaves: int = 4) -> st.SearchStrategy[str]:
+    """Claims mixing integers and floats as Python would (``s0*0.1*10 <= s0``), as text."""
+    leaves = st.one_of(
+        st.sampled_from(list(names)),
+        st.integers(-3, 10).map(str),
+        st.sampled_from(["0.1", "0.5", "2.5", "0.3", "1e-3", "10.0", "-0.2"]),
+        st.sampled_from(list(names)).map(lambda n: f"ToFloat({n})"),
+    )
+
+    def extend(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        pairs = st.tuples(children, children)
+        return st.one_of(
+            pairs.map(lambda ab: f"{ab[0]} + {ab[1]}"),
+            pairs.map(lambda ab: f"{ab[0]} - {ab[1]}"),
+            pairs.map(lambda ab: f"{ab[0]}*{ab[1]}"),
+            pairs.map(lambda ab: f"({ab[0]})*({ab[1]})"),
+            pairs.map(lambda ab: f"({ab[0]} + {ab[1]})"),
+            children.map(lambda a: f"TruncToInt({a})"),
+            children.map(lambda a: f"({a})**2"),
+        )
+
+    values = st.recursive(leaves, extend, max_leaves=max_leaves)
+    return st.tuples(st.sampled_from(["<=", "<", "==", "!=", ">="]), values, values).map(lambda t: f"{t[1]} {t[0]} {t[2]}")

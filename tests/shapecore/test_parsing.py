@@ -15,7 +15,7 @@ from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING, named_symbols
 from shapecore.printing import PYTHON_NAMESPACE
 from shapecore.testing import assignments, claims, int_exprs
 
-from .guard_texts import claim_texts, int_texts, python_holds, python_value
+from .guard_texts import claim_texts, float_texts, int_texts, python_holds, python_value
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
@@ -176,6 +176,37 @@ def test_parsed_expressions_compute_what_python_computes(text):
             continue
         assert evaluate(expr, point) == expected, point
         assert evaluate(parse(str(expr)), point) == expected, "printed and read back"
+
+
+# -- floats follow Python ----------------------------------------------------------------------
+
+
+def test_float_arithmetic_is_pythons_in_the_order_written():
+    claim = parse("s0*0.1*10 <= s0")
+    assert holds(claim, {"s0": 3}) is (3 * 0.1 * 10 <= 3) is False
+    assert str(claim) == "s0*0.1*10 <= s0"
+    assert evaluate(parse("0.1 + 0.2"), {}) == 0.1 + 0.2 != 0.3
+    assert evaluate(parse("x + 0.5 + 2**62"), {"x": 1}) == 1 + 0.5 + 2**62
+    assert evaluate(parse("x**-1"), {"x": 4}) == 0.25 and isinstance(evaluate(parse("x**-1"), {"x": 4}), float)
+    assert str(parse("TruncToInt(0.5*ToFloat(s53)) >= 2")) == "TruncToInt(0.5*ToFloat(s53)) >= 2"  # torch's text
+
+
+@pytest.mark.parametrize("literal", ["0.30000000000000004", "0.1", "1e-05", "1.152921504606847e+18", "0.3333333333333333"])
+def test_a_float_literal_prints_back_exactly(literal):
+    assert float(str(parse(f"x <= {literal}")).split(" <= ")[1]) == float(literal)
+
+
+def test_a_float_literal_that_is_not_finite_is_a_parse_error():
+    with pytest.raises(ParseError, match="not finite"):
+        parse("x < 1e400")
+
+
+@given(float_texts(("x", "y")))
+def test_float_claims_hold_exactly_where_python_says(text):
+    claim = parse(text)
+    reread = parse(str(claim))
+    for point in BOX:
+        assert holds(claim, point) == python_holds(text, point) == holds(reread, point), point
 
 
 # -- round trips -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from shapecore import ArgumentError, ParseError, Proof, Reasoner, holds, parse, 
 from shapecore.parsing import named_symbols
 from shapecore.testing import claims, fact_sets
 
-from .guard_texts import claim_texts, python_holds
+from .guard_texts import claim_texts, float_texts, python_holds
 
 REQUIRED = [
     ("Eq(Mod(s0*s1, 8), 0)", ["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"], None, "proved"),
@@ -257,3 +257,20 @@ def test_soundness_on_guard_text(claim, facts):
         named = named_symbols(claim).union(*(named_symbols(f) for f in facts))
         assert {s.name for s in named} <= set(values), "the counterexample leaves a symbol unbound"
         assert all(python_holds(f, values) for f in facts) and not python_holds(claim, values)
+
+
+def test_floats_are_pythons_not_sympys():
+    proof = prove("s0*0.1*10 <= s0", ranges={"s0": (1, 10)})
+    assert proof.refuted and not 0.1 * proof.counterexample["s0"] * 10 <= proof.counterexample["s0"]
+    assert not prove("ToFloat(s0) + 1.0 > ToFloat(s0)", ranges={"s0": (0, None)}).proved  # not at 2**53
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(claim=float_texts(("x", "y"), max_leaves=3), fact=st.sampled_from(["x >= 0", "y > 2", "Eq(x, 2*y)", "x + 0.5 <= y"]))
+def test_soundness_on_float_text(claim, fact):
+    proof = prove(claim, facts=[fact], timeout_ms=200)
+    points = [{"x": x, "y": y} for x in TEXT_BOX for y in TEXT_BOX]
+    if proof.proved:
+        assert all(python_holds(claim, p) for p in points if python_holds(fact, p))
+    if proof.refuted:
+        assert python_holds(fact, proof.counterexample) and not python_holds(claim, proof.counterexample)

@@ -79,6 +79,15 @@ def test_pow_by_natural_identity_and_ceil_div_keep_their_value():
         assert torch_value == evaluate(F.CeilDiv(s0, s1), {"s0": a, "s1": b}) == -(-a // b)
 
 
+def test_float_arithmetic_maps_to_pythons_and_back():
+    torch_expr = T.TruncToInt(sympy.Float(0.5) * T.ToFloat(S0) + sympy.Float(0.25))
+    ours = map_expr(torch_expr)
+    assert isinstance(ours.args[0], F.FloatAdd) and str(ours) == str(torch_expr)
+    assert evaluate(ours, {"s0": 7}) == int(torch_expr.subs(S0, 7))
+    assert to_torch(ours) == torch_expr
+    assert map_expr(S0 * 2 + 1) == 2 * int_symbol("s0") + 1, "exact arithmetic stays sympy's"
+
+
 def test_mod_goes_back_as_torch_mod_only_for_a_positive_divisor():
     u0, u1 = int_symbol("u0"), int_symbol("u1")
     assert type(to_torch(F.Mod(u0, 8))) is T.Mod
