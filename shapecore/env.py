@@ -187,7 +187,7 @@ class ShapeEnv:
         knowledge = self._reasoner.knowledge
         with self._atomically():
             self._check_at_example(kind, expr)
-            before = knowledge.contradiction
+            before, bound = knowledge.contradiction, set(self._example())
             stored = self._reasoner.add_fact(expr)
             self._log.append(_Entry(kind, stored, msg))
             if before is None and knowledge.contradiction is not None:
@@ -196,6 +196,50 @@ class ShapeEnv:
                     f"{kind} {stored} contradicts what is already known ({culprits}); "
                     f"nothing was recorded — check the constraint or the example inputs"
                 )
+            self._check_example_still_holds(kind, stored, bound)
+
+    def _check_example_still_holds(self, kind: str, stored: sympy.Basic, bound: set[str]) -> None:
+        """Raise :class:`ConstraintError` if what the env now knows excludes the hints.
+
+        An entry on unbacked symbols cannot be checked at the hints itself, but what follows
+        from it can: a replacement or range of a backed symbol, or an unbacked symbol that a
+        replacement now gives a value, which completes earlier entries.
+        """
+        knowledge = self._reasoner.knowledge
+        point = self._example()
+        wrong = []
+        for x, expression in knowledge.replacements.items():
+            if symbols_of(expression) <= {F.int_symbol(n) for n in point}:
+                try:
+                    value = evaluate(expression, point)
+                except ArithmeticError:
+                    wrong.append(f"{x} = {expression} is undefined")
+                    continue
+                if x.name in self.hints and value != self.hints[x.name]:
+                    wrong.append(f"{x} = {expression}")
+        for name, hint in self.hints.items():
+            x = F.int_symbol(name)
+            if x in knowledge.replacements:
+                continue
+            if hint not in knowledge.range_of(x) or not self._in_residue_class(x, hint):
+                congruence = knowledge.congruences.get(x)
+                modulo = f" and {name} % {congruence.coeff} == {congruence.base}" if congruence is not None else ""
+                wrong.append(f"{name} in {knowledge.range_of(x)}{modulo}")
+        completed = set(point) - bound
+        for entry in self._log if completed else ():
+            names = {s.name for s in symbols_of(entry.expr)}
+            if names & completed and names <= set(point) and not holds(entry.expr, point):
+                wrong.append(f"{entry.expr} fails")
+        if wrong:
+            values = ", ".join(f"{n}={v}" for n, v in sorted(point.items()))
+            raise ConstraintError(
+                f"{kind} {stored} is inconsistent with the example values ({values}): with it, {'; '.join(wrong)}; "
+                f"nothing was recorded"
+            )
+
+    def _in_residue_class(self, x: sympy.Symbol, value: int) -> bool:
+        congruence = self._reasoner.knowledge.congruences.get(x)
+        return congruence is None or not congruence.coeff or (value - congruence.base) % congruence.coeff == 0
 
     def _constrain(self, symbol: sympy.Symbol, lo: int | None, hi: int | None) -> None:
         with self._atomically():
@@ -417,20 +461,30 @@ class ShapeEnv:
     # -- guards out -------------------------------------------------------------------------
 
     def _contract(self) -> list[sympy.Basic]:
-        """Everything inputs must satisfy: ranges, replacements, facts and guards (backed only)."""
+        """Everything inputs must satisfy: ranges, replacements, facts and guards (backed only).
+
+        An unbacked symbol replaced by an expression of inputs is no input itself: entries
+        state it through its replacement (``u0 > 3`` under ``u0 := s1`` is ``s1 > 3``).
+        """
         exprs: list[sympy.Basic] = []
+        hints = self.hints
+        defined = {x: e for x, e in self.replacements.items() if x.name not in hints}
         for symbol, expression in self.replacements.items():
-            exprs.append(sympy.Eq(symbol, expression))
+            if symbol not in defined:
+                exprs.append(sympy.Eq(symbol, expression))
         for symbol, r in self.var_to_range.items():
-            if symbol in self._reasoner.knowledge.replacements:
-                continue
+            if symbol in self.replacements:
+                if not symbols_of(self.replacements[symbol]) <= {F.int_symbol(n) for n in hints}:
+                    # replaced by an expression of unbacked values: its own ranges still bind the input
+                    exprs += [e.expr for e in self._entries("range") if symbols_of(e.expr) == {symbol}]
+                continue  # else the replacement, over inputs, says it all
             if not is_infinite(r.lo):
                 exprs.append(sympy.Ge(symbol, int(r.lo)))
             if not is_infinite(r.hi):
                 exprs.append(sympy.Le(symbol, int(r.hi)))
-        exprs += [e.expr for e in self._entries("fact", "guard")]
+        exprs += [substitute(e.expr, defined, keep_divisions=True) for e in self._entries("fact", "guard")]
         unique = list(dict.fromkeys(e for e in exprs if e is not sympy.true))
-        return [e for e in unique if not self._unbacked_in(e)]
+        return [e for e in unique if all(s.name in hints for s in symbols_of(e))]
 
     def produce_guards(self, sources: Mapping[str | sympy.Symbol, str]) -> list[str]:
         """Python source of every condition inputs must meet, symbols printed as ``sources``.
@@ -455,10 +509,14 @@ class ShapeEnv:
     def check_guards(self, values: Mapping[str, int]) -> list[sympy.Basic]:
         """The conditions of :meth:`produce_guards` that ``values`` (name → int) violates."""
         assignment: dict[str, int] = check_values(values)
+        undefined = set()  # replaced symbols whose replacement divides by zero there
         for symbol, expression in self.replacements.items():
             if symbol.name not in assignment and all(s.name in assignment for s in expression.free_symbols):
-                assignment[symbol.name] = evaluate(expression, assignment)
-        return [expr for expr in self._contract() if not holds(expr, assignment)]
+                try:
+                    assignment[symbol.name] = evaluate(expression, assignment)
+                except ArithmeticError:
+                    undefined.add(symbol)
+        return [expr for expr in self._contract() if symbols_of(expr) & undefined or not holds(expr, assignment)]
 
     # -- JSON -------------------------------------------------------------------------------
 

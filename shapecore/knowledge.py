@@ -7,8 +7,9 @@ conjunct after canonicalizing, substituting earlier replacements and simplifying
 the digest only needs to be *implied* by the facts):
 
 * ``Eq(x, e)`` with ``x`` a symbol of coefficient ±1 not occurring in ``e`` → replacement
-  ``x := e`` (the later-created symbol is replaced, as in torch: ``s77 := 8*s6``); what was
-  known about ``x`` is re-stated as facts about ``e``;
+  ``x := e`` (the later-created symbol is replaced, as in torch: ``s77 := 8*s6``, but never one
+  the owner keeps, such as a symbol with a hint, in favour of one it does not); what was known
+  about ``x`` is re-stated as facts about ``e``;
 * ``a*x + b <rel> 0`` in one symbol → a bound on ``x`` (``Ne`` excludes one value);
 * ``a*Mod(p*x + q, m) + b == 0`` → the congruence ``p*x + q ≡ -b/a (mod m)`` solved for ``x``.
 
@@ -35,7 +36,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence, tighten
 from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
-from shapecore.rewrite import Simplifier, canonicalize, substitute, symbols_of
+from shapecore.rewrite import Simplifier, canonicalize, fold, substitute, symbols_of
 
 __all__ = ["Knowledge", "Checkpoint"]
 
@@ -101,7 +102,9 @@ class Knowledge:
     valid.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep: Callable[[sympy.Symbol], bool] = lambda symbol: False) -> None:
+        """``keep``: symbols to keep rather than replace when a fact allows either."""
+        self.keep = keep
         self.facts: list[sympy.Basic] = []
         self.symbols: frozenset[sympy.Symbol] = frozenset()  # every symbol the facts mention
         self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
@@ -208,7 +211,7 @@ class Knowledge:
         self.symbols |= symbols_of(fact) | frozenset(mentions)
         self.version += 1
         try:
-            canonical = canonicalize(fact)
+            canonical = fold(canonicalize(fact))  # folding may drop divisions: fine for what the fact implies
         except ZeroDivisionError:
             self._contradict({index})
             return index
@@ -291,7 +294,7 @@ class Knowledge:
                 return True
             candidates, terms = [x], {x: sympy.Integer(1)}
             difference = x - int(value)
-        x = max(candidates, key=_symbol_order)
+        x = max(candidates, key=lambda s: (not self.keep(s), _symbol_order(s)))
         expression = -(difference - terms[x] * x) / terms[x]
         if not expression.is_integer:
             return False

@@ -42,7 +42,7 @@ from shapecore.knowledge import Checkpoint as KnowledgeCheckpoint
 from shapecore.knowledge import Knowledge
 from shapecore.parsing import named_symbols, parse
 from shapecore.proof import Proof
-from shapecore.rewrite import canonicalize, divisors, needs_rewriting, substitute, symbols_of
+from shapecore.rewrite import canonicalize, divisors, fold, needs_rewriting, substitute, symbols_of
 from shapecore.search import bind_all, find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
 from shapecore.z3backend import Z3Session
@@ -104,9 +104,9 @@ class Reasoner:
     """
 
     def __init__(self, *, timeout_ms: int = 1000) -> None:
-        self.knowledge = Knowledge()
-        self.timeout_ms = validate_timeout(timeout_ms)
         self.hints: dict[str, int] = {}
+        self.knowledge = Knowledge(keep=lambda symbol: symbol.name in self.hints)  # never replace a hint
+        self.timeout_ms = validate_timeout(timeout_ms)
         self._hints_key: tuple[int, int] | None = None  # (hints, replacements) the point was built from
         self._hints_checked = 0  # facts verified at the point so far
         self._hints_point: dict[str, int] | None = None
@@ -284,9 +284,9 @@ class Reasoner:
         if claim_divisors:
             nonzero = CheapLayers(self.knowledge)
             for divisor in claim_divisors:
-                if nonzero.decide(sympy.Ne(substitute(canonicalize(divisor), replacements), 0)) is not True:
+                if nonzero.decide(sympy.Ne(substitute(fold(canonicalize(divisor)), replacements), 0)) is not True:
                     return None
-        return substitute(canonicalize(claim), replacements)
+        return substitute(fold(canonicalize(claim)), replacements)  # defined wherever the facts hold: may fold
 
     def _session(self) -> Z3Session:
         if self._z3 is None:

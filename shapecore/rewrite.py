@@ -49,6 +49,7 @@ __all__ = [
     "divisors",
     "keep_definedness",
     "build_keeping_divisions",
+    "fold",
     "needs_rewriting",
     "symbols_of",
     "Simplifier",
@@ -135,16 +136,31 @@ def symbols_of(expr: sympy.Basic) -> frozenset[sympy.Symbol]:
     return _survey(expr)[2]
 
 
-def substitute(expr: sympy.Basic, replacements: Mapping[sympy.Symbol, sympy.Basic]) -> sympy.Basic:
+def substitute(
+    expr: sympy.Basic, replacements: Mapping[sympy.Symbol, sympy.Basic], *, keep_divisions: bool = False
+) -> sympy.Basic:
     """``expr`` with each replaced symbol swapped for its (fully resolved) expression.
 
     The rebuilt expression is folded, which may drop divisions (``(s1 - s0)*(x//y)`` is 0
     under ``s1 := s0``): a caller that needs to know where ``expr`` is defined keeps
-    ``divisors(expr)`` of the original (as the reasoner and the simplifier do).
+    ``divisors(expr)`` of the original (as the reasoner and the simplifier do), or asks to
+    ``keep_divisions`` (see :func:`build_keeping_divisions`).
     """
     if not replacements or not (symbols_of(expr) & replacements.keys()):
         return expr
-    return expr.xreplace(dict(replacements))
+    if not keep_divisions:
+        return expr.xreplace(dict(replacements))
+    memo: dict[sympy.Basic, sympy.Basic] = {}
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        found = replacements.get(node) if node.is_Symbol else None
+        if found is None:
+            found = memo.get(node)
+        if found is None:
+            found = memo[node] = _rebuild(node, visit, keep_divisions=True)
+        return found
+
+    return visit(expr)
 
 
 def divisors(expr: sympy.Basic) -> frozenset[sympy.Basic]:
@@ -174,6 +190,26 @@ def _opaque_to_connectives(claim: sympy.Basic) -> sympy.Basic:
     if claim is sympy.true or claim is sympy.false:
         return (sympy.Eq if claim is sympy.true else sympy.Ne)(0, 0, evaluate=False)
     return sympy.Not(sympy.Not(claim, evaluate=False), evaluate=False)
+
+
+def fold(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` rebuilt with all of sympy's folding, also of nodes kept unevaluated.
+
+    Folding may drop divisions (see :func:`build_keeping_divisions`), so the result has the
+    value of ``expr`` only where ``expr`` is defined: for what a fact implies, or for a claim
+    whose divisors are known to be nonzero. Raises ``ZeroDivisionError`` if a divisor folds to 0.
+    """
+    if not divisors(expr):  # only divisions are ever kept unevaluated
+        return expr
+    memo: dict[sympy.Basic, sympy.Basic] = {}
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        found = memo.get(node)
+        if found is None:
+            found = memo[node] = node.func(*(visit(a) for a in node.args)) if node.args and not node.is_Atom else node
+        return found
+
+    return visit(expr)
 
 
 def keep_definedness(claim: sympy.Basic, required: Iterable[sympy.Basic]) -> sympy.Basic:

@@ -1,6 +1,7 @@
 """ShapeEnv: PyTorch's verbs, guards in and out, unbacked symbols, JSON."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -353,6 +354,65 @@ def test_a_rejected_fact_leaves_no_trace():
     assert env.var_to_range[int_symbol("u0")] == ValueRange(0, 10)
 
 
+def test_a_fact_that_can_never_hold_is_rejected_even_when_its_division_is_kept():
+    env = ShapeEnv()
+    env.create_symbol(0, min=-1)
+    env.create_unbacked_symbol(min=-2, max=10)
+    with pytest.raises(ConstraintError, match="contradicts"):
+        env.add_fact("Ne(0*(s0 // u0), 0)")  # 0 != 0 wherever it is defined
+    assert env.evaluate_expr("Eq(s0, 1)") is False
+
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ("Eq(s0, s1 + u0)", "s0 = 3"),  # with s0 + s1 == 2 and u0 > 3, s0 must be 3: its hint is 0
+        ("Eq(u0, s0)", "u0 > 3 fails"),  # gives u0 the value 0
+        ("Eq(u0, s0 // s0)", "undefined"),  # at s0 = 0
+    ],
+)
+def test_an_entry_whose_consequences_exclude_the_hints_is_rejected(entry, words):
+    env = ShapeEnv()
+    env.create_symbol(0, min=-1)
+    env.create_symbol(2, min=-1)
+    env.create_unbacked_symbol(min=-2, max=10)
+    if entry.startswith("Eq(s0"):
+        env.evaluate_expr("s0 + s1")
+    env.add_fact("u0 > 3")
+    before = env.to_json()
+    with pytest.raises(ConstraintError, match=f"inconsistent with the example values.*{re.escape(words)}"):
+        env.defer_runtime_assert(entry)
+    assert env.to_json() == before and env.check_guards(env.hints) == []
+
+
+def test_an_input_is_never_replaced_by_an_unbacked_value():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    env.create_symbol(5, max=100)
+    env.create_unbacked_symbol()
+    env.add_fact("Eq(s1, u0)")
+    env.add_fact("u0 > 3")
+    assert env.replacements == {int_symbol("u0"): int_symbol("s1")}
+    assert env.produce_guards({"s0": "a", "s1": "b"}) == ["a >= 2", "b >= 4", "b <= 100", "b > 3"]
+    assert env.check_guards({"s0": 8, "s1": 2}) == [parse("s1 >= 4"), parse("s1 > 3")]
+    env2 = ShapeEnv()
+    env2.create_symbol(0, min=-1)
+    env2.create_symbol(0, min=-1)
+    env2.create_unbacked_symbol(min=-2, max=10)
+    env2.defer_runtime_assert("Eq(s0, s1*u0)")  # only s0 can be isolated: its range stays a guard
+    assert env2.produce_guards({"s0": "a", "s1": "b"}) == ["a >= -1", "b >= -1"]
+
+
+def test_check_guards_reports_a_replacement_undefined_at_the_values():
+    env = ShapeEnv()
+    env.create_symbol(4)
+    env.create_symbol(2)
+    env.create_unbacked_symbol()
+    env.add_fact("Eq(u0, s0 // s1)")
+    assert env.check_guards({"s0": 4, "s1": 2}) == []
+    assert env.check_guards({"s0": 4, "s1": 0}) != []
+
+
 def _answers(env, queries):
     return [env.prove(q).status for q in queries]
 
@@ -414,3 +474,36 @@ def test_evaluate_expr_answers_like_python_and_records_only_what_holds_at_the_hi
         return
     assert env.evaluate_expr(text) == expected
     assert all(holds(g, hints) for g in env.guards)
+
+
+_STEP = st.one_of(
+    st.tuples(st.just("evaluate"), st.one_of(claim_texts(("s0", "s1", "u0"), max_leaves=3), int_texts(("s0", "s1", "u0"), max_leaves=3))),
+    st.tuples(st.just("fact"), st.one_of(claim_texts(("s0", "s1", "u0"), max_leaves=2),
+                                         st.sampled_from(["u0 >= 20", "Eq(u0, s0)", "u0 <= s1", "Eq(s1, 2*s0)", "u0 > 3"]))),
+    st.tuples(st.just("runtime_assert"), claim_texts(("s0", "s1", "u0"), max_leaves=2)),
+)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(hints=st.tuples(st.integers(0, 3), st.integers(0, 3)), steps=st.lists(_STEP, max_size=5))
+def test_any_sequence_keeps_the_hints_satisfying_every_entry(hints, steps):
+    """Whatever is asked, accepted or rejected, the env stays consistent with its example."""
+    env = ShapeEnv(timeout_ms=100)
+    env.create_symbol(hints[0], name="s0", min=-1)
+    env.create_symbol(hints[1], name="s1", min=-1)
+    env.create_unbacked_symbol(name="u0", min=-2, max=10)
+    for kind, text in steps:
+        before = env.to_json()
+        try:
+            if kind == "evaluate":
+                env.evaluate_expr(text)
+            elif kind == "fact":
+                env.add_fact(text)
+            else:
+                env.defer_runtime_assert(text)
+        except (ConstraintError, ParseError, ArithmeticError, DataDependentError):
+            assert env.to_json() == before, "a rejection records nothing"
+        assert env.check_guards(env.hints) == []
+        point = env._example()
+        assert all(holds(g, point) for g in env.guards + env.facts if {s.name for s in g.free_symbols} <= set(point))
+        assert ShapeEnv.from_json(env.to_json(), timeout_ms=100).to_json() == env.to_json()
