@@ -2,9 +2,10 @@
 
 :func:`compile_guards` returns a function that checks every guard in order and returns the
 first one that does not hold, or ``None`` when all hold. Its semantics are
-:func:`shapecore.holds`, guard by guard: a zero divisor (or a float overflow) means the guard does not hold, and
-``And``/``Or`` evaluate every part (Python's ``and``/``or`` would skip some, and so skip a
-division by zero), so the function agrees with ``holds`` on every input.
+:func:`shapecore.holds`, guard by guard: a zero divisor (or a float overflow) means the guard
+does not hold, and ``And``/``Or`` evaluate every part (:func:`shapecore.python_str` prints them
+``&``/``|``: Python's ``and``/``or`` would skip some, and so skip a division by zero), so the
+function agrees with ``holds`` on every input.
 
 Calling convention. ``sources`` maps each symbol name to the Python expression that reads its
 value, e.g. ``{"s0": "x.size()[0]", "s1": "x.size()[1]"}``; the function takes, as keyword
@@ -48,17 +49,6 @@ class CompiledGuards(Protocol):
     def __call__(self, **inputs: object) -> sympy.Basic | None: ...
 
 
-def _strict(claim: sympy.Basic, names: Mapping[str, str]) -> str:
-    """Python source for ``claim`` that evaluates every part of ``And``/``Or`` (no short circuit)."""
-    if isinstance(claim, sympy.And):
-        return " & ".join(f"({_strict(a, names)})" for a in claim.args)
-    if isinstance(claim, sympy.Or):
-        return " | ".join(f"({_strict(a, names)})" for a in claim.args)
-    if isinstance(claim, sympy.Not):
-        return f"not ({_strict(claim.args[0], names)})"
-    return python_str(claim, names)
-
-
 def _free_names(source: str, symbol: str) -> list[str]:
     """The names a source expression reads (its free variables), in order of appearance."""
     try:
@@ -89,7 +79,7 @@ def _generate(
     lines = [f"def {name}({'*, ' + ', '.join(parameters) if parameters else ''}):"]
     lines += [f"    {local[s]} = {sources[s]}" for s in used]
     for i, claim in enumerate(claims):
-        test = f"if not ({_strict(claim, local)}): return _guard{i}"
+        test = f"if not ({python_str(claim, local)}): return _guard{i}"
         if divisors(claim) or claim.has(*FLOAT_FUNCTIONS, sympy.Float):
             lines += ["    try:", f"        {test}", "    except ArithmeticError:", f"        return _guard{i}"]
         else:

@@ -3,7 +3,8 @@
 * :func:`torch_str` is ``str(expr)``: the text PyTorch logs for the same expression
   (``Eq(Mod(s0, 8), 0)``, ``s77 >= ((s77//3))``), which :func:`shapecore.parse` reads back.
 * :func:`python_str` prints Python source with the same value under Python's semantics
-  (``s0 % 8 == 0``), optionally with each symbol replaced by a source expression such as
+  (``s0 % 8 == 0``; the strict ``And``/``Or`` as ``&``/``|`` on the parts' bools, since Python's
+  ``and``/``or`` would skip a part, and with it a division by zero), optionally with each symbol replaced by a source expression such as
   ``x.size()[0]``. Rational coefficients print as ``Fraction(p, q)`` and float-to-int functions
   as ``math.floor(...)`` etc., so the source needs ``Fraction`` and ``math`` in scope
   (:data:`PYTHON_NAMESPACE`).
@@ -152,11 +153,11 @@ class _PythonPrinter(StrPrinter):
     def _print_GreaterThan(self, expr: sympy.Basic) -> str:
         return self._relation(">=", expr)
 
-    def _print_And(self, expr: sympy.Basic) -> str:
-        return " and ".join(self._operand_bool(a) for a in expr.args)
+    def _print_And(self, expr: sympy.Basic) -> str:  # strict: & evaluates every part, unlike and
+        return " & ".join(f"({self._print(a)})" for a in expr.args)
 
     def _print_Or(self, expr: sympy.Basic) -> str:
-        return " or ".join(self._operand_bool(a) for a in expr.args)
+        return " | ".join(f"({self._print(a)})" for a in expr.args)
 
     def _print_Not(self, expr: sympy.Basic) -> str:
         return f"not {self._operand_bool(expr.args[0])}"

@@ -92,3 +92,8 @@ def test_takes_every_symbol_the_guard_text_names():
     assert check(s0=3, s1=4) is None and str(check(s0=1, s1=4)) == "s0 >= 2"
     sized = compile_guards(["Eq(Mod(s1, 1), 0)"], {"s1": "x.shape[1]"})
     assert sized.parameters == ("x",) and sized(x=FakeTensor(2, 3)) is None
+
+
+def test_a_strict_or_does_not_skip_a_division_by_zero():
+    check = compile_guards(["Or(Eq(x, 0), 10 // x > 2)"])
+    assert check(x=3) is None and check(x=0) is not None  # holds() says undefined at x = 0
