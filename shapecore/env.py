@@ -32,6 +32,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ConstraintError, DataDependentError, UnboundSymbolError
 from shapecore.evaluation import evaluate, holds
+from shapecore.parsing import parse
 from shapecore.printing import python_str
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange, bound, is_infinite
@@ -77,6 +78,15 @@ def _checked_source(source: str | None) -> str | None:
     if source is not None and not isinstance(source, str):
         raise ArgumentError(f"source must be a str (the expression that reads the value) or None, got {source!r}")
     return source
+
+
+def _as_read_back(claim: sympy.Basic) -> sympy.Basic:
+    """``claim`` in the form its printed text reads back as, where that differs (a division kept
+    unevaluated prints in another order, ``CleanDiv`` prints as ``//``): what the env records
+    then survives :meth:`ShapeEnv.to_json` and :meth:`ShapeEnv.from_json` exactly."""
+    text = str(claim)
+    back = parse(text)
+    return claim if str(back) == text else back
 
 
 class ShapeEnv:
@@ -185,6 +195,7 @@ class ShapeEnv:
     def _record(self, kind: FactKind, expr: sympy.Basic, msg: str = "") -> None:
         """Record one entry; it must hold at the example point and not contradict the others."""
         knowledge = self._reasoner.knowledge
+        expr = _as_read_back(expr)
         with self._atomically():
             self._check_at_example(kind, expr)
             before, bound = knowledge.contradiction, set(self._example())
@@ -340,14 +351,16 @@ class ShapeEnv:
         return self.prove(expr).proved
 
     def _unbacked_in(self, expr: sympy.Basic) -> list[sympy.Symbol]:
-        resolved = substitute(expr, self._reasoner.knowledge.replacements)
+        resolved = substitute(expr, self._reasoner.knowledge.replacements, keep_divisions=True)
         return sorted(
             (s for s in resolved.free_symbols if self._symbols.get(s.name, None) is None or self._symbols[s.name].hint is None),
             key=lambda s: s.name,
         )
 
-    def _data_dependent(self, expr: sympy.Basic, suggestions: list[str]) -> DataDependentError:
-        name = self._unbacked_in(expr)[0].name
+    def _data_dependent(self, expr: sympy.Basic, suggestions: list[str], unbound: str | None = None) -> DataDependentError:
+        """The error for deciding ``expr``, naming its first unbacked symbol (or ``unbound``)."""
+        unbacked = self._unbacked_in(expr)
+        name = unbacked[0].name if unbacked else unbound
         info = self._symbols.get(name)
         return DataDependentError(str(expr), name, info.source if info else None, suggestions)
 
@@ -360,8 +373,8 @@ class ShapeEnv:
         value = as_expr(expr)
         try:
             return evaluate(value, self._example())
-        except UnboundSymbolError:
-            raise self._data_dependent(value, []) from None
+        except UnboundSymbolError as error:
+            raise self._data_dependent(value, [], error.name) from None
 
     def evaluate_expr(self, expr: ExprLike) -> int | bool:
         """Decide ``expr``: statically when possible, else from the hints, recording a guard.
@@ -393,8 +406,8 @@ class ShapeEnv:
             return False
         try:
             result = evaluate(claim, self._example()) is True  # like Python: a zero divisor raises
-        except UnboundSymbolError:
-            raise self._data_dependent(claim, [str(claim), str(negation)]) from None
+        except UnboundSymbolError as error:
+            raise self._data_dependent(claim, [str(claim), str(negation)], error.name) from None
         self._record("guard", claim if result else negation)
         return result
 

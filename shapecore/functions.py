@@ -13,6 +13,8 @@ Semantics, one per operation, exactly Python's on ``int``:
 * ``ModularIndexing(a, b, c) = (a // b) % c``.
 * ``Max``/``Min``: Python's ``max``/``min``; built without comparing symbolic arguments.
 * A zero divisor makes the expression undefined: evaluating it raises ``ZeroDivisionError``.
+* ``And``/``Or``/``Not`` (torch's ``& | ~``) are strict: every part is evaluated, so a part that
+  is undefined makes the whole undefined.
 
 Floats follow Python, not sympy. The float-valued functions torch emits (``ToFloat``,
 ``IntTrueDiv``, ``FloatTrueDiv``, ``TruncToInt``, ``FloorToInt``, ``CeilToInt``,

@@ -21,6 +21,13 @@ levels, where a chain of one kind of operator (a sum, a product, ``&``, ``|``, r
 or ``-``) counts as one level however long it is, up to what Python's own parser takes (a
 chain of about 3,000 operators).
 
+Python's ``and``/``or`` (and chained comparisons) are read as ``And``/``Or``, which are strict
+like torch's ``& |``: every operand is evaluated, so a zero divisor in any makes the guard
+undefined. The one short circuit kept is Python's on a constant: an operand that is ``False``
+(``True`` for ``or``) as written decides, and what follows is not read for divisions
+(``0 == 1 and x // y > 0`` is False). A short circuit on an operand that varies
+(``x == 0 or 10 // x > 2`` at ``x = 0``) is not: there the guard is undefined.
+
 Folding never hides a division: sympy simplifies as it builds (``x//y - x//y`` is ``0``,
 ``Ne(2*x, 5)`` is ``True``), but like Python, an expression is undefined wherever a division
 it was written with divides by zero. A node whose folding would drop a division is built
@@ -342,8 +349,8 @@ class _Reader:
         raise self.error(f"unsupported operator {type(op).__name__} (bitwise operators apply to conditions only)", node)
 
     def _read_BoolOp(self, node: ast.BoolOp) -> sympy.Basic:
-        values = [self._condition(v) for v in node.values]
-        return self._build(sympy.And if isinstance(node.op, ast.And) else sympy.Or, *values)
+        connective = sympy.And if isinstance(node.op, ast.And) else sympy.Or
+        return self._short_circuit(connective, [lambda v=v: self._condition(v) for v in node.values])
 
     def _read_Compare(self, node: ast.Compare) -> sympy.Basic:
         operands = [self._integer(node.left)] + [self._integer(c) for c in node.comparators]
@@ -352,8 +359,26 @@ class _Reader:
             build = _COMPARE.get(type(op))
             if build is None:
                 raise self.error(f"unsupported comparison {type(op).__name__}", node)
-            parts.append(self._build(build, left, right))
-        return self._build(sympy.And, *parts)
+            parts.append(lambda build=build, left=left, right=right: self._build(build, left, right))
+        return self._short_circuit(sympy.And, parts)  # a < b < c is a < b and b < c
+
+    def _short_circuit(self, connective: type, operands: list[Callable[[], sympy.Basic]]) -> sympy.Basic:
+        """Python's ``and``/``or``: an operand that is a constant ``False`` (``True`` for ``or``)
+        decides, and what follows is never evaluated, so its divisions do not count; the other
+        operands are combined strictly, as ``And``/``Or`` (see the module docstring)."""
+        decisive = sympy.false if connective is sympy.And else sympy.true
+        values = []
+        for i, operand in enumerate(operands):
+            value = operand()
+            if value is decisive:
+                kept = set(self.divisors)
+                for rest in operands[i + 1 :]:
+                    rest()  # read for its errors only, as Python compiles what it does not run
+                self.divisors = kept
+                values.append(value)
+                break
+            values.append(value)
+        return self._build(connective, *values)
 
     def _read_Call(self, node: ast.Call) -> sympy.Basic:
         if not isinstance(node.func, ast.Name):
@@ -418,7 +443,7 @@ def parse(text: str) -> sympy.Basic:
     _check_nesting(tree.body, reader)
     result = reader.read(tree)
     if reader.divisors - divisors(result):  # folding dropped a division: read again, keeping them
-        return _Reader(text, keep_divisions=True).read(tree)
+        return _read_keeping_divisions(text, tree)
     return result
 
 
@@ -459,6 +484,26 @@ def _continues_chain(parent: ast.AST, child: ast.AST) -> bool:
     if isinstance(parent, ast.UnaryOp) and isinstance(child, ast.UnaryOp):
         return True
     return isinstance(child, (ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.expr_context))
+
+
+def _read_keeping_divisions(text: str, tree: ast.Expression) -> sympy.Basic:
+    """``tree`` read with every division kept, in the form whose printed text reads back the same.
+
+    Kept (unevaluated) nodes may print in an order or grouping that reads back differently,
+    so the printed text is read again until it is stable: then printing and parsing (a JSON
+    round trip) gives the same text.
+    """
+    result = _Reader(text, keep_divisions=True).read(tree)
+    for _ in range(_STABLE_AFTER):
+        printed = str(result)
+        again = _Reader(printed, keep_divisions=True).read(ast.parse(printed, mode="eval"))
+        if str(again) == printed:
+            return again
+        result = again
+    return result
+
+
+_STABLE_AFTER = 4  # readings at most; two suffice in practice
 
 
 @functools.lru_cache(maxsize=1 << 14)

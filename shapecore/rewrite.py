@@ -186,9 +186,9 @@ def build_keeping_divisions(build: Callable[..., sympy.Basic], *args: sympy.Basi
 
 
 def _opaque_to_connectives(claim: sympy.Basic) -> sympy.Basic:
-    """``claim`` in a form ``And``/``Or`` never fold: ``Eq(0, 0)`` for True, ``~~claim`` otherwise."""
+    """``~~claim``, which ``And``/``Or`` never fold (True is written ``Eq(0, 0)`` inside)."""
     if claim is sympy.true or claim is sympy.false:
-        return (sympy.Eq if claim is sympy.true else sympy.Ne)(0, 0, evaluate=False)
+        claim = (sympy.Eq if claim is sympy.true else sympy.Ne)(0, 0, evaluate=False)
     return sympy.Not(sympy.Not(claim, evaluate=False), evaluate=False)
 
 

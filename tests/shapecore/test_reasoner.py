@@ -13,7 +13,9 @@ from shapecore import ArgumentError, ParseError, Proof, Reasoner, holds, parse, 
 from shapecore.parsing import named_symbols
 from shapecore.testing import claims, fact_sets
 
-from .guard_texts import claim_texts, float_texts, python_holds
+from . import oracle
+from .folding_text import claim_texts, float_texts
+from .oracle import formula
 
 REQUIRED = [
     ("Eq(Mod(s0*s1, 8), 0)", ["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"], None, "proved"),
@@ -249,14 +251,14 @@ def test_soundness_on_guard_text(claim, facts):
     except ParseError:  # a divisor that is zero as written (test_parsing checks the message)
         return
     points = [{"x": x, "y": y} for x in TEXT_BOX for y in TEXT_BOX]
-    admissible = [p for p in points if all(python_holds(f, p) for f in facts)]
+    admissible = [p for p in points if all(oracle.holds(formula(f), p) for f in facts)]
     if proof.proved:
-        assert all(python_holds(claim, p) for p in admissible), "proved, yet false inside the box"
+        assert all(oracle.holds(formula(claim), p) for p in admissible), "proved, yet false inside the box"
     if proof.refuted:
         values = proof.counterexample
         named = named_symbols(claim).union(*(named_symbols(f) for f in facts))
         assert {s.name for s in named} <= set(values), "the counterexample leaves a symbol unbound"
-        assert all(python_holds(f, values) for f in facts) and not python_holds(claim, values)
+        assert all(oracle.holds(formula(f), values) for f in facts) and not oracle.holds(formula(claim), values)
 
 
 def test_floats_are_pythons_not_sympys():
@@ -271,6 +273,6 @@ def test_soundness_on_float_text(claim, fact):
     proof = prove(claim, facts=[fact], timeout_ms=200)
     points = [{"x": x, "y": y} for x in TEXT_BOX for y in TEXT_BOX]
     if proof.proved:
-        assert all(python_holds(claim, p) for p in points if python_holds(fact, p))
+        assert all(oracle.holds(formula(claim), p) for p in points if oracle.holds(formula(fact), p))
     if proof.refuted:
-        assert python_holds(fact, proof.counterexample) and not python_holds(claim, proof.counterexample)
+        assert oracle.holds(formula(fact), proof.counterexample) and not oracle.holds(formula(claim), proof.counterexample)

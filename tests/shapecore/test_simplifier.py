@@ -20,7 +20,9 @@ from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
 from shapecore.z3backend import Translator
 
-from .guard_texts import claim_texts, python_holds
+from . import oracle
+from .folding_text import claim_texts
+from .oracle import formula
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
@@ -349,4 +351,4 @@ def test_guard_text_simplifies_to_what_python_accepts(guards):
         return
     for x, y in itertools.product(range(-6, 9), repeat=2):
         point = {"x": x, "y": y}
-        assert all(python_holds(g, point) for g in guards) == all(holds(g, point) for g in result.guards), point
+        assert all(oracle.holds(formula(g), point) for g in guards) == all(holds(g, point) for g in result.guards), point
