@@ -179,10 +179,25 @@ def build_keeping_divisions(build: Callable[..., sympy.Basic], *args: sympy.Basi
     required = set().union(*(divisors(a) for a in args))
     if not required - divisors(result):
         return result
-    result = build(*args, evaluate=False)
+    result = build(*_numbers_combined(build, args), evaluate=False)
     if required - divisors(result):  # And/Or fold a True argument, or a condition and its negation, even so
         result = build(*(_opaque_to_connectives(a) for a in args), evaluate=False)
     return result
+
+
+def _numbers_combined(build: Callable[..., sympy.Basic], args: tuple[sympy.Basic, ...]) -> tuple[sympy.Basic, ...]:
+    """The operands of an exact sum or product to build unevaluated, nested ones flattened and
+    their numbers combined into one (numbers divide by nothing): ``-(1*0*x)`` is ``0*x``, and
+    it prints as text that reads back the same."""
+    kind = {sympy.Add: sympy.Add, F.add: sympy.Add, sympy.Mul: sympy.Mul, F.mul: sympy.Mul}.get(build)
+    if kind is None or any(F.float_valued(a) for a in args):
+        return args
+    flat = [part for a in args for part in (a.args if isinstance(a, kind) else (a,))]
+    numbers = [part for part in flat if part.is_Number]
+    others = [part for part in flat if not part.is_Number]
+    number = kind(*numbers)  # evaluated: a single number
+    neutral = sympy.S.Zero if kind is sympy.Add else sympy.S.One
+    return tuple(([number] if number != neutral or not others else []) + others)
 
 
 def _opaque_to_connectives(claim: sympy.Basic) -> sympy.Basic:
