@@ -6,7 +6,7 @@ Run from the repository root (about a minute; ``--quick`` for a smaller scale ca
 
 Every figure is compared with a peer measured in the same run:
 
-1. **Corpus** (``../shared/corpus``, 26 guard sets captured from torch 2.13). Like is compared
+1. **Corpus** (``tests/data/corpus``, 26 guard sets captured from torch 2.13). Like is compared
    with like, symbolic guards only:
 
    * *torch keeps* the lines of ``produce_guards.final`` that constrain symbols: ``relational``
@@ -59,7 +59,7 @@ from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.z3backend import Translator
 
-CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "corpus")
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "corpus")
 
 
 # -- corpus ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 import z3
 
 from shapecore.cli import main
+from tests.corpus import CORPUS
 
 
 def run(*argv):
@@ -63,7 +64,6 @@ def test_help_has_examples():
 
 # -- simplify / check / explain ------------------------------------------------------------------
 
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 ARANGE = "s77 >= ((s77//3))\nNe(s77 - ((s77//3)), 0)\ns77 - ((s77//3)) >= 2\nNe(s77 - ((s77//3)), 1)\n"
 VIEW8 = "Eq(Mod(16*s77, 128), 0)\nEq(16*s77, 128*((s77//8)))\nNe(s77, 8)\nEq(Mod(s77, 8), 0)\ns77 >= 2\n"
 

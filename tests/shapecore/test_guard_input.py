@@ -8,8 +8,7 @@ import pytest
 
 from shapecore import ShapeEnv, parse
 from shapecore.guard_input import GuardInputError, read_guard_set
-
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
+from tests.corpus import CORPUS
 
 # Lines of a real TORCH_LOGS=dynamic run (torch 2.13, export with x, y: {0: 8*d}, .item(),
 # torch._check, nonzero), with the "for more info" advice cut; other log lines in between.

@@ -14,12 +14,11 @@ from shapecore import ParseError, evaluate, holds, int_symbol, parse, python_str
 from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING, named_symbols
 from shapecore.printing import PYTHON_NAMESPACE
 from shapecore.testing import assignments, claims, int_exprs
+from tests.corpus import CORPUS
 
 from . import oracle
 from .folding_text import claim_texts, float_texts, int_texts
 from .oracle import formula
-
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
 TORCH_PRINTED = [
     "Eq(Mod(s0, 8), 0)",

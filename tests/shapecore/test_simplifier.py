@@ -19,12 +19,11 @@ from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
 from shapecore.z3backend import Translator
+from tests.corpus import CORPUS
 
 from . import oracle
 from .folding_text import claim_texts
 from .oracle import formula
-
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
 s0, s1, s2 = (int_symbol(n) for n in ("s0", "s1", "s2"))
 

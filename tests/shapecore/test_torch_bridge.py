@@ -23,10 +23,9 @@ from shapecore import ConstraintError, ShapecoreError, evaluate, int_symbol, pro
 from shapecore import functions as F
 from shapecore.testing import claims
 from shapecore.torch_bridge import UnmappableExpressionError, from_torch, map_expr, to_torch, torch_guards
+from tests.corpus import CORPUS
 
 from .traced_models import CASES
-
-CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "corpus")
 
 
 def test_importing_the_bridge_does_not_import_torch():
