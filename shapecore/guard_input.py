@@ -4,10 +4,11 @@
 
 * **ShapeEnv JSON** (``ShapeEnv.to_json``): its guards and runtime asserts are guards; its
   declared ranges and user facts are assumptions.
-* **Corpus JSON** (a guard corpus case, ``schema_version`` 1): torch's raw guards, its
-  replacements as ``Eq(symbol, expr)``, each backed symbol's final range as a range guard
-  (``var_to_range`` after tracing already carries what guards taught it, so it is a guard,
-  not an assumption) and the deferred runtime asserts.
+* **Corpus JSON** (a guard corpus case, ``schema_version`` 1, as the repository's
+  ``tests/data/corpus/SCHEMA.md`` describes): torch's raw guards, its replacements as
+  ``Eq(symbol, expr)``, each backed symbol's final range as a range guard (``var_to_range``
+  after tracing already carries what guards taught it, so it is a guard, not an assumption)
+  and the deferred runtime asserts.
 * **A ``TORCH_LOGS=dynamic`` log**: guard lines are picked out, everything else is ignored.
   ``eval G [guard added]`` and ``runtime_assert G [guard added]`` give guards (``[guard
   suppressed]`` ones were never recorded by torch, so they are skipped), ``set_replacement s
