@@ -19,6 +19,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -38,7 +39,8 @@ EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE, EXIT_UNKNOWN, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 class UsageError(Exception):
-    """Malformed input from the user: printed as ``where:line:column: message``, exit 2."""
+    """Malformed input from the user: printed as ``where:line:column: message``, exit 2 (as is a
+    plugin subcommand whose extra is not installed)."""
 
 
 def _name(text: str, name: str) -> str:
@@ -392,6 +394,45 @@ def _plugins() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
 
 
+_EXTRA_MARKER = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _extra_name(name: str) -> str:
+    """An extra's name as packaging compares it (PEP 685)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _missing_requirements(entry_point: importlib.metadata.EntryPoint) -> list[str]:
+    """The distributions required by the extras an entry point declares (``"module:register
+    [extra]"``) that are not installed, in the order its distribution lists them."""
+    extras = {_extra_name(extra) for extra in entry_point.extras}
+    if not extras or entry_point.dist is None:
+        return []
+    missing = []
+    for requirement in entry_point.dist.requires or ():
+        name, _, marker = requirement.partition(";")
+        extra = _EXTRA_MARKER.search(marker)
+        if extra is None or _extra_name(extra.group(1)) not in extras:
+            continue
+        name = _REQUIREMENT_NAME.match(name).group(1)
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def _load_plugin(entry_point: importlib.metadata.EntryPoint, sub: argparse._SubParsersAction) -> None:
+    """Register the plugin's subcommand, or refuse (exit 2) naming the extra it needs to run."""
+    missing = _missing_requirements(entry_point)
+    if missing:
+        extras, dist = ",".join(entry_point.extras), entry_point.dist.name
+        raise UsageError(f"needs {dist}'s {extras} extra, which is not installed (missing {', '.join(missing)}): "
+                         f"pip install '{dist}[{extras}]'")
+    entry_point.load()(sub)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; plugin subcommands are loaded only when ``command`` names them."""
     parser = argparse.ArgumentParser(
@@ -405,7 +446,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _explain_parser(sub)
     for name, entry_point in sorted(_plugins().items()):
         if name == command:
-            entry_point.load()(sub)
+            _load_plugin(entry_point, sub)
         else:
             sub.add_parser(name, help=f"(from {entry_point.value.split(':')[0]}; see shapecore {name} --help)")
     return parser
@@ -438,7 +479,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if undecodable is not None:
         print(f"shapecore: {undecodable}", file=sys.stderr)
         return EXIT_USAGE
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+    command = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        parser = build_parser(command)
+    except UsageError as error:
+        print(f"shapecore {command}: {error}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -1,14 +1,17 @@
 """The shapecore command line: answers, exit codes and error messages."""
 
+import importlib.metadata
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import z3
 
+from shapecore import cli
 from shapecore.cli import main
 from tests.corpus import CORPUS
 
@@ -174,3 +177,56 @@ def test_bad_values_and_missing_files_exit_2(guard_file):
 def test_new_subcommands_have_help_with_examples(command):
     result = run(command, "--help")
     assert result.returncode == 0 and "examples:" in result.stdout and f"shapecore {command} " in result.stdout
+
+
+def _extras_only() -> set[str]:
+    """The top-level modules of what shapecore's extras bring (torch, mip, hypothesis, ...)."""
+    names = {re.match(r"[\w.-]+", r).group() for r in importlib.metadata.requires("shapecore") if "extra ==" in r}
+    return {name.replace("-", "_") for name in names} - {"shapecore"}
+
+
+def test_the_cli_runs_with_shapecore_s_own_dependencies_alone(guard_file):
+    blocked = _extras_only()
+    assert {"torch", "numpy", "mip", "highspy", "hypothesis"} <= blocked
+    path = guard_file(ARANGE)
+    commands = [["prove", "n - n//3 >= 2", "--range", "n=3..10000"], ["simplify", path, "--range", "s77=3..10000"],
+                ["check", path, "s77=16"], ["explain", path], ["simplify", os.path.join(CORPUS, "compile_view8.json")]]
+    code = (f"import sys\nfor name in {sorted(blocked)!r}:\n    sys.modules[name] = None  # importing it fails\n"
+            f"from shapecore.cli import main\nprint([main(argv) for argv in {commands!r}], file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr.splitlines()[-1] == "[0, 0, 0, 0, 0]", result.stderr
+
+
+# -- plugin subcommands ----------------------------------------------------------------------------
+
+
+def _plugin(tmp_path, name: str, value: str, requires: list[str]) -> importlib.metadata.EntryPoint:
+    """The ``shapecore.commands`` entry point ``name = value`` of an installed distribution ``tourist``."""
+    info = tmp_path / "tourist-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tourist\nVersion: 1.0\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    (info / "entry_points.txt").write_text(f"[shapecore.commands]\n{name} = {value}\n")
+    (entry_point,) = importlib.metadata.PathDistribution(info).entry_points
+    return entry_point
+
+
+def test_a_plugin_without_its_extra_exits_2_naming_the_extra(tmp_path, monkeypatch, capsys):
+    requires = ["sympy>=1.13", 'no-such-distribution-x>=1; extra == "big-extra"', 'sympy; extra == "Big.Extra"',
+                'no-such-distribution-y; extra == "other"']
+    plugin = _plugin(tmp_path, "tour", "no_such_module:register [big_extra]", requires)
+    monkeypatch.setattr(cli, "_plugins", lambda: {"tour": plugin})
+    assert main(["tour", "--help"]) == 2
+    assert capsys.readouterr().err == ("shapecore tour: needs tourist's big_extra extra, which is not installed "
+                                       "(missing no-such-distribution-x): pip install 'tourist[big_extra]'\n")
+
+
+def register_tour(subparsers) -> None:
+    """A plugin's ``register``: the subcommand ``tour``, which succeeds."""
+    subparsers.add_parser("tour").set_defaults(run=lambda args: 0)
+
+
+def test_a_plugin_with_its_extra_installed_runs(tmp_path, monkeypatch):
+    plugin = _plugin(tmp_path, "tour", f"{__name__}:register_tour [big]", ['sympy>=1.13; extra == "big"'])
+    monkeypatch.setattr(cli, "_plugins", lambda: {"tour": plugin})
+    assert main(["tour"]) == 0
