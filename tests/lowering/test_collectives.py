@@ -58,6 +58,7 @@ def _run_cases(rank):
     return len(CASES)
 
 
+@pytest.mark.slow  # gloo ranks
 def test_every_kind_of_step_moves_the_data_where_the_target_placement_says():
     assert launch(_run_cases, 4, timeout=120) == [len(CASES)] * 4
 
@@ -76,6 +77,7 @@ def _wrong_nesting(rank):
     return True
 
 
+@pytest.mark.slow  # gloo ranks
 def test_steps_that_would_scramble_nested_splits_or_do_not_fit_are_refused():
     assert launch(_wrong_nesting, 4, timeout=120) == [True] * 4
 
@@ -105,6 +107,7 @@ def _compiled_steps(rank):
     return len(compiles), sorted(op for op in ops if "c10d_functional" in op)
 
 
+@pytest.mark.slow  # gloo ranks
 def test_functional_collectives_compile_once_with_dynamic_shapes_on_gloo():
     results = launch(_compiled_steps, 2, timeout=240)
     for compiles, ops in results:

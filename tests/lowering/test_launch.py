@@ -11,6 +11,8 @@ import torch.distributed as dist
 
 from lowering.launch import LaunchTimeout, RankFailure, launch
 
+pytestmark = pytest.mark.slow  # every test starts processes
+
 
 def _sum_of_ranks(rank: int) -> dict:
     value = torch.tensor([float(rank)])

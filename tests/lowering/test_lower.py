@@ -13,6 +13,8 @@ from lowering.lower import EmittedCollective, lower
 from planner.mesh import Mesh
 from tests.lowering.handmade import handmade_plan
 
+pytestmark = pytest.mark.slow  # gloo ranks
+
 
 class MLP(nn.Module):
     def __init__(self):

@@ -25,6 +25,8 @@ from planner.mesh import Mesh
 from planner.placements import format_placements
 from tests.lowering.handmade import handmade_plan
 
+pytestmark = pytest.mark.slow  # gloo ranks
+
 TIMEOUT = 600
 MOD4 = ["Eq(Mod(batch, 4), 0)"]
 

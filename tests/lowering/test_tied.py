@@ -16,6 +16,8 @@ from torch.export import Dim
 from lowering import launch
 from lowering.parallel import ParallelModule
 
+pytestmark = pytest.mark.slow  # gloo ranks, and transformers models compiled by Inductor
+
 TIED = {"gpt2": ("m.transformer.wte.weight", "m.lm_head.weight"),
         "t5": ("m.shared.weight", "m.encoder.embed_tokens.weight")}
 

@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # torchrun starts two ranks
 def test_a_parallel_module_runs_under_torchrun(tmp_path):
     result = tmp_path / "result.json"
     worker = os.path.join(os.path.dirname(__file__), "torchrun_worker.py")

@@ -1,12 +1,15 @@
 """A lowered training step (joint forward+backward graph): parameter gradients equal the
 single-device ones for a 2-layer MLP on a (2, 2) mesh, at three batch sizes, one compile."""
 
+import pytest
 import torch
 from torch.export import Dim
 
 from lowering import launch
 from lowering.examples import MLP
 from lowering.parallel import ParallelModule
+
+pytestmark = pytest.mark.slow  # gloo ranks
 
 
 def _training_step(rank):

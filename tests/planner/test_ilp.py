@@ -81,6 +81,7 @@ def decoder_trace():
     return trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True)
 
 
+@pytest.mark.slow  # a 3-layer decoder's training graph (traced once), prepared and solved twice
 def test_clustering_prices_the_plan_it_picks_and_costs_little(decoder_trace):
     gm, _, env, dims = decoder_trace
     objectives = []
@@ -99,6 +100,7 @@ def _mean_regret(plan) -> float:
     return sum(b.weight * b.regret for b in plan.batch_costs) / sum(b.weight for b in plan.batch_costs)
 
 
+@pytest.mark.slow  # the same decoder planned six times: tens of seconds
 def test_plan_reports_true_cost_and_regret(decoder_trace):
     gm, _, env, dims = decoder_trace
     options = dict(shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64, 512])

@@ -12,6 +12,8 @@ import pytest
 from planner import Plan
 from planner.plan import PLAN_VERSION
 
+pytestmark = pytest.mark.slow  # plans in other processes (the fixture, and the test that compares two)
+
 SCRIPT = textwrap.dedent(
     """
     import torch
