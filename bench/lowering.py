@@ -49,7 +49,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: list[int], steps: int, blocks:
     import torch.distributed as dist
 
     from lowering.parallel import ParallelModule
-    from planner.plan import Plan
+    from planner import Plan
 
     plan = Plan.from_json(plan_json)
     model = decoder()

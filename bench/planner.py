@@ -42,9 +42,10 @@ from torch.export import Dim  # noqa: E402
 
 import planner  # noqa: E402
 from planner import Mesh  # noqa: E402
-from planner.api import prepare, trace_for_planning  # noqa: E402
+from planner.api import prepare  # noqa: E402
 from planner.greedy import GreedyModel  # noqa: E402
 from planner.ilp import IlpModel, solve_mean_regret  # noqa: E402
+from shapecore.torch import trace_for_planning  # noqa: E402
 
 SEQ = 2048
 
@@ -130,8 +131,9 @@ def _trace(layers: int, training: bool):
         model = Llama(layers).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
     start = time.perf_counter()
-    gm, exported, env, dims = trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=training)
-    return (exported if exported is not None else gm), env, dims, time.perf_counter() - start
+    traced = trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=training)
+    graph = traced.exported if traced.exported is not None else traced.graph_module
+    return graph, traced.env, traced.dim_exprs, time.perf_counter() - start
 
 
 def _solve(graph, env, dims, mesh: Mesh, batch_sizes, *, cluster: bool = True, time_limit: float) -> dict:

@@ -162,11 +162,10 @@ def run_shapecore(query: Query, violation: dict[str, int] | None, repeat: int) -
 
 def _torch_setup(query: Query):
     """A torch ShapeEnv with the query's symbols, ranges and facts; returns it and the claim."""
-    import torch.utils._sympy.functions  # noqa: F401  (registers torch's sympy classes)
-    from torch._dynamo.source import LocalSource
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    from shapecore.torch_bridge import to_torch
+    from shapecore.torch import to_torch
+    from shapecore.torch.private import LocalSource
 
     claim, facts = _scope(query)
     names = _names(claim, facts)

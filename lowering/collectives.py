@@ -74,9 +74,9 @@ _KINDS = {
 
 
 def _ready(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from shapecore.torch.private import functional_collectives as funcol
 
-    return t.wait() if isinstance(t, AsyncCollectiveTensor) else t
+    return t.wait() if isinstance(t, funcol.AsyncCollectiveTensor) else t
 
 
 def _reduce_op(p: Partial) -> tuple[str, bool]:
@@ -150,12 +150,12 @@ def _keep_on_first(x: torch.Tensor, index: int | torch.Tensor) -> torch.Tensor:
 
 def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, group: str) -> torch.Tensor:
     """Split ``split_dim`` into ``pieces`` sent one per rank; join the received pieces on ``gather_dim``."""
-    from torch.distributed._functional_collectives import all_to_all_single
+    from shapecore.torch.private import functional_collectives as funcol
 
     size = _piece_size(x, split_dim, pieces)
     # (pieces, ...rest) where rest is x with split_dim shrunk: piece j goes to rank j.
     outgoing = x.unflatten(split_dim, (pieces, size)).movedim(split_dim, 0).contiguous()
-    incoming = _ready(all_to_all_single(outgoing, None, None, group))
+    incoming = _ready(funcol.all_to_all_single(outgoing, None, None, group))
     # Piece j came from rank j, which holds the j-th split of gather_dim: put it in place.
     return incoming.movedim(0, gather_dim).flatten(gather_dim, gather_dim + 1)
 
@@ -168,7 +168,7 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
     must not bake it in (``chunk``); by default ``groups.coordinate``. Raises
     :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
     """
-    from torch.distributed import _functional_collectives as funcol
+    from shapecore.torch.private import functional_collectives as funcol
 
     _validate(state, step, where)
     axis, group, pieces = step.axis, groups.group_name(step.axis), groups.axis_size(step.axis)

@@ -52,45 +52,33 @@ class CompiledProgram:
         return self._check(values=values) if self._check.parameters else self._check()
 
 
-def _names(program: LocalProgram) -> dict[str, str]:
-    """Local ShapeEnv symbol name -> local symbol name (``s51`` -> ``b0``)."""
-    names = {}
-    for name, value in zip((s.name for s in program.symbols), program.example_inputs):
-        names[value.node.expr.name] = name
-    return names
-
-
 def _assumptions(program: LocalProgram) -> tuple[sympy.Basic, ...]:
     """Ranges of the local symbols, then the recorded guards the ranges do not already imply."""
     from shapecore import int_symbol, prove
-    from shapecore.torch_bridge import map_expr
+    from shapecore.torch import symbol_ranges, torch_guards
 
-    env = program.shape_env
-    rename = {int_symbol(t): int_symbol(b) for t, b in _names(program).items()}
-    ranges: dict[str, tuple[int | None, int | None]] = {}
-    for torch_symbol, r in env.var_to_range.items():
-        name = rename.get(int_symbol(torch_symbol.name))
-        if name is not None:
-            ranges[name.name] = (int(r.lower) if isinstance(r.lower, sympy.Integer) else None,
-                                 int(r.upper) if isinstance(r.upper, sympy.Integer) else None)
+    names = program.torch_symbols.names  # local ShapeEnv symbol name -> local symbol name (s51 -> b0)
+    shape_env = program.torch_symbols.shape_env
+    rename = {int_symbol(t): int_symbol(b) for t, b in names.items()}
+    ranges = {names[t]: r for t, r in symbol_ranges(shape_env).items() if t in names}
     found: list[sympy.Basic] = []
     for name, (lo, hi) in sorted(ranges.items()):
         if lo is not None:
             found.append(sympy.Ge(int_symbol(name), lo))
         if hi is not None:
             found.append(sympy.Le(int_symbol(name), hi))
-    for guard in env.guards:
-        claim = map_expr(guard.expr).xreplace(rename)
-        if claim is not sympy.true and not prove(claim, ranges=ranges).proved:
+    for guard in torch_guards(shape_env):
+        claim = guard.xreplace(rename)
+        if not prove(claim, ranges=ranges).proved:
             found.append(claim)
     return tuple(dict.fromkeys(found))
 
 
 def _static_inputs(program: LocalProgram, values: Mapping[str, int]) -> list[Any]:
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from shapecore import evaluate
+    from shapecore.torch.private import FakeTensorMode
 
     with FakeTensorMode():
         tensors = [torch.empty([int(evaluate(e, values)) for e in i.local_shape], dtype=i.dtype) for i in program.inputs]
@@ -100,9 +88,8 @@ def _static_inputs(program: LocalProgram, values: Mapping[str, int]) -> list[Any
 
 def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None) -> CompiledProgram:
     """Compile ``program`` with Inductor: dynamic in the local symbols, or specialized to ``values``."""
-    from torch._inductor.compile_fx import compile_fx
-
     from shapecore import int_symbol
+    from shapecore.torch.private import compile_fx
 
     start = time.perf_counter()
     if values is None:

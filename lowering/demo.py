@@ -101,10 +101,10 @@ def dynamic_shapes() -> Any:
 def plan_decoder(batch_sizes: Sequence[int]) -> Any:
     """Trace :func:`decoder` and plan it on a (2, 2) mesh under :data:`CONSTRAINT` and :data:`MEMORY_BUDGET`."""
     import planner
-    from planner.api import trace_for_planning
+    from shapecore.torch import trace_for_planning
 
-    gm, exported, env, dims = trace_for_planning(decoder(), (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes())
-    return planner.plan(exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=env, dims=dims,
+    traced = trace_for_planning(decoder(), (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes())
+    return planner.plan(traced.exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=traced.env, dims=traced.dim_exprs,
                         constraints=[CONSTRAINT], memory_budget=MEMORY_BUDGET, batch_sizes=list(batch_sizes),
                         hardware="cpu-gloo", regret="exact")  # a small problem: each batch size's optimum solved exactly
 
@@ -146,7 +146,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
     import torch
 
     from lowering.parallel import ParallelModule
-    from planner.plan import Plan
+    from planner import Plan
 
     _hide_torch_internal_deprecations()
     model = decoder()

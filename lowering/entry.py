@@ -37,7 +37,7 @@ from typing import Any
 import sympy
 
 from lowering.errors import GuardViolation, InputError, RankMismatch
-from planner.placements import format_placements, shard_factor
+from planner import Mesh, format_placements
 
 __all__ = ["InputSpec", "EntryCheck"]
 
@@ -89,12 +89,11 @@ class EntryCheck:
     def __init__(self, specs: Sequence[InputSpec], mesh_shape: Sequence[int], env: Any,
                  names: Mapping[str, str], *, structure: Any = None, arguments: Sequence[str] | None = None,
                  device_mesh: Any = None) -> None:
-        from torch.utils._pytree import tree_structure
-
         from shapecore import compile_guards
+        from shapecore.torch.private import tree_structure
 
         self.specs = tuple(specs)
-        self.mesh_shape = tuple(mesh_shape)
+        self.mesh = Mesh(tuple(mesh_shape))
         self.structure = structure if structure is not None else tree_structure(tuple(range(len(self.specs))))
         self.arguments = tuple(arguments) if arguments is not None else tuple(s.name for s in self.specs)
         self.device_mesh = device_mesh
@@ -110,7 +109,7 @@ class EntryCheck:
     def _fit(self, inputs: Sequence[Any]) -> tuple[list[str], list[Any]]:
         """What keeps this rank's ``inputs`` (the call's positional arguments) from fitting the program,
         and the inputs flattened."""
-        from torch.utils._pytree import tree_flatten
+        from shapecore.torch.private import tree_flatten
 
         flat, structure = tree_flatten(tuple(inputs))
         if structure != self.structure:
@@ -118,7 +117,7 @@ class EntryCheck:
         return [p for p in (self._problem(spec, x) for spec, x in zip(self.specs, flat)) if p is not None], flat
 
     def _structure_problem(self, inputs: Sequence[Any]) -> str:
-        from torch.utils._pytree import tree_structure
+        from shapecore.torch.private import tree_structure
 
         expected = self.structure.children()
         if len(inputs) != len(expected):
@@ -167,7 +166,7 @@ class EntryCheck:
                     f"got {_describe(value)}; pass value.full_tensor() or redistribute it")
         local = tuple(value.to_local().shape)
         for d, n in enumerate(value.shape):
-            pieces = shard_factor(spec.placements, self.mesh_shape, d)
+            pieces = self.mesh.shard_factor(spec.placements, d)
             if n % pieces == 0 and local[d] != n // pieces:
                 return (f"input {spec.name}: a DTensor of global shape {list(value.shape)} placed {wanted} holds a "
                         f"local piece of shape {list(local)} on this rank; dim {d} needs {n // pieces}")
@@ -294,7 +293,7 @@ class EntryCheck:
     def _check_splits(self, dims: list[tuple[InputSpec, int, sympy.Basic, int]], values: dict[str, int]) -> None:
         for spec, d, e, n in dims:
             assert spec.placements is not None
-            pieces = shard_factor(spec.placements, self.mesh_shape, d)
+            pieces = self.mesh.shard_factor(spec.placements, d)
             if n % pieces == 0:
                 continue
             involved = {s.name for s in e.free_symbols}

@@ -43,7 +43,7 @@ T = TypeVar("T")
 
 _HOST = "127.0.0.1"
 _GRACE_SECONDS = 1.0
-_PRELOAD = ["torch", "torch.distributed", "torch._inductor.compile_fx", "lowering", "lowering._forkserver_warmup"]
+_PRELOAD = ["torch", "torch.distributed", "lowering", "lowering._forkserver_warmup"]
 
 
 class LaunchTimeout(TimeoutError):

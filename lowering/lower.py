@@ -2,24 +2,29 @@
 
 The global graph (``meta["val"]`` symbolic fake tensors, as the planner read it) is replayed
 node by node on local fake tensors whose sizes are polynomials in the local symbols of
-:mod:`lowering.localize`, and the replay is traced by ``make_fx`` into the local graph:
+:mod:`lowering.localize`, and the replay is traced by ``make_fx`` into the local graph. Each
+node goes through these steps, one class each:
 
-* an operand the plan redistributes gets the plan's :class:`~planner.CollectiveStep` list,
-  in order, as functional collectives (:mod:`lowering.collectives`), and nothing else does:
-  :attr:`LocalProgram.collectives` lists what was emitted, edge by edge;
-* shape arguments — the size of ``view``/``reshape``/``_unsafe_view``/``expand``, of the
-  ``new_*`` ops and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``,
-  ``empty_strided``) — become the node's local output shape; ``arange`` split across ranks
-  starts at this rank's offset; ``view`` becomes ``reshape``, because a local tensor's
-  strides can differ from the traced global one's (a split head dim, say) where its values
-  cannot;
-* a SymInt read off a tensor (``sym_size``, ``sym_numel``, ``sym_stride``) is the *global*
-  value written over the local symbols (``s0 = 4*b0``); SymInt arithmetic on it stays global,
-  so scalars computed from sizes keep their meaning;
-* ops that need a dim whole (``cat``, ``split``, ``softmax`` …) are refused when the plan
-  splits that dim, and every node's local shape is checked against its plan placement, so a
-  plan the lowering cannot honour is a :class:`~lowering.errors.LoweringError` here, never a
-  wrong number later.
+1. **Sizes** (:class:`_LocalShapes`): a node's local shape is its global shape over the local
+   symbols, each dim divided by the number of pieces its placement splits it into.
+2. **Operands** (:class:`_Redistributor`): an operand the plan redistributes gets the plan's
+   :class:`~planner.CollectiveStep` list, in order, as functional collectives
+   (:mod:`lowering.collectives`), and nothing else does: :attr:`LocalProgram.collectives`
+   lists what was emitted, edge by edge.
+3. **Shape arguments** (:class:`_ShapeArguments`): the size of ``view``/``reshape``/
+   ``_unsafe_view``/``expand``, of the ``new_*`` ops and of the factory ops (``zeros``,
+   ``ones``, ``full``, ``empty``, ``empty_strided``) becomes the node's local output shape;
+   ``arange`` split across ranks starts at this rank's offset; ``view`` becomes ``reshape``,
+   because a local tensor's strides can differ from the traced global one's (a split head
+   dim, say) where its values cannot.
+4. **Scalars** (:meth:`_Replay._global_scalar`): a SymInt read off a tensor (``sym_size``,
+   ``sym_numel``, ``sym_stride``) is the *global* value written over the local symbols
+   (``s0 = 4*b0``); SymInt arithmetic on it stays global, so scalars computed from sizes keep
+   their meaning.
+5. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
+   are refused when the plan splits that dim, and every node's local shape is checked against
+   its plan placement, so a plan the lowering cannot honour is a
+   :class:`~lowering.errors.LoweringError` here, never a wrong number later.
 
 The local graph's inputs are the local symbols (ints), the global graph's tensor placeholders
 in order (each as this rank's piece; one that nothing reads and the plan does not place, such
@@ -31,6 +36,7 @@ graph's outputs (flattened) in the plan's output placements.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,12 +46,14 @@ import sympy
 import torch
 from torch.distributed.tensor import Shard
 
-from lowering.collectives import apply_steps
+from lowering.collectives import apply_steps, local_shard
 from lowering.errors import LoweringError
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
-from planner.placements import shard_factor
-from planner.plan import Plan, Redistribution
+from planner import Mesh, Plan, Redistribution
+from shapecore import ShapeEnv, prove
+from shapecore.torch import TorchSymbols, from_torch, graph_shape_env, size_expr, to_symint, to_torch_symbols
+from shapecore.torch.private import op_schema, tree_flatten
 
 if TYPE_CHECKING:
     from torch.fx import GraphModule, Node
@@ -77,7 +85,12 @@ class LocalInput:
 
 @dataclass
 class LocalProgram:
-    """A plan lowered for this rank: ``graph_module(*symbol_values, *local_tensors, coordinate)``."""
+    """A plan lowered for this rank: ``graph_module(*symbol_values, *local_tensors, coordinate)``.
+
+    ``example_inputs`` are the local symbols' SymInts and fake tensors of the torch ShapeEnv
+    the graph was traced in (``torch_symbols``); ``env`` is shapecore's ShapeEnv of the trace's
+    global symbols with the plan's guards as facts: what a call's global sizes must satisfy.
+    """
 
     graph_module: GraphModule
     plan: Plan
@@ -86,7 +99,8 @@ class LocalProgram:
     output_placements: tuple[Any, ...]
     collectives: tuple[EmittedCollective, ...]
     example_inputs: list[Any]
-    shape_env: Any
+    torch_symbols: TorchSymbols
+    env: ShapeEnv
     groups: MeshGroups
 
     @property
@@ -128,43 +142,37 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-# -- lowering ----------------------------------------------------------------------------------
+def _unchanged(value: Any) -> Any:
+    return value
 
 
-def _trace_shape_env(gm: GraphModule) -> Any:
-    from torch._guards import detect_fake_mode
-
-    values = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-    mode = detect_fake_mode([v for v in values if v is not None])
-    return None if mode is None else mode.shape_env
+def _placements(plan: Plan, name: str) -> tuple[Any, ...]:
+    if name not in plan.placements:
+        raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
+    return tuple(plan.placements[name])
 
 
-def _shapecore_env(torch_env: Any, plan: Plan) -> Any:
-    from shapecore import ShapeEnv
-    from shapecore.torch_bridge import from_torch
+def _is_program_input(plan: Plan, placeholder: Node) -> bool:
+    """Whether a tensor placeholder is an input of the local program: all are but unplanned ones nothing reads."""
+    return bool(placeholder.users) or placeholder.name in plan.placements
 
-    env = from_torch(torch_env) if torch_env is not None else ShapeEnv()
-    for guard in plan.guards:
-        env.add_fact(guard)
-    return env
+
+# -- global sizes --------------------------------------------------------------------------------
 
 
 class _GlobalShapes:
-    """Global sizes of the trace as shapecore expressions (replacements applied)."""
+    """Global sizes of the trace as shapecore expressions (replacements applied), each read once."""
 
-    def __init__(self, torch_env: Any) -> None:
-        self.torch_env = torch_env
+    def __init__(self) -> None:
         self._cache: dict[Any, sympy.Basic] = {}
 
     def expr(self, value: Any) -> sympy.Basic:
         if isinstance(value, int):
             return sympy.Integer(value)
-        raw = value.node.expr
-        if raw not in self._cache:
-            from shapecore.torch_bridge import map_expr
-
-            self._cache[raw] = map_expr(self.torch_env.replace(raw) if self.torch_env is not None else raw)
-        return self._cache[raw]
+        expr = value.node.expr
+        if expr not in self._cache:
+            self._cache[expr] = size_expr(value)
+        return self._cache[expr]
 
     def shape(self, tensor: Any) -> tuple[sympy.Basic, ...]:
         return tuple(self.expr(s) for s in tensor.shape)
@@ -181,7 +189,7 @@ def _sharded_symbols(gm: GraphModule, plan: Plan, shapes: _GlobalShapes) -> set[
             if ps is None or not _is_tensor(v):
                 continue
             for d in range(v.dim()):
-                if shard_factor(ps, plan.mesh.shape, d) > 1:
+                if plan.mesh.shard_factor(ps, d) > 1:
                     found |= {s.name for s in shapes.expr(v.shape[d]).free_symbols}
     return found
 
@@ -204,217 +212,114 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
 
     Raises :class:`~lowering.errors.LoweringError` when the plan cannot be honoured exactly.
     """
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
+
     if plan.divisibility == "uneven" and any(p.status == "uneven" for p in plan.proofs):
         uneven = next(p for p in plan.proofs if p.status == "uneven")
         raise LoweringError(f"the plan splits dim {uneven.dim} of {uneven.node} (size {uneven.size}) unevenly; the "
                             "lowering needs even splits: plan with divisibility='prove' or 'assume'")
     groups = groups or mesh_groups(plan.mesh)
-    torch_env = _trace_shape_env(gm)
-    shapes = _GlobalShapes(torch_env)
-    env = _shapecore_env(torch_env, plan)
+    torch_env = graph_shape_env(gm)  # None: the trace has no symbolic sizes
+    shapes = _GlobalShapes()
+    env = from_torch(torch_env if torch_env is not None else TorchShapeEnv(), facts=plan.guards)
     sharded = _sharded_symbols(gm, plan, shapes)
     multipliers = {name: 1 for name in _all_symbols(gm, shapes)}
     multipliers.update(choose_multipliers(env, sharded, plan.mesh.size))
     localizer = Localizer(make_symbols(multipliers, env.hints))
-    program = _Replay(gm, plan, localizer, groups, shapes).trace()
+    replay = _Replay(gm, plan, localizer, groups, shapes)
+    local_gm, example_inputs = replay.trace()
     if localizer.inexact:
         warnings.warn("local sizes that are not polynomials in the local symbols (Inductor may guard on them): "
                       + "; ".join(localizer.inexact.values()), stacklevel=2)
-    return program
+    return LocalProgram(
+        graph_module=local_gm, plan=plan, localizer=localizer, inputs=replay.inputs,
+        output_placements=tuple(plan.output_placements), collectives=tuple(replay.redistributor.emitted),
+        example_inputs=example_inputs, torch_symbols=replay.symbols, env=env, groups=groups,
+    )
 
 
-class _Replay:
-    """Replays the global graph on local fake tensors under ``make_fx``."""
+# -- 1. sizes ----------------------------------------------------------------------------------------
 
-    def __init__(self, gm: GraphModule, plan: Plan, localizer: Localizer, groups: MeshGroups,
-                 shapes: _GlobalShapes) -> None:
-        from torch._dynamo.source import ConstantSource
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
-        self.gm, self.plan, self.localizer, self.groups, self.shapes = gm, plan, localizer, groups, shapes
-        self.redistributions: dict[tuple[str, int], Redistribution] = {(r.consumer, r.operand): r for r in plan.redistributions}
-        self.shape_env = ShapeEnv()
-        self.fake_mode = FakeTensorMode(shape_env=self.shape_env)
-        self.local_symbols: dict[str, Any] = {}  # b name -> SymInt of the local env
-        self.torch_names: dict[str, str] = {}  # local env symbol name -> b name
-        for s in localizer.symbols:
-            source = ConstantSource(s.name)
-            symbol = self.shape_env.create_symbol(max(s.hint, 2), source, dynamic_dim=DimDynamic.DYNAMIC)
-            self.local_symbols[s.name] = self.shape_env.create_symintnode(symbol, hint=max(s.hint, 2), source=source)
-            self.torch_names[symbol.name] = s.name
-        self.inputs = self._inputs()
-        self.collectives: list[EmittedCollective] = []
+class _LocalShapes:
+    """A global shape over the local symbols, each dim divided by the pieces its placement splits it into."""
 
-    # -- sizes ----------------------------------------------------------------------------------
+    def __init__(self, shapes: _GlobalShapes, localizer: Localizer, mesh: Mesh) -> None:
+        self.shapes, self.localizer, self.mesh = shapes, localizer, mesh
 
-    def _local_shape(self, value: Any, placements: Sequence[Any] | None) -> tuple[sympy.Basic, ...]:
+    def shape(self, value: Any, placements: Sequence[Any] | None) -> tuple[sympy.Basic, ...]:
         shape = self.shapes.shape(value)
         if placements is None:
             return tuple(self.localizer.value(e) for e in shape)
-        return tuple(self.localizer.extent(e, shard_factor(placements, self.plan.mesh.shape, d)) for d, e in enumerate(shape))
+        return tuple(self.localizer.extent(e, self.mesh.shard_factor(placements, d)) for d, e in enumerate(shape))
 
-    def _inputs(self) -> tuple[LocalInput, ...]:
-        inputs = []
-        for node in self.gm.graph.nodes:
-            value = node.meta.get("val")
-            if node.op == "placeholder" and _is_tensor(value) and self._is_input(node):
-                placements = self._placements(node.name)
-                inputs.append(LocalInput(node.name, placements, self.shapes.shape(value),
-                                         self._local_shape(value, placements), value.dtype))
-        return tuple(inputs)
 
-    def _is_input(self, placeholder: Node) -> bool:
-        """Whether a tensor placeholder is an input of the local program: all are but unplanned ones nothing reads."""
-        return bool(placeholder.users) or placeholder.name in self.plan.placements
+# -- 2. operands -------------------------------------------------------------------------------------
 
-    def _placements(self, name: str) -> tuple[Any, ...]:
-        if name not in self.plan.placements:
-            raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
-        return tuple(self.plan.placements[name])
 
-    def _symint(self, expr: sympy.Basic, values: dict[sympy.Symbol, Any]) -> Any:
-        """``expr`` (over local symbols) evaluated on ``values`` with Python semantics (SymInts traced)."""
-        from torch.utils._sympy.interp import sympy_interp
-        from torch.utils._sympy.reference import PythonReferenceAnalysis
+class _Redistributor:
+    """Operands the plan redistributes go through its collective steps; :attr:`emitted` records them."""
 
-        from shapecore.torch_bridge import to_torch
+    def __init__(self, plan: Plan, groups: MeshGroups) -> None:
+        self.plan, self.groups = plan, groups
+        self.redistributions: dict[tuple[str, int], Redistribution] = {(r.consumer, r.operand): r for r in plan.redistributions}
+        self.emitted: list[EmittedCollective] = []
+        self.coordinate: Any = None
 
-        if expr.is_Integer:
-            return int(expr)
-        return sympy_interp(PythonReferenceAnalysis, values, to_torch(expr))
-
-    # -- the replay -------------------------------------------------------------------------------
-
-    def trace(self) -> LocalProgram:
-        from torch.fx.experimental.proxy_tensor import make_fx
-
-        names = [s.name for s in self.localizer.symbols]
-        symbol_keys = [sympy.Symbol(n, integer=True) for n in names]
-        example_symbols = [self.local_symbols[n] for n in names]
-        with self.fake_mode:
-            example_tensors = [
-                torch.empty([self._symint(e, dict(zip(symbol_keys, example_symbols))) for e in i.local_shape],
-                                  dtype=i.dtype)
-                for i in self.inputs
-            ]
-            example_tensors.append(torch.empty(self.plan.mesh.ndim, dtype=torch.int64))
-
-        def local_program(*flat: Any) -> list[Any]:
-            *tensors, coordinate = flat[len(names):]
-            return self._run(dict(zip(symbol_keys, flat[: len(names)])), tensors, coordinate)
-
-        local_gm = make_fx(local_program, tracing_mode="fake")(*example_symbols, *example_tensors)
-        local_gm.graph.eliminate_dead_code()
-        local_gm.recompile()
-        return LocalProgram(
-            graph_module=local_gm, plan=self.plan, localizer=self.localizer, inputs=self.inputs,
-            output_placements=tuple(self.plan.output_placements), collectives=tuple(self.collectives),
-            example_inputs=[*example_symbols, *example_tensors], shape_env=self.shape_env, groups=self.groups,
-        )
-
-    def _run(self, symbols: dict[sympy.Symbol, Any], tensors: list[Any], coordinate: Any) -> list[Any]:
-        from torch.fx.node import map_arg
-
-        values: dict[Node, Any] = {}
-        tensor_iter = iter(tensors)
-        self.collectives.clear()
+    def start(self, coordinate: Any) -> None:
+        """Begin a replay whose mesh coordinate (a traced tensor) is ``coordinate``."""
+        self.emitted.clear()
         self.coordinate = coordinate
-        cache: dict[sympy.Basic, Any] = {}
 
-        def symint(expr: sympy.Basic) -> Any:
-            if expr not in cache:
-                cache[expr] = self._symint(expr, symbols)
-            return cache[expr]
-
-        for node in self.gm.graph.nodes:
-            value = node.meta.get("val")
-            if node.op == "placeholder":
-                if not _is_tensor(value):
-                    values[node] = self._global_scalar(node, value, symint)
-                elif self._is_input(node):
-                    values[node] = next(tensor_iter)
-            elif node.op == "get_attr":
-                values[node] = self._attribute(node)
-            elif node.op == "output":
-                return self._outputs(node, values)
-            elif node.op == "call_function":
-                if node.target in _READS_SIZE:
-                    values[node] = self._global_scalar(node, value, symint)
-                    continue
-                operands: list[Any] = []
-
-                def fetch(arg: Node) -> Any:
-                    if _is_tensor(arg.meta.get("val")):
-                        k = len(operands)
-                        operands.append(arg)
-                        return self._operand(node, k, arg, values[arg])
-                    return values[arg]
-
-                args, kwargs = map_arg((node.args, node.kwargs), fetch)
-                target, args, adjust = self._localize_arguments(node, list(args), kwargs, operands, symint)
-                if target in _VIEWS:  # local strides may differ from the trace's: copy where a view cannot
-                    target = torch.ops.aten.reshape.default
-                values[node] = adjust(target(*args, **kwargs))
-                self._check_shape(node, values[node])
-            else:
-                raise LoweringError(f"node {node.name} is a {node.op}; the lowering reads flat aten graphs")
-        raise LoweringError("the graph has no output node")
-
-    def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
-        if isinstance(value, (int, bool, float)) or value is None:
-            return value
-        if isinstance(value, torch.SymInt):
-            return symint(self.localizer.value(self.shapes.expr(value)))
-        raise LoweringError(f"node {node.name} ({node.op} {node.target}) yields {type(value).__name__}, which "
-                            "the lowering cannot rebuild from the local symbols")
-
-    def _attribute(self, node: Node) -> Any:
-        from lowering.collectives import local_shard
-
-        tensor = getattr(self.gm, str(node.target))
-        if not _is_tensor(tensor):
-            return tensor
-        return local_shard(tensor, self._placements(node.name), self.groups)
-
-    def _operand(self, consumer: Node, k: int, producer: Node, local: Any) -> Any:
-        r = self.redistributions.get((consumer.name, k))
+    def operand(self, consumer: str, k: int, producer: Node, local: Any) -> Any:
+        """Operand ``k`` of ``consumer`` (``local``, produced by ``producer``) as the consumer needs it."""
+        r = self.redistributions.get((consumer, k))
         if r is None:
             return local
         if r.producer != producer.name:
-            raise LoweringError(f"the plan redistributes operand {k} of {consumer.name} from {r.producer}, but the "
+            raise LoweringError(f"the plan redistributes operand {k} of {consumer} from {r.producer}, but the "
                                 f"graph reads {producer.name} there; the plan was made for another graph")
         placed = self._producer_placements(producer)
         if placed is not None and tuple(placed) != tuple(r.src):
             raise LoweringError(f"{r}: the plan places {producer.name} as {placed}, not {r.src}")
         for step in r.steps:
-            self.collectives.append(EmittedCollective(consumer.name, k, producer.name, step.axis, step.kind))
+            self.emitted.append(EmittedCollective(consumer, k, producer.name, step.axis, step.kind))
         return apply_steps(local, r.steps, r.src, r.dst, self.groups, where=str(r), coordinate=self.coordinate)
+
+    def placements(self, consumer: str, k: int, producer: Node) -> tuple[Any, ...] | None:
+        """The placements operand ``k`` of ``consumer`` has when the consumer reads it (None: unplaced)."""
+        r = self.redistributions.get((consumer, k))
+        return tuple(r.dst) if r is not None else self._producer_placements(producer)
 
     def _producer_placements(self, producer: Node) -> tuple[Any, ...] | None:
         placed = self.plan.placements.get(producer.name)
         return None if placed is None else tuple(placed)
 
-    def _operand_placements(self, consumer: Node, k: int, producer: Node) -> tuple[Any, ...] | None:
-        r = self.redistributions.get((consumer.name, k))
-        return tuple(r.dst) if r is not None else self._producer_placements(producer)
 
-    def _localize_arguments(self, node: Node, args: list[Any], kwargs: dict[str, Any], operands: list[Node],
-                            symint: Callable[[sympy.Basic], Any]) -> tuple[Any, list[Any], Callable[[Any], Any]]:
+# -- 3. shape arguments ------------------------------------------------------------------------------
+
+
+class _ShapeArguments:
+    """Shape arguments become the node's local shape; a split ``arange`` starts at this rank's offset."""
+
+    def __init__(self, plan: Plan, shapes: _GlobalShapes, local: _LocalShapes, localizer: Localizer) -> None:
+        self.plan, self.shapes, self.local, self.localizer = plan, shapes, local, localizer
+
+    def localize(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any], coordinate: Any
+                 ) -> tuple[Any, list[Any], Callable[[Any], Any]]:
         """The op to call, its arguments with shape arguments localized, and what to apply to its result."""
         target, adjust = node.target, _unchanged
         value = node.meta.get("val")
         if node.target in _SIZE_ARGUMENT and _is_tensor(value):
-            placements = self._placements(node.name)
             index = _SIZE_ARGUMENT[node.target]
-            local = [symint(e) for e in self._local_shape(value, placements)]
+            local = [symint(e) for e in self.local.shape(value, _placements(self.plan, node.name))]
             args[index] = local
-            if node.target == torch.ops.aten.empty_strided.default:
+            if node.target == _aten.empty_strided.default:
                 args[index + 1] = self._dense_strides(value, local)
         elif str(node.target).startswith("aten.arange."):
-            target, args, adjust = self._arange(node, args, symint)
-        if node.target in _WHOLE_DIM and operands:
-            self._check_whole_dims(node, args, kwargs, operands)
+            target, args, adjust = self._arange(node, args, symint, coordinate)
+        if target in _VIEWS:  # local strides may differ from the trace's: copy where a view cannot
+            target = _aten.reshape.default
         return target, args, adjust
 
     def _dense_strides(self, value: Any, local: list[Any]) -> list[Any]:
@@ -426,31 +331,45 @@ class _Replay:
             running = running * local[d]
         return strides
 
-    def _arange(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any]
+    def _arange(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any], coordinate: Any
                 ) -> tuple[Any, list[Any], Callable[[Any], Any]]:
         """This rank's piece of a split ``arange``: the first values, shifted by the piece's offset."""
-        placements = self._placements(node.name)
-        pieces = shard_factor(placements, self.plan.mesh.shape, 0)
+        placements = _placements(self.plan, node.name)
+        mesh = self.plan.mesh
+        pieces = mesh.shard_factor(placements, 0)
         if pieces == 1:
             return node.target, args, _unchanged
         start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
         length = symint(self.localizer.extent(self.shapes.expr(node.meta["val"].shape[0]), pieces))
         piece: Any = 0
         for a in (a for a, p in enumerate(placements) if p == Shard(0)):  # outer axis first
-            piece = piece * self.plan.mesh.shape[a] + self.coordinate[a]
-        return (torch.ops.aten.arange.start_step, [start, start + length * step, step],
+            piece = piece * mesh.shape[a] + coordinate[a]
+        return (_aten.arange.start_step, [start, start + length * step, step],
                 lambda local: local + (piece * length * step).to(local.dtype))
 
-    def _check_whole_dims(self, node: Node, args: list[Any], kwargs: dict[str, Any], operands: list[Node]) -> None:
+
+# -- 5. checks ---------------------------------------------------------------------------------------
+
+
+class _Checks:
+    """Refuse a split the op needs whole; compare each local result's shape with its placement."""
+
+    def __init__(self, plan: Plan, shapes: _GlobalShapes, local: _LocalShapes, redistributor: _Redistributor,
+                 symbols: TorchSymbols, localizer: Localizer) -> None:
+        self.plan, self.shapes, self.local, self.redistributor = plan, shapes, local, redistributor
+        self.symbols, self.localizer = symbols, localizer
+
+    def whole_dims(self, node: Node, args: list[Any], kwargs: dict[str, Any], operands: list[Node]) -> None:
+        """Raise when ``node`` needs a dim whole that the plan splits in one of its operands."""
         short = str(node.target).split(".")[1]
         for index in _WHOLE_DIM[node.target]:
-            argument = node.target._schema.arguments[index]
+            argument = op_schema(node.target).arguments[index]
             dim = args[index] if index < len(args) else kwargs.get(argument.name, argument.default_value)
             if dim is None:
                 continue
             dims = dim if isinstance(dim, (list, tuple)) else [dim]
             for k, producer in enumerate(operands):
-                placements = self._operand_placements(node, k, producer)
+                placements = self.redistributor.placements(node.name, k, producer)
                 ndim = producer.meta["val"].dim()
                 for d in dims:
                     d = d % ndim if ndim else 0
@@ -465,7 +384,8 @@ class _Replay:
         value = node.meta["val"]
         return self.shapes.expr(value.shape[dim]) == self.shapes.expr(producer.meta["val"].shape[dim])
 
-    def _check_shape(self, node: Node, local: Any) -> None:
+    def shape(self, node: Node, local: Any) -> None:
+        """Raise when ``node``'s local result does not have the local shape of its plan placement."""
         value = node.meta.get("val")
         if _is_tensor(value):
             self._compare(node.name, value, local, self.plan.placements.get(node.name))
@@ -477,47 +397,136 @@ class _Replay:
     def _compare(self, name: str, value: Any, local: Any, placements: Sequence[Any] | None) -> None:
         if placements is None:
             raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
-        expected = self._local_shape(value, placements)
-        actual = tuple(self._local_expr(s) for s in local.shape)
+        expected = self.local.shape(value, placements)
+        actual = tuple(self.symbols.expr(s) for s in local.shape)
         if len(actual) != len(expected) or any(not _same(a, e) for a, e in zip(actual, expected)):
             raise LoweringError(
                 f"node {name}: the local result has shape {list(actual)} but placement "
                 f"{', '.join(map(str, placements))} of global shape {list(self.shapes.shape(value))} needs "
                 f"{list(expected)} (with {self.localizer!r})")
 
-    def _local_expr(self, size: Any) -> sympy.Basic:
-        from shapecore import int_symbol
-        from shapecore.torch_bridge import map_expr
 
-        if isinstance(size, int):
-            return sympy.Integer(size)
-        expr = map_expr(self.shape_env.replace(size.node.expr))
-        return expr.xreplace({int_symbol(t): int_symbol(b) for t, b in self.torch_names.items()})
+def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
+    if sympy.expand(a - b) == 0:
+        return True
+    return prove(sympy.Eq(a, b), ranges={s.name: (1, None) for s in (a - b).free_symbols}).proved
+
+
+# -- the replay --------------------------------------------------------------------------------------
+
+
+class _Replay:
+    """Replays the global graph on local fake tensors under ``make_fx``, each node through the steps."""
+
+    def __init__(self, gm: GraphModule, plan: Plan, localizer: Localizer, groups: MeshGroups,
+                 shapes: _GlobalShapes) -> None:
+        self.gm, self.plan, self.localizer, self.groups, self.shapes = gm, plan, localizer, groups, shapes
+        self.symbols = to_torch_symbols({s.name: max(s.hint, 2) for s in localizer.symbols})
+        self.local = _LocalShapes(shapes, localizer, plan.mesh)
+        self.redistributor = _Redistributor(plan, groups)
+        self.arguments = _ShapeArguments(plan, shapes, self.local, localizer)
+        self.checks = _Checks(plan, shapes, self.local, self.redistributor, self.symbols, localizer)
+        self.inputs = self._inputs()
+
+    def _inputs(self) -> tuple[LocalInput, ...]:
+        inputs = []
+        for node in self.gm.graph.nodes:
+            value = node.meta.get("val")
+            if node.op == "placeholder" and _is_tensor(value) and _is_program_input(self.plan, node):
+                placements = _placements(self.plan, node.name)
+                inputs.append(LocalInput(node.name, placements, self.shapes.shape(value),
+                                         self.local.shape(value, placements), value.dtype))
+        return tuple(inputs)
+
+    def trace(self) -> tuple[GraphModule, list[Any]]:
+        """The local graph, and the example inputs it was traced with."""
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        names = [s.name for s in self.localizer.symbols]
+        example_symbols = [self.symbols.symints[n] for n in names]
+        with self.symbols.fake_mode:
+            example_tensors = [torch.empty([to_symint(e, self.symbols.symints) for e in i.local_shape], dtype=i.dtype)
+                               for i in self.inputs]
+            example_tensors.append(torch.empty(self.plan.mesh.ndim, dtype=torch.int64))
+
+        def local_program(*flat: Any) -> list[Any]:
+            *tensors, coordinate = flat[len(names):]
+            return self._run(dict(zip(names, flat[: len(names)])), tensors, coordinate)
+
+        local_gm = make_fx(local_program, tracing_mode="fake")(*example_symbols, *example_tensors)
+        local_gm.graph.eliminate_dead_code()
+        local_gm.recompile()
+        return local_gm, [*example_symbols, *example_tensors]
+
+    def _run(self, symbols: dict[str, Any], tensors: list[Any], coordinate: Any) -> list[Any]:
+        values: dict[Node, Any] = {}
+        tensor_iter = iter(tensors)
+        self.redistributor.start(coordinate)
+        symint = functools.cache(lambda expr: to_symint(expr, symbols))
+        for node in self.gm.graph.nodes:
+            value = node.meta.get("val")
+            if node.op == "placeholder":
+                if not _is_tensor(value):
+                    values[node] = self._global_scalar(node, value, symint)
+                elif _is_program_input(self.plan, node):
+                    values[node] = next(tensor_iter)
+            elif node.op == "get_attr":
+                values[node] = self._attribute(node)
+            elif node.op == "output":
+                return self._outputs(node, values)
+            elif node.op == "call_function":
+                values[node] = self._call(node, values, symint, coordinate)
+            else:
+                raise LoweringError(f"node {node.name} is a {node.op}; the lowering reads flat aten graphs")
+        raise LoweringError("the graph has no output node")
+
+    def _call(self, node: Node, values: dict[Node, Any], symint: Callable[[sympy.Basic], Any], coordinate: Any) -> Any:
+        from torch.fx.node import map_arg
+
+        if node.target in _READS_SIZE:
+            return self._global_scalar(node, node.meta.get("val"), symint)
+        operands: list[Node] = []
+
+        def fetch(arg: Node) -> Any:
+            if _is_tensor(arg.meta.get("val")):
+                k = len(operands)
+                operands.append(arg)
+                return self.redistributor.operand(node.name, k, arg, values[arg])
+            return values[arg]
+
+        args, kwargs = map_arg((node.args, node.kwargs), fetch)
+        target, args, adjust = self.arguments.localize(node, list(args), symint, coordinate)
+        if node.target in _WHOLE_DIM and operands:
+            self.checks.whole_dims(node, args, kwargs, operands)
+        result = adjust(target(*args, **kwargs))
+        self.checks.shape(node, result)
+        return result
+
+    def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
+        """Step 4: a SymInt of the trace is its global value over the local symbols."""
+        if isinstance(value, (int, bool, float)) or value is None:
+            return value
+        if isinstance(value, torch.SymInt):
+            return symint(self.localizer.value(self.shapes.expr(value)))
+        raise LoweringError(f"node {node.name} ({node.op} {node.target}) yields {type(value).__name__}, which "
+                            "the lowering cannot rebuild from the local symbols")
+
+    def _attribute(self, node: Node) -> Any:
+        tensor = getattr(self.gm, str(node.target))
+        if not _is_tensor(tensor):
+            return tensor
+        return local_shard(tensor, _placements(self.plan, node.name), self.groups)
 
     def _outputs(self, node: Node, values: dict[Node, Any]) -> list[Any]:
         """The flattened outputs; the output node is a consumer whose operands are its tensor leaves."""
         from torch.fx.node import Node as FxNode
-        from torch.utils._pytree import tree_flatten
 
         leaves, _ = tree_flatten(node.args[0])
         results, k = [], 0
         for leaf in leaves:
             if isinstance(leaf, FxNode) and _is_tensor(leaf.meta.get("val")):
-                results.append(self._operand(node, k, leaf, values[leaf]))
+                results.append(self.redistributor.operand(node.name, k, leaf, values[leaf]))
                 k += 1
             else:
                 results.append(values[leaf] if isinstance(leaf, FxNode) else leaf)
         return results
-
-
-def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
-    if sympy.expand(a - b) == 0:
-        return True
-    from shapecore import prove
-
-    return prove(sympy.Eq(a, b), ranges={s.name: (1, None) for s in (a - b).free_symbols}).proved
-
-
-
-def _unchanged(value: Any) -> Any:
-    return value

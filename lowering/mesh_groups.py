@@ -7,6 +7,9 @@ group). This rank's group along axis ``a`` is registered a second time under the
 Lowered graphs refer to groups by that name, so all ranks compile the same graph text and
 share one compile cache entry.
 
+The ``DeviceMesh`` is on the device the default group's backend runs collectives on
+(:func:`device_type`: gloo → ``cpu``, nccl → ``cuda``), so the same code runs on gloo and NCCL.
+
 Groups are created once per process and mesh; creating them is a collective over the default
 group (every rank must ask for the same meshes in the same order).
 """
@@ -16,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planner.mesh import Mesh
+from planner import Mesh
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["MeshGroups", "mesh_groups"]
+__all__ = ["MeshGroups", "device_type", "mesh_groups"]
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,33 @@ def _alias(mesh: Mesh, axis: int) -> str:
     return f"shapecore:{'x'.join(map(str, mesh.shape))}:{mesh.axis_names[axis]}"
 
 
+def device_type(backend: str) -> str:
+    """The device type a process group backend runs collectives on: the device torch makes it
+    the default for (``gloo`` → ``cpu``, ``nccl`` → ``cuda``), else the first it supports
+    (``mpi`` → ``cpu``); for a backend per device (``cpu:gloo,cuda:nccl``), the accelerator's."""
+    import torch.distributed as dist
+
+    per_device = [part.split(":", 1)[0] for part in backend.split(",") if ":" in part]
+    if per_device:
+        return next((d for d in per_device if d != "cpu"), per_device[0])
+    default_for = [d for d, name in dist.Backend.default_device_backend_map.items() if name == backend]
+    supported = dist.Backend.backend_capability.get(backend, [])
+    if not default_for and not supported:
+        raise ValueError(f"process group backend {backend!r} runs on no device torch knows of "
+                         f"(torch.distributed.Backend.backend_capability); initialize the process group with a "
+                         f"registered backend, or as 'device:backend' pairs")
+    return (default_for or supported)[0]
+
+
 def mesh_groups(mesh: Mesh) -> MeshGroups:
     """The groups of ``mesh`` for this rank (created on first use; a collective).
 
     The default process group must be initialized and its size must equal the mesh size.
     """
     import torch.distributed as dist
-    from torch._C._distributed_c10d import _register_process_group
     from torch.distributed.device_mesh import init_device_mesh
+
+    from shapecore.torch.private import register_process_group
 
     if not dist.is_initialized():
         raise RuntimeError(
@@ -67,13 +89,13 @@ def mesh_groups(mesh: Mesh) -> MeshGroups:
         raise ValueError(f"mesh {mesh} has {mesh.size} devices but the process group has {world} ranks; "
                          f"launch {mesh.size} processes or plan for a mesh of {world}")
     assert mesh.axis_names is not None
-    key = (dist.distributed_c10d._get_default_group(), mesh.shape, mesh.axis_names)
+    key = (dist.group.WORLD, mesh.shape, mesh.axis_names)
     if key not in _CACHE:
-        device_mesh = init_device_mesh("cpu", mesh.shape, mesh_dim_names=mesh.axis_names)
+        device_mesh = init_device_mesh(device_type(dist.get_backend()), mesh.shape, mesh_dim_names=mesh.axis_names)
         names = []
         for axis in range(mesh.ndim):
             name = _alias(mesh, axis)
-            _register_process_group(name, device_mesh.get_group(axis))
+            register_process_group(name, device_mesh.get_group(axis))
             names.append(name)
         coordinate = device_mesh.get_coordinate()
         assert coordinate is not None

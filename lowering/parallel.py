@@ -4,12 +4,14 @@
 (under ``torchrun``, :func:`lowering.launch`, or any launcher that initializes the default
 process group):
 
-1. trace with the planner's own front end (:func:`planner.api.trace_for_planning`: a
+1. trace with the planner's own front end (:func:`shapecore.torch.trace_for_planning`: a
    decomposed ``torch.export`` graph, or with ``training=True`` a joint forward+backward
    graph), so the graph lowered is the graph planned;
 2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
    error is raised on every rank); ``plan=`` skips planning;
-3. :func:`~lowering.lower.lower` the plan, cut the parameters into this rank's pieces;
+3. :func:`~lowering.lower.lower` the plan, cut the parameters into this rank's pieces (the
+   plan's :attr:`~planner.Plan.graph_inputs` say which graph input is which parameter, user
+   input or tangent, its :attr:`~planner.Plan.graph_outputs` which output is which gradient);
 4. compile once with Inductor, the local symbols dynamic. When every rank would compile the
    same graph text, rank 0 compiles first and the others load its result from Inductor's
    cache.
@@ -47,19 +49,9 @@ from lowering.entry import EntryCheck, InputSpec
 from lowering.errors import LoweringError
 from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
-from planner.mesh import Mesh
-from planner.placements import shard_factor
-from planner.plan import Plan
+from planner import Plan, as_mesh
 
 __all__ = ["ParallelModule", "parallelize"]
-
-
-def _as_mesh(mesh: Any) -> Mesh:
-    if isinstance(mesh, Mesh):
-        return mesh
-    if isinstance(mesh, (tuple, list)):
-        return Mesh(tuple(mesh))
-    return Mesh.from_device_mesh(mesh)
 
 
 def _on_rank_zero(what: str, make: Any) -> Any:
@@ -123,7 +115,7 @@ def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], l
     """Names of the positional arguments (from ``forward``'s signature) and of each flattened input."""
     import inspect
 
-    from torch.utils._pytree import keystr, tree_flatten_with_path
+    from shapecore.torch.private import keystr, tree_flatten_with_path
 
     try:
         parameters = inspect.signature(model.forward).parameters.values()
@@ -147,24 +139,23 @@ class ParallelModule:
     def __init__(self, model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                  training: bool = False, plan: Plan | None = None, dynamic: bool = True,
                  progress: Callable[[str], None] | None = None, **plan_options: Any) -> None:
-        from torch.utils._pytree import tree_structure
-
         import planner
-        from planner.api import trace_for_planning
-        from planner.graph import read_graph
+        from shapecore.torch import trace_for_planning
+        from shapecore.torch.private import tree_structure
 
         self.timings: dict[str, float] = {}
         """Seconds per construction phase on this rank: trace, plan, lower, compile."""
         self._progress = progress or (lambda phase: None)
         self._progress("trace")
         clock = time.perf_counter()
-        self.mesh = _as_mesh(mesh)
+        self.mesh = as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
         self.training = training
-        gm, exported, self.env, dims = _together("tracing", lambda: trace_for_planning(
+        traced = _together("tracing", lambda: trace_for_planning(
             model, example_inputs, dynamic_shapes=dynamic_shapes, training=training))
+        gm, exported, self.env = traced.graph_module, traced.exported, traced.env
         self.graph_module = gm
-        dims = {**dims, **plan_options.pop("dims", {})}
+        dims = {**traced.dim_exprs, **plan_options.pop("dims", {})}
         clock = self._phase("trace", clock)
         if plan is None:
             plan = Plan.from_json(_on_rank_zero("planning", lambda: planner.plan(
@@ -174,12 +165,11 @@ class ParallelModule:
         clock = self._phase("plan", clock)
         self.program: LocalProgram = _together("lowering", lambda: lower(gm, plan, groups=self.groups))
         self._out_spec = exported.call_spec.out_spec if exported is not None else None
-        self._graph = read_graph(gm, exported=exported)
         state = _named_state(model)
         self._feed = self._feeds(state)
         self._grad_names = self._gradient_names(state)
         arguments, leaves = _leaf_names(model, example_inputs)
-        self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self._guard_env(), self._display_names(dims),
+        self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self.program.env, self._display_names(dims),
                                 structure=tree_structure(tuple(example_inputs)), arguments=arguments,
                                 device_mesh=self.groups.device_mesh)
         self.dynamic = dynamic
@@ -204,27 +194,30 @@ class ParallelModule:
         """Per program input: ("tensor", this rank's piece), ("input", index) or ("tangent", output index)."""
         import torch
 
+        roles = {i.name: i for i in self.plan.graph_inputs}
         feeds: list[tuple[str, Any]] = []
         for local_input in self.program.inputs:
-            node = self._graph[local_input.name]
-            if node.role == "input":
-                feeds.append(("input", node.input_index))
-            elif node.role == "tangent":
+            graph_input = roles.get(local_input.name)
+            if graph_input is None:
+                raise LoweringError(f"the plan does not say what feeds graph input {local_input.name}; "
+                                    "was it made for this graph?")
+            if graph_input.role == "input":
+                feeds.append(("input", graph_input.index))
+            elif graph_input.role == "tangent":
                 feeds.append(("tangent", local_input))
-            elif node.fqn in state:
+            elif graph_input.fqn in state:
                 with torch.no_grad():
-                    feeds.append(("tensor", local_shard(state[node.fqn][1].detach(), local_input.placements, self.groups)))
+                    piece = local_shard(state[graph_input.fqn][1].detach(), local_input.placements, self.groups)
+                    feeds.append(("tensor", piece))
             else:
-                raise LoweringError(f"graph input {local_input.name} ({node.role} {node.fqn}) is neither a user input, "
-                                    "a tangent, nor a parameter or buffer of the model")
+                raise LoweringError(f"graph input {local_input.name} ({graph_input.role} {graph_input.fqn}) is neither a "
+                                    "user input, a tangent, nor a parameter or buffer of the model")
         return feeds
 
     def _gradient_names(self, state: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
         """Gradient output's parameter name in the graph -> the parameter's own name (one per tensor)."""
         names: dict[str, str] = {}
-        for _, sink in self._grad_sinks():
-            fqn = self._graph[sink].grad_of
-            assert fqn is not None
+        for _, fqn in self._grad_outputs():
             own = state[fqn][0] if fqn in state else fqn
             if own in names.values():
                 raise LoweringError(f"the graph has two gradients for {own} (as {fqn} and another name of it); "
@@ -233,26 +226,21 @@ class ParallelModule:
         return names
 
     def _specs(self, leaves: Sequence[str]) -> list[InputSpec]:
-        if len(leaves) != len(self._graph.inputs):
+        count = len(self.plan.input_placements)
+        if len(leaves) != count:
             raise LoweringError(f"the example inputs flatten to {len(leaves)} values but the traced graph takes "
-                                f"{len(self._graph.inputs)} user inputs")
+                                f"{count} user inputs")
         by_name = {i.name: i for i in self.program.inputs}
+        names = {i.index: i.name for i in self.plan.graph_inputs if i.role == "input"}
         specs = []
-        for leaf, name in zip(leaves, self._graph.inputs):
+        for k, leaf in enumerate(leaves):
+            name = names.get(k)
             if name is None:
                 specs.append(InputSpec(leaf, None, (), None))
             else:
                 i = by_name[name]
                 specs.append(InputSpec(leaf, i.placements, i.global_shape, i.dtype))
         return specs
-
-    def _guard_env(self) -> Any:
-        from shapecore import ShapeEnv
-
-        env = ShapeEnv.from_json(self.env.to_json())
-        for guard in self.plan.guards:
-            env.add_fact(guard)
-        return env
 
     def _display_names(self, dims: Mapping[str, Any]) -> dict[str, str]:
         names = {name: info.source for name, info in self.env.symbols.items() if info.source}
@@ -298,7 +286,7 @@ class ParallelModule:
         not split evenly, comes back unchanged, and the call refuses it on every rank alike
         with the input named (raising here, on some ranks only, would leave the others waiting).
         """
-        from torch.utils._pytree import tree_flatten, tree_unflatten
+        from shapecore.torch.private import tree_flatten, tree_unflatten
 
         flat, spec = tree_flatten(global_inputs)
         if spec != self.entry.structure:
@@ -311,7 +299,7 @@ class ParallelModule:
 
         if (spec.placements is None or not isinstance(x, torch.Tensor) or isinstance(x, DTensor)
                 or x.dim() != len(spec.global_shape)
-                or any(n % shard_factor(spec.placements, self.mesh.shape, d) for d, n in enumerate(x.shape))):
+                or any(n % self.mesh.shard_factor(spec.placements, d) for d, n in enumerate(x.shape))):
             return x
         return DTensor.from_local(local_shard(x, spec.placements, self.groups), self.groups.device_mesh,
                                   spec.placements, run_check=False, shape=x.shape, stride=x.stride())
@@ -331,26 +319,28 @@ class ParallelModule:
 
     def gather_outputs(self, local_outputs: Any) -> Any:
         """The global outputs, reassembled on every rank from the ranks' local outputs (a collective)."""
-        from torch.utils._pytree import tree_flatten, tree_unflatten
+        from shapecore.torch.private import tree_flatten, tree_unflatten
 
         flat, spec = tree_flatten(local_outputs)
-        sinks = self._user_sinks()
-        if len(flat) != len(sinks):
-            raise TypeError(f"got {len(flat)} outputs, the program has {len(sinks)}")
-        full = [self._gather(x, self.plan.output_placements[k], f"gathering output {k}") for x, (k, _) in zip(flat, sinks)]
+        outputs = self._user_outputs()
+        if len(flat) != len(outputs):
+            raise TypeError(f"got {len(flat)} outputs, the program has {len(outputs)}")
+        full = [self._gather(x, self.plan.output_placements[k], f"gathering output {k}") for x, k in zip(flat, outputs)]
         return tree_unflatten(full, spec)
 
     def gather_grads(self, local_grads: Mapping[str, Any]) -> dict[str, Any]:
         """Full gradients on every rank from each rank's pieces (training; a collective)."""
-        placements = {self._grad_names[self._graph[s].grad_of]: self.plan.output_placements[k]  # type: ignore[index]
-                      for k, s in self._grad_sinks()}
+        placements = {self._grad_names[fqn]: self.plan.output_placements[k] for k, fqn in self._grad_outputs()}
         return {fqn: self._gather(g, placements[fqn], f"gathering the gradient of {fqn}") for fqn, g in local_grads.items()}
 
-    def _user_sinks(self) -> list[tuple[int, str]]:
-        return [(k, s) for k, s in enumerate(self._graph.outputs) if s is not None and self._graph[s].grad_of is None]
+    def _user_outputs(self) -> list[int]:
+        """Positions of the user outputs among the program's outputs."""
+        return [k for k, o in enumerate(self.plan.graph_outputs) if o is not None and o.role == "output"]
 
-    def _grad_sinks(self) -> list[tuple[int, str]]:
-        return [(k, s) for k, s in enumerate(self._graph.outputs) if s is not None and self._graph[s].grad_of is not None]
+    def _grad_outputs(self) -> list[tuple[int, str]]:
+        """(position among the program's outputs, parameter name in the graph) of each gradient."""
+        return [(k, o.grad_of) for k, o in enumerate(self.plan.graph_outputs)
+                if o is not None and o.role == "grad" and o.grad_of is not None]
 
     # -- calling -----------------------------------------------------------------------------------
 
@@ -379,7 +369,7 @@ class ParallelModule:
     def __call__(self, *inputs: Any) -> Any:
         """Run on the global ``inputs`` (plain tensors, the same on every rank, or DTensors placed as
         the plan wants); checked on every rank before any collective."""
-        from torch.utils._pytree import tree_leaves, tree_unflatten
+        from shapecore.torch.private import tree_leaves, tree_unflatten
 
         global_values = self.entry.check(inputs)
         pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
@@ -390,12 +380,12 @@ class ParallelModule:
             tensors.append(what if kind == "tensor" else pieces[what] if kind == "input" else
                            self._tangent(what, global_values))
         outputs = variant.run([values[s.name] for s in self.program.symbols], tensors)
-        user = [outputs[k] for k, _ in self._user_sinks()]
+        user = [outputs[k] for k in self._user_outputs()]
         result = tree_unflatten(user, self._out_spec) if self._out_spec is not None else (
             user[0] if len(user) == 1 else tuple(user))
         if not self.training:
             return result
-        grads = {self._grad_names[self._graph[s].grad_of]: outputs[k] for k, s in self._grad_sinks()}  # type: ignore[index]
+        grads = {self._grad_names[fqn]: outputs[k] for k, fqn in self._grad_outputs()}
         return result, grads
 
 

@@ -1,24 +1,30 @@
 """planner: an ILP sharding planner that shards only what shapecore proves divides evenly.
 
 * :func:`plan` (a traced graph) and :func:`plan_module` (a module: trace, then plan) return a
-  :class:`Plan` (see :mod:`planner.plan` for the contract the lowering relies on);
-  :func:`trace_for_planning` is the trace ``plan_module`` makes, for callers that plan it themselves;
-* :class:`Mesh`; :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`;
+  :class:`Plan` (see :mod:`planner.plan` for the contract the lowering relies on: placements,
+  redistributions, guards, and the roles of the graph's inputs (:class:`GraphInput`) and
+  outputs (:class:`GraphOutput`)); ``plan_module`` traces with
+  :func:`shapecore.torch.trace_for_planning`, which callers planning a trace themselves use too;
+* :class:`Mesh` (:meth:`Mesh.shard_factor`) and :func:`as_mesh`; placements as text
+  (:func:`format_placements`, :func:`parse_placements`);
+* :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`;
 * pluggable parts: :class:`StrategyProvider` (with :class:`BuiltinProvider` and
   :class:`DTensorProvider`), :class:`CostModel` (default :class:`AlphaBetaCostModel`);
 * :func:`tensor_operands` — how operands are numbered in a plan.
 """
 
-from planner.api import plan, plan_module, trace_for_planning
+from planner.api import plan, plan_module
 from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LocalTensor
 from planner.graph import tensor_operands
-from planner.mesh import Mesh
+from planner.mesh import Mesh, as_mesh
 from planner.plan import (
     Alternative,
     BatchCost,
     CollectiveStep,
     CostBreakdown,
     Decision,
+    GraphInput,
+    GraphOutput,
     MemoryBreakdown,
     Plan,
     PrunedStrategy,
@@ -26,6 +32,7 @@ from planner.plan import (
     ShardProof,
     SolverStats,
 )
+from planner.placements import format_placements, parse_placements
 from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
 __all__ = [
@@ -40,6 +47,8 @@ __all__ = [
     "CostModel",
     "DTensorProvider",
     "Decision",
+    "GraphInput",
+    "GraphOutput",
     "Hardware",
     "LocalTensor",
     "MemoryBreakdown",
@@ -51,9 +60,11 @@ __all__ = [
     "SolverStats",
     "Strategy",
     "StrategyProvider",
+    "as_mesh",
     "expand",
+    "format_placements",
+    "parse_placements",
     "plan",
     "plan_module",
     "tensor_operands",
-    "trace_for_planning",
 ]

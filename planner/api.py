@@ -5,17 +5,12 @@ facts and the user's constraints, builds the decision problem, solves it (python
 HiGHS or CBC, or the greedy baseline) at the expected cost over the batch points, solves
 once more per point for the regret report, and assembles the :class:`~planner.plan.Plan`.
 
-``plan_module`` traces first (:func:`trace_for_planning`): ``torch.export`` through
-:func:`shapecore.torch_bridge.trace_export` (dynamic dims from ``dynamic_shapes`` only),
-decomposed to core aten ops except the composite ops the built-in rules understand whole
-(attention, normalizations, activations); with ``training=True``, the exported module is
-traced again into a joint forward+backward graph (``aot_export_joint_with_descriptors``).
-torch's ShapeEnv is handed to shapecore after the last trace, so every guard is included.
+``plan_module`` traces first, with :func:`shapecore.torch.trace_for_planning` (a decomposed
+``torch.export`` graph, or with ``training=True`` the joint forward+backward graph).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,43 +26,25 @@ from planner.divisibility import Divisibility, Policy
 from planner.graph import PlanGraph, read_graph
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel, Optimum, solve_mean_regret
-from planner.mesh import Mesh
+from planner.mesh import Mesh, as_mesh
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
 from planner.strategies import StrategyProvider, default_providers
 from shapecore import ShapeEnv, parse
+from shapecore.torch import trace_for_planning
 
-__all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_for_planning", "OBJECTIVES", "REGRET_MODES"]
+__all__ = ["plan", "plan_module", "prepare", "Prepared", "OBJECTIVES", "REGRET_MODES"]
 
 Objective = Literal["expected", "regret", "worst-regret"]
 RegretMode = Literal["bound", "exact", "off"]
 OBJECTIVES: tuple[Objective, ...] = ("expected", "regret", "worst-regret")
 REGRET_MODES: tuple[RegretMode, ...] = ("bound", "exact", "off")
 
-_KEEP_WHOLE = (
-    "scaled_dot_product_attention.default",
-    "rms_norm.default",
-    "layer_norm.default",
-    "silu.default",
-    "gelu.default",
-)
-
-
-def _as_mesh(mesh: Mesh | Any) -> Mesh:
-    if isinstance(mesh, Mesh):
-        return mesh
-    if hasattr(mesh, "mesh_dim_names") and hasattr(mesh, "shape"):
-        return Mesh.from_device_mesh(mesh)
-    if isinstance(mesh, (tuple, list)):
-        return Mesh(tuple(mesh))
-    raise TypeError(f"mesh must be a planner.Mesh, a DeviceMesh or a tuple of axis sizes, got {mesh!r}")
-
-
 def _scope(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> tuple[ShapeEnv, list[sympy.Basic]]:
     """A private copy of ``shape_env`` holding the constraints (translated to trace symbols)."""
     if not isinstance(shape_env, ShapeEnv):
         raise TypeError(
-            f"shape_env must be a shapecore.ShapeEnv (from shapecore.torch_bridge.from_torch), got {type(shape_env).__name__}"
+            f"shape_env must be a shapecore.ShapeEnv (from shapecore.torch.from_torch), got {type(shape_env).__name__}"
         )
     scope = ShapeEnv.from_json(shape_env.to_json())
     translation = {sympy.Symbol(name, integer=True): (sympy.Symbol(v, integer=True) if isinstance(v, str) else v)
@@ -133,7 +110,7 @@ def prepare(
 ) -> Prepared:
     """Everything :func:`plan` does before solving (same arguments)."""
     start = time.perf_counter()
-    mesh = _as_mesh(mesh)
+    mesh = as_mesh(mesh)
     exported = None
     if hasattr(gm, "graph_signature") and hasattr(gm, "graph_module"):
         exported, gm = gm, gm.graph_module
@@ -249,36 +226,6 @@ def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact
     return optima
 
 
-def _decompositions() -> dict[Any, Any]:
-    import torch
-
-    table = torch.export.default_decompositions()
-    for name in _KEEP_WHOLE:
-        packet, overload = name.split(".")
-        op = getattr(getattr(torch.ops.aten, packet), overload)
-        table.pop(op, None)
-    return table
-
-
-def trace_for_planning(model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, training: bool = False) -> tuple[Any, Any, ShapeEnv, dict[str, Any]]:
-    """``(graph_module, exported_or_None, shapecore env, dims)`` ready for :func:`plan`."""
-    from shapecore.torch_bridge import from_torch, trace_export
-
-    traced = trace_export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-    dims: dict[str, Any] = dict(traced.dim_exprs)
-    if not training:
-        exported = traced.exported.run_decompositions(_decompositions())
-        return exported.graph_module, exported, from_torch(traced.torch_env), dims
-    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
-    from torch._guards import detect_fake_mode
-
-    fake_inputs = [n.meta["val"] for n in traced.exported.graph.nodes if n.op == "placeholder"]
-    user_inputs = fake_inputs[len(fake_inputs) - len(example_inputs):]
-    with contextlib.ExitStack() as stack, detect_fake_mode(fake_inputs):
-        joint = aot_export_joint_with_descriptors(stack, traced.exported.module(), tuple(user_inputs))
-    return joint.graph_module, None, from_torch(traced.torch_env), dims
-
-
 def plan_module(
     model: Any,
     example_inputs: Sequence[Any],
@@ -296,5 +243,6 @@ def plan_module(
     """
     if options.get("progress"):
         options["progress"]("tracing" + (" forward and backward" if training else ""))
-    gm, exported, env, dims = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training)
-    return plan(exported if exported is not None else gm, mesh, shape_env=env, dims={**dims, **options.pop("dims", {})}, **options)
+    traced = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training)
+    graph = traced.exported if traced.exported is not None else traced.graph_module
+    return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **options.pop("dims", {})}, **options)

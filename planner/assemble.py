@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.graph import input_roles, output_roles
 from planner.ilp import Optimum, Solution
 from planner.placements import Codes, Placements, decode, decode_one, format_codes
 from planner.plan import (
@@ -151,6 +152,8 @@ def assemble_plan(
         stats=stats,
         dims=dict(dims),
         divisibility=problem.divisibility.policy,
+        graph_inputs=input_roles(graph),
+        graph_outputs=output_roles(graph),
     )
 
 

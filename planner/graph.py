@@ -6,7 +6,7 @@ are fake tensors) into a :class:`PlanGraph`:
 
 * each node whose value is a tensor, or a tuple/list holding tensors, becomes a
   :class:`GraphNode` with its output shapes as shapecore expressions (torch's sympy mapped by
-  :func:`shapecore.torch_bridge.map_expr`, so symbols keep torch's names);
+  :func:`shapecore.torch.map_expr`, so symbols keep torch's names);
 * nodes whose value is not a tensor (``sym_size``, SymInt arithmetic) are not planned;
 * every element of the graph's output becomes a *sink* (``output:k``): a pseudo-node with one
   operand, so delivering an output in some placement is an edge like any other;
@@ -21,6 +21,9 @@ are fake tensors) into a :class:`PlanGraph`:
 
 Operand ``k`` of a node is the ``k``-th tensor-valued node met when flattening ``(args, kwargs)``
 in order (:func:`tensor_operands`): a node reading one producer twice has two operands.
+
+:func:`input_roles` and :func:`output_roles` state the roles as the plan records them
+(:class:`~planner.plan.GraphInput`, :class:`~planner.plan.GraphOutput`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from typing import Any, Literal
 
 import sympy
 
-__all__ = ["TensorMeta", "GraphNode", "PlanGraph", "read_graph", "tensor_operands", "op_name"]
+from planner.plan import GraphInput, GraphOutput
+
+__all__ = ["TensorMeta", "GraphNode", "PlanGraph", "read_graph", "tensor_operands", "op_name", "input_roles",
+           "output_roles"]
 
 Role = Literal["op", "getitem", "input", "param", "buffer", "tangent", "constant", "sink"]
 Phase = Literal["forward", "backward"]
@@ -156,7 +162,7 @@ class _Shapes:
         expr = s.node.expr
         found = self._cache.get(expr)
         if found is None:
-            from shapecore.torch_bridge import map_expr
+            from shapecore.torch import map_expr
 
             found = self._cache[expr] = map_expr(expr)
         return found
@@ -308,7 +314,7 @@ def _read_call(fx_node: Any, value: Any, nodes: dict[str, GraphNode], shapes: _S
 
 
 def _flatten_outputs(args: Any) -> list[Any]:
-    from torch.utils._pytree import tree_flatten
+    from shapecore.torch.private import tree_flatten
 
     leaves, _ = tree_flatten(args)
     return leaves
@@ -341,3 +347,27 @@ def _read_output(fx_node: Any, nodes: dict[str, GraphNode], outputs: list[str | 
         )
         operand += 1
         outputs.append(name)
+
+
+def input_roles(graph: PlanGraph) -> tuple[GraphInput, ...]:
+    """What feeds each planned placeholder of ``graph``, in graph order."""
+    roles = []
+    for node in graph:
+        if node.target == "placeholder":
+            index = node.input_index if node.role == "input" else node.output_index if node.role == "tangent" else None
+            roles.append(GraphInput(node.name, node.role, index, node.fqn))  # type: ignore[arg-type]
+    return tuple(roles)
+
+
+def output_roles(graph: PlanGraph) -> tuple[GraphOutput | None, ...]:
+    """Each flattened output of ``graph``: a user output or a gradient (None for a non-tensor)."""
+    roles: list[GraphOutput | None] = []
+    for name in graph.outputs:
+        sink = None if name is None else graph.nodes[name]
+        if sink is None:
+            roles.append(None)
+        elif sink.grad_of is not None:
+            roles.append(GraphOutput("grad", None, sink.grad_of))
+        else:
+            roles.append(GraphOutput("output", sink.output_index))
+    return tuple(roles)

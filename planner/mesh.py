@@ -6,15 +6,19 @@ the sizes. Axis ``i`` of a plan's placement tuples refers to axis ``i`` of this 
 tensor dim is sharded over several axes, the lower-numbered axis is the outer split (as in
 DTensor): rank ``(i, j)`` of a ``(2, 4)`` mesh holding ``(Shard(0), Shard(0))`` owns chunk
 ``j`` of chunk ``i``.
+
+:func:`as_mesh` takes what users pass for a mesh (a ``Mesh``, a ``DeviceMesh`` or a tuple of
+axis sizes); :meth:`Mesh.shard_factor` says into how many pieces a placement splits a dim.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Mesh"]
+__all__ = ["Mesh", "as_mesh"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,13 @@ class Mesh:
             raise KeyError(f"no mesh axis named {name_or_index!r}; axes are {self.axis_names}")
         return self.axis_names.index(name_or_index)
 
+    def shard_factor(self, placements: Sequence[Any], dim: int) -> int:
+        """Into how many pieces ``placements`` (one per axis) split tensor dim ``dim``: the
+        product of the sizes of the axes that ``Shard(dim)``; 1 when none does."""
+        from planner.placements import shard_factor
+
+        return shard_factor(placements, self.shape, dim)
+
     @classmethod
     def from_device_mesh(cls, device_mesh: Any) -> Mesh:
         """The planning view of a ``torch.distributed.device_mesh.DeviceMesh``."""
@@ -71,3 +82,15 @@ class Mesh:
     def __str__(self) -> str:
         assert self.axis_names is not None
         return "(" + ", ".join(f"{n}={s}" for n, s in zip(self.axis_names, self.shape)) + ")"
+
+
+def as_mesh(mesh: Mesh | Any) -> Mesh:
+    """``mesh`` as a :class:`Mesh`: a ``Mesh`` itself, the planning view of a ``DeviceMesh``
+    (:meth:`Mesh.from_device_mesh`), or ``Mesh(shape)`` for a tuple or list of axis sizes."""
+    if isinstance(mesh, Mesh):
+        return mesh
+    if hasattr(mesh, "mesh_dim_names") and hasattr(mesh, "shape"):
+        return Mesh.from_device_mesh(mesh)
+    if isinstance(mesh, (tuple, list)):
+        return Mesh(tuple(mesh))
+    raise TypeError(f"mesh must be a planner.Mesh, a DeviceMesh or a tuple of axis sizes, got {mesh!r}")

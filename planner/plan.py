@@ -24,6 +24,17 @@ The contract (names and meanings the lowering relies on):
   ``output_placements`` — one per flattened graph output, after its redistribution.
   In a joint training graph the gradient of a parameter is delivered in that parameter's
   placement, and a tangent input in the placement of the output it belongs to.
+* ``graph_inputs`` — what feeds each tensor placeholder the plan places, in graph order: a
+  :class:`GraphInput` whose ``role`` is ``input`` (``index``: its position among the flattened
+  user inputs, as in ``input_placements``), ``param``, ``buffer`` or ``constant`` (``fqn``: the
+  fully qualified name), or ``tangent`` (``index``: the user output it is the gradient seed
+  of). A parameter or buffer placeholder that nothing reads (another name of a tied
+  parameter) is absent, as it is from ``placements``.
+* ``graph_outputs`` — one per flattened graph output, as ``output_placements`` (``None`` for a
+  non-tensor): a :class:`GraphOutput` whose ``role`` is ``output`` (``index``: its position
+  among the user outputs) or ``grad`` (``grad_of``: the fqn of the parameter or buffer).
+* Mesh arithmetic: :meth:`Mesh.shard_factor` (into how many pieces a placement splits a dim)
+  and :func:`~planner.mesh.as_mesh` (a ``DeviceMesh`` or a tuple of sizes as a ``Mesh``).
 * ``guards`` — torch-syntax conditions over the trace's symbol names that inputs must satisfy
   for the plan to be valid: the user's constraints (translated to trace symbols) and, under
   ``divisibility="assume"``, the obligations that were assumed rather than proved.
@@ -34,9 +45,13 @@ The contract (names and meanings the lowering relies on):
 * ``cost`` (expected seconds and bytes per device), ``batch_costs`` (cost at each batch point
   beside that point's own optimum: the regret), ``stats`` (solver statistics).
 
+Placements as text (tables, JSON): :func:`~planner.placements.format_placements` and
+:func:`~planner.placements.parse_placements` (``S(0),R``).
+
 JSON (``to_json``/``from_json``) is versioned and deterministic: keys sorted, floats printed
 by ``repr`` after rounding to 12 significant digits, wall-clock timings left out unless asked
-for, so the same inputs give byte-identical JSON in separate processes.
+for, so the same inputs give byte-identical JSON in separate processes. Version 2 added
+``graph_inputs`` and ``graph_outputs``; ``from_json`` reads version 2 only.
 """
 
 from __future__ import annotations
@@ -53,6 +68,8 @@ __all__ = [
     "PLAN_FORMAT",
     "PLAN_VERSION",
     "CollectiveKind",
+    "GraphInput",
+    "GraphOutput",
     "CollectiveStep",
     "Redistribution",
     "ShardProof",
@@ -67,14 +84,54 @@ __all__ = [
 ]
 
 PLAN_FORMAT = "planner.Plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk", "to_partial"]
+InputRole = Literal["input", "param", "buffer", "constant", "tangent"]
+OutputRole = Literal["output", "grad"]
 
 
 def _num(x: float) -> float:
     """Round to 12 significant digits so JSON text does not depend on summation order noise."""
     return float(f"{x:.12g}")
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """A tensor placeholder of the planned graph and what feeds it.
+
+    ``role``: ``input`` (``index`` is its position among the flattened user inputs),
+    ``param`` / ``buffer`` / ``constant`` (``fqn`` is its fully qualified name), or
+    ``tangent`` (``index`` is the user output it is the gradient seed of).
+    """
+
+    name: str
+    role: InputRole
+    index: int | None = None
+    fqn: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "index": self.index, "fqn": self.fqn}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GraphInput:
+        return cls(d["name"], d["role"], d["index"], d["fqn"])
+
+
+@dataclass(frozen=True)
+class GraphOutput:
+    """A tensor output of the planned graph: user output ``index``, or the gradient of ``grad_of``."""
+
+    role: OutputRole
+    index: int | None = None
+    grad_of: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "index": self.index, "grad_of": self.grad_of}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GraphOutput:
+        return cls(d["role"], d["index"], d["grad_of"])
 
 
 @dataclass(frozen=True)
@@ -419,6 +476,8 @@ class Plan:
     stats: SolverStats
     dims: dict[str, str] = field(default_factory=dict)
     divisibility: str = "prove"
+    graph_inputs: tuple[GraphInput, ...] = ()
+    graph_outputs: tuple[GraphOutput | None, ...] = ()
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -533,6 +592,8 @@ class Plan:
             "param_placements": _placements_map(self.param_placements),
             "input_placements": [format_placements(p) for p in self.input_placements],
             "output_placements": [format_placements(p) for p in self.output_placements],
+            "graph_inputs": [i.to_dict() for i in self.graph_inputs],
+            "graph_outputs": [None if o is None else o.to_dict() for o in self.graph_outputs],
             "guards": list(self.guards),
             "proofs": [p.to_dict() for p in self.proofs],
             "pruned": [p.to_dict() for p in self.pruned],
@@ -576,4 +637,6 @@ class Plan:
             stats=SolverStats.from_dict(d["stats"]),
             dims=dict(d["dims"]),
             divisibility=d["divisibility"],
+            graph_inputs=tuple(GraphInput.from_dict(i) for i in d["graph_inputs"]),
+            graph_outputs=tuple(None if o is None else GraphOutput.from_dict(o) for o in d["graph_outputs"]),
         )

@@ -117,8 +117,10 @@ def _replicate_all(node: GraphNode) -> AxisRule:
 def _is_pointwise(node: GraphNode) -> bool:
     import torch
 
+    from shapecore.torch.private import OpOverload
+
     target = node.fx.target if node.fx is not None else None
-    return isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags
+    return isinstance(target, OpOverload) and torch.Tag.pointwise in target.tags
 
 
 _LINEAR_UNARY = {"neg", "clone", "_to_copy", "alias", "detach", "contiguous", "lift_fresh_copy", "copy"}

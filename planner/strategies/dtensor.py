@@ -48,13 +48,12 @@ class DTensorProvider:
         self._meshes: dict[Mesh, Any] = {}
 
     def strategies(self, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None:
-        import torch
-        from torch.distributed.tensor._api import DTensor
+        from shapecore.torch.private import OpOverload, sharding_propagator
 
         op = node.fx.target if node.fx is not None else None
-        if node.role != "op" or not isinstance(op, torch._ops.OpOverload):
+        if node.role != "op" or not isinstance(op, OpOverload):
             return None
-        propagator = DTensor._op_dispatcher.sharding_propagator
+        propagator = sharding_propagator()
         try:
             single = propagator.op_single_dim_strategy_funcs.get(op)
             if single is not None:
@@ -69,7 +68,7 @@ class DTensorProvider:
     # -- single-mesh-dim rules --------------------------------------------------------------
 
     def _from_single_dim(self, info: Any, op: Any, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None:
-        from torch.distributed.tensor._ops.single_dim_strategy import _ShardingPlaceholder
+        from shapecore.torch.private import ShardingPlaceholder
 
         args, kwargs = _schema_args(node, graph, lambda meta: _tensor_meta(meta, graph.hints))
         n_out, n_in = len(node.outputs), len(node.operands)
@@ -77,7 +76,7 @@ class DTensorProvider:
         for k, row in enumerate(info.func(op, args, kwargs)):
             if len(row) != n_out + n_in:
                 return None
-            converted = [Shard(p.dim) if isinstance(p, _ShardingPlaceholder) else p for p in row]
+            converted = [Shard(p.dim) if isinstance(p, ShardingPlaceholder) else p for p in row]
             outputs, inputs = converted[:n_out], converted[n_out:]
             if any(p is None for p in inputs) or not all(_plannable(p) for p in converted if p is not None):
                 continue
@@ -91,19 +90,13 @@ class DTensorProvider:
     def _device_mesh(self, mesh: Mesh) -> Any:
         found = self._meshes.get(mesh)
         if found is None:
-            import torch
-            from torch.distributed.device_mesh import DeviceMesh
+            from shapecore.torch.private import device_mesh_without_process_group
 
-            found = DeviceMesh(
-                "cpu", torch.arange(mesh.size).view(mesh.shape), mesh_dim_names=mesh.axis_names,
-                _init_backend=False, _rank=0,
-            )
-            self._meshes[mesh] = found
+            found = self._meshes[mesh] = device_mesh_without_process_group(mesh.shape, mesh.axis_names)
         return found
 
     def _from_full_mesh(self, func: Any, op: Any, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None:
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec
-        from torch.distributed.tensor._op_schema import OpSchema, OpSpec, OpStrategy
+        from shapecore.torch.private import DTensorSpec, OpSchema, OpSpec, OpStrategy
 
         device_mesh = self._device_mesh(mesh)
 
@@ -131,9 +124,9 @@ class DTensorProvider:
 
 def _tensor_meta(meta: TensorMeta, hints: dict[str, int]) -> Any:
     import torch
-    from torch.distributed.tensor._dtensor_spec import TensorMeta as DTensorMeta
 
     from shapecore import evaluate
+    from shapecore.torch.private import DTensorMeta
 
     shape = torch.Size(int(evaluate(s, hints)) for s in meta.shape)
     stride, step = [], 1
@@ -149,7 +142,7 @@ def _schema_args(node: GraphNode, graph: PlanGraph, tensor: Any) -> tuple[tuple[
     from torch.fx.node import Node, map_aggregate
 
     from shapecore import evaluate
-    from shapecore.torch_bridge import map_expr
+    from shapecore.torch import size_expr
 
     def convert(a: Any) -> Any:
         if not isinstance(a, Node):
@@ -158,7 +151,7 @@ def _schema_args(node: GraphNode, graph: PlanGraph, tensor: Any) -> tuple[tuple[
         if isinstance(value, torch.Tensor):
             return tensor(graph.nodes[a.name].output)
         if isinstance(value, torch.SymInt):
-            return int(evaluate(map_expr(value.node.expr), graph.hints))
+            return int(evaluate(size_expr(value), graph.hints))
         return value
 
     return tuple(map_aggregate(node.fx.args, convert)), dict(map_aggregate(dict(node.fx.kwargs), convert))

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from planner.graph import input_roles, output_roles, read_graph
 from planner.mesh import Mesh
 from planner.placements import parse_placements
 from planner.plan import CollectiveStep, CostBreakdown, Plan, Redistribution, SolverStats
 
 
 def handmade_plan(gm, mesh: Mesh, placements: Mapping[str, str], *, redistributions: Sequence[tuple] = (),
-                  guards: Sequence[str] = (), output_placements: Sequence[str] | None = None) -> Plan:
+                  guards: Sequence[str] = (), output_placements: Sequence[str] | None = None, exported=None) -> Plan:
     """A plan for ``gm``: ``placements`` node name -> text such as ``"S(0),R"`` (every tensor node);
-    ``redistributions``: (consumer, operand, producer, src, dst, [(axis, kind, src, dst), ...])."""
+    ``redistributions``: (consumer, operand, producer, src, dst, [(axis, kind, src, dst), ...]);
+    ``exported``: the ExportedProgram ``gm`` came from, which says which placeholder is a parameter."""
+    graph = read_graph(gm, exported=exported)
     parsed = {name: parse_placements(text) for name, text in placements.items()}
     moves = tuple(
         Redistribution(consumer, k, producer, parse_placements(src), parse_placements(dst),
@@ -21,12 +24,11 @@ def handmade_plan(gm, mesh: Mesh, placements: Mapping[str, str], *, redistributi
         for consumer, k, producer, src, dst, steps in redistributions
     )
     outputs = output_placements if output_placements is not None else []
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     return Plan(
         mesh=mesh, placements=parsed, tuple_placements={}, redistributions=moves, param_placements={},
-        input_placements=tuple(parsed.get(n.name) for n in placeholders),
+        input_placements=tuple(None if name is None else parsed.get(name) for name in graph.inputs),
         output_placements=tuple(parse_placements(t) for t in outputs), guards=tuple(guards), proofs=(),
-        pruned=(), decisions={}, cost=CostBreakdown(),
+        pruned=(), decisions={}, cost=CostBreakdown(), graph_inputs=input_roles(graph), graph_outputs=output_roles(graph),
         batch_costs=(), stats=SolverStats(solver="handmade", objective_kind="expected", status="optimal", graph_nodes=0,
                                           decision_nodes=0, variables=0, constraints=0, objective=0.0, bound=None,
                                           gap=None),

@@ -92,16 +92,17 @@ def _bad_inputs(rank, pm, make):
 
 def _batch_plan(model, example, mesh):
     """A hand-made data-parallel plan: the batch split, weights replicated, and no guard at all."""
-    from planner.api import trace_for_planning
+    from shapecore.torch import trace_for_planning
 
-    gm, *_ = trace_for_planning(model, (example,), dynamic_shapes=({0: Dim("batch")},))
+    traced = trace_for_planning(model, (example,), dynamic_shapes=({0: Dim("batch")},))
+    gm = traced.graph_module
     placements, batch = {}, set()
     for node in gm.graph.nodes:
         if node.name == "x" or any(a.name in batch for a in node.all_input_nodes):
             batch.add(node.name)
         if isinstance(node.meta.get("val"), torch.Tensor):
             placements[node.name] = "S(0)" if node.name in batch else "R"
-    return handmade_plan(gm, Mesh(mesh), placements, output_placements=["S(0)"])
+    return handmade_plan(gm, Mesh(mesh), placements, output_placements=["S(0)"], exported=traced.exported)
 
 
 def _scenario(rank, name, mesh, options, batches, extra):

@@ -9,7 +9,7 @@ from torch.export import Dim
 
 import planner
 from planner import Mesh
-from planner.api import trace_for_planning
+from shapecore.torch import trace_for_planning
 from tests.planner.models import MLP, on_meta
 
 
@@ -20,7 +20,7 @@ def mlp_trace():
 
 
 def _plan(trace, **options):
-    gm, exported, env, dims = trace
+    exported, env, dims = trace.exported, trace.env, trace.dim_exprs
     options.setdefault("constraints", ["Eq(Mod(batch, 4), 0)"])
     return planner.plan(exported, options.pop("mesh", Mesh((4,))), shape_env=env, dims=dims, **options)
 
@@ -76,7 +76,7 @@ def test_progress_names_each_phase_and_each_batch_point(mlp_trace):
 
 
 def test_shape_env_must_be_shapecore(mlp_trace):
-    gm, exported, env, dims = mlp_trace
+    exported, dims = mlp_trace.exported, mlp_trace.dim_exprs
     with pytest.raises(TypeError, match="shapecore.ShapeEnv"):
         planner.plan(exported, Mesh((2,)), shape_env=object(), dims=dims)  # type: ignore[arg-type]
 

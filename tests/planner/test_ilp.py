@@ -11,15 +11,17 @@ from torch.export import Dim
 
 import planner
 from planner import Mesh
-from planner.api import prepare, trace_for_planning
+from planner.api import prepare
+from shapecore.torch import trace_for_planning
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
 from tests.planner.models import MLP, Decoder, on_meta
 
 
 def _problem(model, x, mesh, *, training=False, batch_sizes=None, **options):
-    gm, ep, env, dims = trace_for_planning(model, (x,), dynamic_shapes={"input" if isinstance(model, torch.nn.Linear) else "x": {0: Dim("batch")}},
-                                           training=training)
+    traced = trace_for_planning(model, (x,), dynamic_shapes={"input" if isinstance(model, torch.nn.Linear) else "x": {0: Dim("batch")}},
+                                training=training)
+    gm, ep, env, dims = traced.graph_module, traced.exported, traced.env, traced.dim_exprs
     return prepare(ep if ep is not None else gm, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
                    batch_sizes=batch_sizes, **options).problem
 
@@ -83,7 +85,7 @@ def decoder_trace():
 
 @pytest.mark.slow  # a 3-layer decoder's training graph (traced once), prepared and solved twice
 def test_clustering_prices_the_plan_it_picks_and_costs_little(decoder_trace):
-    gm, _, env, dims = decoder_trace
+    gm, env, dims = decoder_trace.graph_module, decoder_trace.env, decoder_trace.dim_exprs
     objectives = []
     for cluster in (True, False):
         problem = prepare(gm, Mesh((2, 2)), shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
@@ -102,7 +104,7 @@ def _mean_regret(plan) -> float:
 
 @pytest.mark.slow  # the same decoder planned six times: tens of seconds
 def test_plan_reports_true_cost_and_regret(decoder_trace):
-    gm, _, env, dims = decoder_trace
+    gm, env, dims = decoder_trace.graph_module, decoder_trace.env, decoder_trace.dim_exprs
     options = dict(shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64, 512])
     expected = planner.plan(gm, Mesh((2, 2)), regret="exact", **options)
     assert expected.stats.objective == pytest.approx(expected.cost.total, rel=1e-9)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Partial, Replicate, Shard
 
-from planner import Mesh
+from planner import Mesh, as_mesh
 
 
 def test_mesh_names_and_sizes():
@@ -39,3 +40,20 @@ def test_unknown_axis():
 def test_from_device_mesh():
     device_mesh = DeviceMesh("cpu", torch.arange(8).view(2, 4), mesh_dim_names=("dp", "tp"), _init_backend=False, _rank=0)
     assert Mesh.from_device_mesh(device_mesh) == Mesh((2, 4), ("dp", "tp"))
+
+
+def test_as_mesh_takes_a_mesh_a_device_mesh_or_axis_sizes():
+    mesh = Mesh((2, 4), ("dp", "tp"))
+    device_mesh = DeviceMesh("cpu", torch.arange(8).view(2, 4), mesh_dim_names=("dp", "tp"), _init_backend=False, _rank=0)
+    assert as_mesh(mesh) is mesh
+    assert as_mesh(device_mesh) == mesh
+    assert as_mesh((2, 4)) == as_mesh([2, 4]) == Mesh((2, 4))
+    with pytest.raises(TypeError, match="a DeviceMesh or a tuple of axis sizes, got 8"):
+        as_mesh(8)
+
+
+def test_shard_factor_multiplies_the_axes_that_split_a_dim():
+    mesh = Mesh((2, 3))
+    assert mesh.shard_factor((Shard(0), Shard(0)), 0) == 6
+    assert mesh.shard_factor((Shard(0), Shard(1)), 1) == 3
+    assert mesh.shard_factor((Replicate(), Partial()), 0) == 1

@@ -93,3 +93,19 @@ def test_plan_contract_covers_every_operand(plan_json):
     for proof in plan.proofs:
         assert proof.status in ("proved", "guard", "uneven")
         assert proof.obligation.startswith("Eq(Mod(")
+
+
+def test_plan_says_what_feeds_each_graph_input_and_what_each_output_is(plan_json):
+    plan = Plan.from_json(plan_json)
+    by_role = {}
+    for graph_input in plan.graph_inputs:
+        assert graph_input.name in plan.placements
+        by_role.setdefault(graph_input.role, []).append(graph_input)
+    assert [i.index for i in by_role["input"]] == list(range(len(plan.input_placements)))
+    assert {i.fqn for i in by_role["param"]} >= {"embed.weight", "head.weight"}
+    assert len(plan.graph_outputs) == len(plan.output_placements)
+    users = [o for o in plan.graph_outputs if o is not None and o.role == "output"]
+    grads = {o.grad_of for o in plan.graph_outputs if o is not None and o.role == "grad"}
+    assert [o.index for o in users] == list(range(len(users))) and users
+    assert grads == {i.fqn for i in by_role["param"]}
+    assert sorted(i.index for i in by_role["tangent"]) == [o.index for o in users]

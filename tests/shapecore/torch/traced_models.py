@@ -1,7 +1,7 @@
 """A zoo of small models and functions, each traced on CPU by one of the three front ends.
 
 ``CASES`` maps a case name to a :class:`Case`; ``Case.trace()`` runs the front end through
-:mod:`shapecore.torch_bridge` (cached: each case is traced once per test session). Example
+:mod:`shapecore.torch` (cached: each case is traced once per test session). Example
 sizes avoid 0 and 1 (torch specializes them) and avoid accidental equalities (duck sizing)
 unless the case is about them.
 """
@@ -18,7 +18,7 @@ import torch.nn.functional as TF
 from torch import nn
 from torch.export import Dim
 
-from shapecore.torch_bridge import Traced, trace_compile, trace_export, trace_make_fx
+from shapecore.torch import Traced, trace_compile, trace_export, trace_make_fx
 
 FrontEnd = Literal["export", "compile", "make_fx"]
 

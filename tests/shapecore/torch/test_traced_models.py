@@ -9,7 +9,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from shapecore import Reasoner, evaluate, holds, int_symbol, prove, simplify
 from shapecore import functions as F
-from shapecore.torch_bridge import map_expr, to_torch
+from shapecore.torch import map_expr, to_torch
 
 from .traced_models import CASES
 

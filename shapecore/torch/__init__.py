@@ -1,0 +1,44 @@
+"""shapecore.torch: the torch front end, the one place where the project meets torch's internals.
+
+Importing it imports no torch (each function does when called), and ``import shapecore``
+does not import it. Modules:
+
+* :mod:`~shapecore.torch.tracing` — :func:`trace_export`, :func:`trace_compile`,
+  :func:`trace_make_fx` (each returns a :class:`Traced`) and :func:`trace_for_planning`, the
+  graph the planner plans and the lowering lowers (decomposed export, or the joint
+  forward+backward graph);
+* :mod:`~shapecore.torch.shape_env` — torch's ShapeEnv as shapecore's (:func:`from_torch`,
+  :func:`torch_guards`, :func:`symbol_ranges`) and shapecore's symbols in a torch ShapeEnv
+  (:func:`to_torch_symbols`);
+* :mod:`~shapecore.torch.expressions` — expressions both ways (:func:`map_expr`,
+  :func:`to_torch`), traced sizes as expressions (:func:`size_expr`) and back (:func:`to_symint`);
+* :mod:`~shapecore.torch.fake` — the ShapeEnv of traced values (:func:`shape_env_of`,
+  :func:`graph_shape_env`);
+* :mod:`~shapecore.torch.private` — every private torch name the project uses, checked
+  against one torch release; nothing else in the project touches them.
+"""
+
+from shapecore.torch.expressions import UnmappableExpressionError, map_expr, size_expr, to_symint, to_torch
+from shapecore.torch.fake import graph_shape_env, shape_env_of
+from shapecore.torch.shape_env import TorchSymbols, from_torch, symbol_ranges, to_torch_symbols, torch_guards
+from shapecore.torch.tracing import Traced, trace_compile, trace_export, trace_for_planning, trace_make_fx
+
+__all__ = [
+    "Traced",
+    "TorchSymbols",
+    "UnmappableExpressionError",
+    "from_torch",
+    "graph_shape_env",
+    "map_expr",
+    "shape_env_of",
+    "size_expr",
+    "symbol_ranges",
+    "to_symint",
+    "to_torch",
+    "to_torch_symbols",
+    "torch_guards",
+    "trace_compile",
+    "trace_export",
+    "trace_for_planning",
+    "trace_make_fx",
+]

@@ -1,0 +1,149 @@
+"""Every private torch name the project uses, and what each is for: the one place to check on an upgrade.
+
+Checked against torch 2.13.0 (:data:`CHECKED_TORCH_VERSION`). A name is private when any part
+of its path starts with an underscore: a module (``torch._inductor``), a class or function
+(``_ShardingPlaceholder``), an attribute (``op._schema``) or a keyword argument
+(``_init_backend=``). No module of ``shapecore``, ``planner``, ``lowering`` or ``bench`` uses one
+except through this module (``tests/shapecore/torch/test_private.py`` checks the source).
+
+Importing this module imports nothing from torch: each name in :data:`NAMES` is resolved on
+first use (``from shapecore.torch.private import tree_flatten``), each function below imports
+what it needs when called.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "CHECKED_TORCH_VERSION",
+    "NAMES",
+    "device_mesh_without_process_group",
+    "evaluate_on_symints",
+    "make_fx_over_real_tensors",
+    "op_schema",
+    "register_process_group",
+    "sharding_propagator",
+    "warm_up_inductor",
+]
+
+CHECKED_TORCH_VERSION = "2.13.0"
+"""The torch release every name here was checked against."""
+
+NAMES: dict[str, tuple[str, str | None, str]] = {
+    # name: (module, attribute or None for the module itself, what the project uses it for)
+    # -- symbolic expressions
+    "sympy_functions": ("torch.utils._sympy.functions", None,
+                        "torch's sympy classes (FloorDiv, Mod, PythonMod, …) that its guards are made of"),
+    "int_oo": ("torch.utils._sympy.numbers", "int_oo", "torch's integer infinity, the open end of a symbol's range"),
+    # -- fake tensors and tracing
+    "detect_fake_mode": ("torch._guards", "detect_fake_mode", "the fake mode (and so the ShapeEnv) of traced values"),
+    "FakeTensorMode": ("torch._subclasses.fake_tensor", "FakeTensorMode",
+                       "fake tensors for the local replay and for Inductor's example inputs"),
+    "ConstantSource": ("torch._dynamo.source", "ConstantSource", "the source of a symbol created by hand, by name"),
+    "LocalSource": ("torch._dynamo.source", "LocalSource", "a symbol sourced like a Dynamo local (bench's torch peer)"),
+    "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd",
+                     "a torch.compile backend that sees AOTAutograd's ATen graphs (trace_compile)"),
+    "aot_export_joint_with_descriptors": ("torch._functorch.aot_autograd", "aot_export_joint_with_descriptors",
+                                          "the joint forward+backward graph, inputs and outputs described"),
+    "OpOverload": ("torch._ops", "OpOverload", "the class of an ATen operator overload (a node's target)"),
+    # -- pytrees (the inputs and outputs of a call)
+    "tree_flatten": ("torch.utils._pytree", "tree_flatten", "a call's inputs or outputs as leaves and a spec"),
+    "tree_unflatten": ("torch.utils._pytree", "tree_unflatten", "leaves back into a call's structure"),
+    "tree_structure": ("torch.utils._pytree", "tree_structure", "the spec of a call's inputs, to compare calls"),
+    "tree_leaves": ("torch.utils._pytree", "tree_leaves", "a call's inputs as leaves"),
+    "tree_flatten_with_path": ("torch.utils._pytree", "tree_flatten_with_path", "leaves with their paths, to name them"),
+    "keystr": ("torch.utils._pytree", "keystr", "a leaf's path as text (``[0]['x']``)"),
+    # -- DTensor's sharding rules (planner.strategies.dtensor)
+    "ShardingPlaceholder": ("torch.distributed.tensor._ops.single_dim_strategy", "_ShardingPlaceholder",
+                            "``Shard(d)`` in a single-mesh-dim strategy"),
+    "DTensorSpec": ("torch.distributed.tensor._dtensor_spec", "DTensorSpec", "an operand's placements for a rule"),
+    "DTensorMeta": ("torch.distributed.tensor._dtensor_spec", "TensorMeta", "an operand's shape, stride, dtype for a rule"),
+    "OpSchema": ("torch.distributed.tensor._op_schema", "OpSchema", "the call a whole-mesh rule is asked about"),
+    "OpSpec": ("torch.distributed.tensor._op_schema", "OpSpec", "one candidate placement of an operand"),
+    "OpStrategy": ("torch.distributed.tensor._op_schema", "OpStrategy", "an operand's candidate placements"),
+    # -- collectives and Inductor (lowering)
+    "functional_collectives": ("torch.distributed._functional_collectives", None,
+                               "collectives as traceable ops (all_gather_single, all_reduce, reduce_scatter_single, "
+                               "all_to_all_single, AsyncCollectiveTensor)"),
+    "compile_fx": ("torch._inductor.compile_fx", "compile_fx", "Inductor's compile of an FX graph, without Dynamo"),
+}
+"""Private names used as torch defines them: ``name: (module, attribute, purpose)``."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute, _ = NAMES[name]
+    found = importlib.import_module(module)
+    value = found if attribute is None else getattr(found, attribute)
+    globals()[name] = value
+    return value
+
+
+# -- private attributes and keyword arguments, each behind one function ------------------------------
+
+
+def evaluate_on_symints(expr: Any, values: dict[Any, Any]) -> Any:
+    """torch's sympy ``expr`` evaluated with Python semantics at ``values`` (symbol -> int or SymInt).
+
+    ``torch.utils._sympy.interp.sympy_interp`` with ``PythonReferenceAnalysis``: traced, SymInt
+    arithmetic records the operations, so a local size becomes SymInt ops in the graph.
+    """
+    from torch.utils._sympy.interp import sympy_interp
+    from torch.utils._sympy.reference import PythonReferenceAnalysis
+
+    return sympy_interp(PythonReferenceAnalysis, values, expr)
+
+
+def make_fx_over_real_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``make_fx(fn, tracing_mode="symbolic")`` that lets ``fn`` close over real tensors (a
+    module's parameters become graph constants): the private ``_allow_non_fake_inputs=True``."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="symbolic", _allow_non_fake_inputs=True)
+
+
+def op_schema(op: Any) -> Any:
+    """The ``FunctionSchema`` of an ATen operator overload (``op._schema``): its argument names and defaults."""
+    return op._schema
+
+
+def sharding_propagator() -> Any:
+    """DTensor's sharding propagator (``DTensor._op_dispatcher.sharding_propagator``): its tables
+    ``op_single_dim_strategy_funcs`` and ``op_strategy_funcs`` hold the registered op rules."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor._op_dispatcher.sharding_propagator
+
+
+def device_mesh_without_process_group(shape: Sequence[int], axis_names: Sequence[str] | None) -> Any:
+    """A CPU ``DeviceMesh`` of ``shape`` seen from rank 0 that creates no process group
+    (``_init_backend=False, _rank=0``): DTensor's whole-mesh rules read only its shape."""
+    import math
+
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+
+    ranks = torch.arange(math.prod(shape)).view(tuple(shape))
+    names = tuple(axis_names) if axis_names is not None else None
+    return DeviceMesh("cpu", ranks, mesh_dim_names=names, _init_backend=False, _rank=0)
+
+
+def register_process_group(name: str, group: Any) -> None:
+    """Make ``group`` reachable under ``name`` by the functional collectives
+    (``torch._C._distributed_c10d._register_process_group``)."""
+    from torch._C._distributed_c10d import _register_process_group
+
+    _register_process_group(name, group)
+
+
+def warm_up_inductor() -> None:
+    """Import Inductor's compiler and detect the CPU's vector ISA
+    (``torch._inductor.cpu_vec_isa.pick_vec_isa``), as Inductor does before its first compile."""
+    importlib.import_module(NAMES["compile_fx"][0])
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    pick_vec_isa()

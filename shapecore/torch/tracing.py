@@ -1,0 +1,325 @@
+"""Tracing: one front end each (torch.export, the joint forward+backward graph, torch.compile,
+make_fx), handed over to shapecore as a :class:`Traced`.
+
+:func:`trace_export`, :func:`trace_compile` and :func:`trace_make_fx` run one front end and
+return the FX graph (``meta["val"]`` symbolic fake tensors), torch's ShapeEnv, shapecore's
+(:func:`~shapecore.torch.from_torch`), the sources and (export) the user's ``Dim`` names.
+
+:func:`trace_for_planning` is the graph the planner plans and the lowering lowers: a
+``torch.export`` trace (dynamic dims from ``dynamic_shapes`` only) decomposed to core ATen ops
+except the composite ops the planner's built-in rules understand whole (:data:`KEEP_WHOLE`:
+attention, normalizations, activations); or, for training, the exported module traced again
+into a joint forward+backward graph (``aot_export_joint_with_descriptors``), whose inputs and
+outputs carry descriptors (parameter, user input, tangent; gradient, user output). torch's
+ShapeEnv is handed to shapecore after the last trace, so every guard is included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import sympy
+
+from shapecore.env import ShapeEnv
+from shapecore.errors import ShapecoreError
+from shapecore.torch.expressions import map_expr
+from shapecore.torch.fake import graph_shape_env
+from shapecore.torch.shape_env import first_sources, from_torch, source_name, torch_guards
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+    from torch.fx import GraphModule
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
+
+__all__ = ["Traced", "KEEP_WHOLE", "trace_export", "trace_compile", "trace_make_fx", "trace_for_planning"]
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One trace handed over to shapecore.
+
+    ``graph_module`` is the FX graph whose ``meta["val"]`` are symbolic fake tensors (None when
+    export failed and the failure was returned). ``torch_guards`` are torch's recorded guards
+    mapped to shapecore, in order (``env.guards`` omits those the rest of the state implies).
+    ``sources`` maps a symbol name to the first source torch knows it by (``L['x'].size()[0]``).
+    Export only: ``dims`` maps each user ``Dim`` name that is a single symbol to that symbol's
+    name, ``dim_exprs`` every ``Dim`` name (derived ones such as ``8*k`` too) to its expression
+    over symbols; ``exported`` is the ``ExportedProgram`` (None for a joint graph) and ``error``
+    the text of the "Constraints violated" error when it was returned instead of raised.
+    """
+
+    graph_module: GraphModule | None
+    torch_env: TorchShapeEnv
+    env: ShapeEnv
+    torch_guards: list[sympy.Basic]
+    sources: dict[str, str]
+    dims: dict[str, str] = field(default_factory=dict)
+    dim_exprs: dict[str, sympy.Basic] = field(default_factory=dict)
+    exported: ExportedProgram | None = None
+    error: str | None = None
+
+
+def _trace_shape_env(gm: GraphModule) -> TorchShapeEnv:
+    shape_env = graph_shape_env(gm)
+    if shape_env is None:
+        raise ShapecoreError(
+            "the traced graph has no symbolic fake tensors: nothing was traced with dynamic shapes "
+            "(mark a dimension dynamic, or pass dynamic_shapes / tracing_mode='symbolic')"
+        )
+    return shape_env
+
+
+def _traced(gm: GraphModule | None, shape_env: TorchShapeEnv, timeout_ms: int, **extra: Any) -> Traced:
+    return Traced(
+        graph_module=gm,
+        torch_env=shape_env,
+        env=from_torch(shape_env, timeout_ms=timeout_ms),
+        torch_guards=torch_guards(shape_env),
+        sources=first_sources(shape_env),
+        **extra,
+    )
+
+
+# -- torch.export ---------------------------------------------------------------------------------
+
+
+def _user_dims(dynamic_shapes: Any) -> list[Any]:
+    """Every ``torch.export.Dim`` in a ``dynamic_shapes`` spec, roots of derived dims included."""
+    from torch.export import Dim
+
+    found: list[Any] = []
+
+    def walk(spec: Any) -> None:
+        if isinstance(spec, Dim):
+            found.append(spec)
+            root = getattr(spec, "root", None)
+            if root is not None:
+                walk(root)
+        elif isinstance(spec, Mapping):
+            for value in spec.values():
+                walk(value)
+        elif isinstance(spec, (list, tuple)):
+            for value in spec:
+                walk(value)
+
+    walk(dynamic_shapes)
+    return found
+
+
+def _resolve(shape_env: TorchShapeEnv, symbol: sympy.Symbol) -> sympy.Basic:
+    """``symbol`` through torch's replacements, as a shapecore expression."""
+    expr: sympy.Basic = symbol
+    for _ in range(len(shape_env.replacements) + 1):
+        replaced = expr.xreplace(shape_env.replacements)
+        if replaced == expr:
+            break
+        expr = replaced
+    return map_expr(expr)
+
+
+def _dim_expressions(shape_env: TorchShapeEnv, dynamic_shapes: Any) -> dict[str, sympy.Basic]:
+    names = {d.__name__ for d in _user_dims(dynamic_shapes)}
+    debug_names = shape_env.source_name_to_debug_name
+    result: dict[str, sympy.Basic] = {}
+    for symbol, sources in shape_env.var_to_sources.items():
+        for source in sources:
+            name = source_name(source)
+            dim = name if name in names else debug_names.get(name)
+            if dim in names and dim not in result:
+                result[dim] = _resolve(shape_env, symbol)
+    return result
+
+
+_EXPORT_FAILURE_MODES = ("raise", "return")
+
+
+def _constraint_violation(exc: BaseException) -> tuple[BaseException, TorchShapeEnv] | None:
+    """The ConstraintViolationError behind ``exc`` and the ShapeEnv it was raised over, if any.
+
+    torch raises it from ``produce_guards`` and keeps no reference to the ShapeEnv, so the env
+    is found among the locals of the failing frames (innermost first).
+    """
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
+
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for violation in chain:
+        if not isinstance(violation, ConstraintViolationError):
+            continue
+        frames = []
+        tb = violation.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for frame in reversed(frames):
+            for value in frame.f_locals.values():
+                if isinstance(value, TorchShapeEnv):
+                    return violation, value
+    return None
+
+
+def _export(model: torch.nn.Module, args: tuple[Any, ...], *, dynamic_shapes: Any, kwargs: Mapping[str, Any] | None = None,
+            strict: bool = False) -> ExportedProgram:
+    import torch
+
+    return torch.export.export(model, args, kwargs=dict(kwargs or {}), dynamic_shapes=dynamic_shapes, strict=strict)
+
+
+def trace_export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    *,
+    dynamic_shapes: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    on_constraint_violation: Literal["raise", "return"] = "raise",
+    timeout_ms: int = 1000,
+) -> Traced:
+    """``torch.export.export(model, args, dynamic_shapes=...)`` handed over to shapecore.
+
+    ``dims``/``dim_exprs`` of the result name the user's ``Dim`` objects (``Dim("batch")``,
+    ``8*Dim("k")``). When export fails with "Constraints violated" (torch's guards narrow a
+    ``Dim``'s range), ``on_constraint_violation="return"`` returns the trace anyway, with
+    ``graph_module=None``, ``exported=None``, ``error`` set and the guards torch recorded, so
+    shapecore can decide whether they really narrow the range; ``"raise"`` re-raises.
+    """
+    if on_constraint_violation not in _EXPORT_FAILURE_MODES:
+        raise ValueError(f"on_constraint_violation must be one of {_EXPORT_FAILURE_MODES}, got {on_constraint_violation!r}")
+    try:
+        exported = _export(model, args, dynamic_shapes=dynamic_shapes, kwargs=kwargs, strict=strict)
+    except Exception as exc:
+        found = _constraint_violation(exc) if on_constraint_violation == "return" else None
+        if found is None:
+            raise
+        violation, shape_env = found
+        return _export_traced(None, shape_env, dynamic_shapes, timeout_ms, exported=None, error=str(violation))
+    gm = exported.graph_module
+    return _export_traced(gm, _trace_shape_env(gm), dynamic_shapes, timeout_ms, exported=exported)
+
+
+def _dims(dim_exprs: Mapping[str, sympy.Basic]) -> dict[str, str]:
+    return {name: expr.name for name, expr in dim_exprs.items() if isinstance(expr, sympy.Symbol)}
+
+
+def _export_traced(gm: GraphModule | None, shape_env: TorchShapeEnv, dynamic_shapes: Any, timeout_ms: int,
+                   **extra: Any) -> Traced:
+    dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
+    return _traced(gm, shape_env, timeout_ms, dims=_dims(dim_exprs), dim_exprs=dim_exprs, **extra)
+
+
+# -- the planner's trace: export decomposed, or the joint forward+backward graph -----------------------
+
+KEEP_WHOLE = (
+    "scaled_dot_product_attention.default",
+    "rms_norm.default",
+    "layer_norm.default",
+    "silu.default",
+    "gelu.default",
+)
+"""ATen ops :func:`trace_for_planning` does not decompose: the planner's built-in rules shard them whole."""
+
+
+def _decompositions() -> dict[Any, Any]:
+    import torch
+
+    table = torch.export.default_decompositions()
+    for name in KEEP_WHOLE:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        table.pop(op, None)
+    return table
+
+
+def _joint_graph(exported: ExportedProgram, user_input_count: int) -> GraphModule:
+    """The joint forward+backward graph of ``exported``'s module, traced over its own fake inputs."""
+    from shapecore.torch.private import aot_export_joint_with_descriptors, detect_fake_mode
+
+    fake_inputs = [n.meta["val"] for n in exported.graph.nodes if n.op == "placeholder"]
+    user_inputs = fake_inputs[len(fake_inputs) - user_input_count:]
+    with contextlib.ExitStack() as stack, detect_fake_mode(fake_inputs):
+        return aot_export_joint_with_descriptors(stack, exported.module(), tuple(user_inputs)).graph_module
+
+
+def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any,
+                       training: bool = False) -> Traced:
+    """The graph the planner plans and the lowering lowers (see the module docstring).
+
+    ``graph_module`` is the decomposed export graph, ``exported`` its ``ExportedProgram`` (whose
+    signature names the parameters); with ``training=True`` the joint forward+backward graph,
+    and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
+    """
+    exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    shape_env = _trace_shape_env(exported.graph_module)
+    dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
+    if training:
+        gm, planned = _joint_graph(exported, len(example_inputs)), None
+    else:
+        planned = exported.run_decompositions(_decompositions())
+        gm = planned.graph_module
+    return _traced(gm, shape_env, 1000, dims=_dims(dim_exprs), dim_exprs=dim_exprs, exported=planned)
+
+
+# -- torch.compile and make_fx ------------------------------------------------------------------------
+
+
+def trace_compile(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    dynamic: bool | None = True,
+    fullgraph: bool = True,
+    timeout_ms: int = 1000,
+) -> Traced:
+    """Run ``torch.compile(fn, dynamic=dynamic, fullgraph=fullgraph)(*args)`` and hand over its shapes.
+
+    A backend records the ATen forward graph AOTAutograd produces (the first, if Dynamo splits
+    ``fn`` into several graphs) and Dynamo's ShapeEnv; the
+    ShapeEnv is copied after the call returns, so it holds every guard of the compile. Use
+    ``dynamic=None`` with ``torch._dynamo.mark_dynamic(x, dim, min=..., max=...)`` on the inputs to
+    choose the dynamic dimensions. Each call compiles afresh (a new backend misses Dynamo's cache),
+    but Dynamo's recompile limit per function still applies.
+    """
+    import torch
+
+    from shapecore.torch.private import aot_autograd
+
+    graphs: list[GraphModule] = []
+
+    def forward_compiler(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        if not graphs:
+            graphs.append(gm)
+        return gm.forward
+
+    def backward_compiler(gm: GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        return gm.forward
+
+    backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler)
+    torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=fullgraph)(*args)
+    if not graphs:
+        raise ShapecoreError(
+            f"torch.compile produced no graph for {getattr(fn, '__name__', fn)!r}: it has no tensor operations, "
+            f"or Dynamo hit its recompile limit for it (torch._dynamo.reset() clears Dynamo's caches)"
+        )
+    gm = graphs[0]
+    return _traced(gm, _trace_shape_env(gm), timeout_ms)
+
+
+def trace_make_fx(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout_ms: int = 1000) -> Traced:
+    """``make_fx(fn, tracing_mode="symbolic")(*args)`` handed over to shapecore.
+
+    Every input dimension becomes a symbol (duck-sized: equal example sizes share one), and
+    tensor inputs of one element read with ``.item()`` give backed symbols sourced ``inputN.item()``.
+    Tensors ``fn`` closes over (a module's parameters) are allowed and become graph constants.
+    """
+    from shapecore.torch.private import make_fx_over_real_tensors
+
+    gm = make_fx_over_real_tensors(fn)(*args)
+    return _traced(gm, _trace_shape_env(gm), timeout_ms)

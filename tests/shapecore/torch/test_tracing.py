@@ -1,0 +1,110 @@
+"""Tracing: export (Dim names, constraint violations), the planner's trace, and what each hands to shapecore."""
+
+import json
+
+import pytest
+import sympy
+import torch
+from torch import nn
+from torch.export import Dim
+
+from shapecore import int_symbol, prove
+from shapecore.torch import to_torch, trace_export, trace_for_planning
+
+from .traced_models import CASES, ArangeThird
+
+
+def test_export_names_user_dims_and_derived_dims():
+    traced = CASES["export_view8_derived"].trace()
+    k = int_symbol(traced.dims["k"])
+    assert traced.dim_exprs == {"k": k, "8*k": 8 * k}
+    (rows,) = [name for name, source in traced.sources.items() if source == "L['x'].size()[0]"]
+    assert traced.env.statically_known_true(sympy.Eq(int_symbol(rows), 8 * k))
+    both = CASES["export_derived_dims"].trace()
+    batch = int_symbol(both.dims["batch"])
+    assert both.dim_exprs["2*batch + 1"] == 2 * batch + 1
+
+
+def test_export_constraint_violation_can_be_raised_or_returned():
+    spec = {"x": {0: Dim("n", min=3, max=10000)}}
+    with pytest.raises(Exception, match="Constraints violated"):
+        trace_export(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec)
+    strict = trace_export(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec, strict=True,
+                          on_constraint_violation="return")
+    assert "Constraints violated" in strict.error and strict.torch_guards and list(strict.dims) == ["n"]
+    with pytest.raises(ValueError, match="on_constraint_violation"):
+        trace_export(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec, on_constraint_violation="ignore")
+
+
+def test_the_known_export_failure_has_only_guards_shapecore_proves():
+    """``torch.arange(n // 3, n)`` with n in [3, 10000]: torch says "Constraints violated"; every guard holds."""
+    traced = CASES["export_arange_third"].trace()
+    assert traced.graph_module is None and "Constraints violated" in traced.error
+    n = traced.dims["n"]
+    assert traced.torch_guards, "torch recorded the guards it could not prove"
+    for guard in traced.torch_guards:
+        assert prove(guard, ranges={n: (3, 10000)}).proved, guard
+    assert traced.env.guards == [], "under the user's range shapecore records none of them"
+
+
+def test_the_cli_keeps_no_guard_of_the_known_export_failure(tmp_path, capsys):
+    from shapecore.cli import main
+
+    traced = CASES["export_arange_third"].trace()
+    as_n = {int_symbol(traced.dims["n"]): int_symbol("n")}
+    path = tmp_path / "guards.txt"
+    path.write_text("".join(f"{g.xreplace(as_n)}\n" for g in traced.torch_guards))
+    assert main(["simplify", str(path), "--range", "n=3..10000"]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert printed and all(line.startswith("#") for line in printed), printed
+    assert main(["simplify", str(path), "--range", "n=3..10000", "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["guards"] == [] and len(result["dropped"]) == len(traced.torch_guards)
+
+
+def test_a_real_export_violation_gets_a_counterexample_torch_agrees_with():
+    traced = CASES["export_conv_net_too_small"].trace()
+    assert "Constraints violated" in traced.error
+    ranges = {traced.dims["height"]: (8, 256), traced.dims["width"]: (8, 256), traced.dims["batch"]: (2, 64)}
+    refuted = [(g, prove(g, ranges=ranges)) for g in traced.torch_guards]
+    refuted = [(g, p) for g, p in refuted if p.status == "refuted"]
+    assert refuted, "a width or height of 8 or 9 breaks the second conv"
+    for guard, proof in refuted:
+        torch_guard = to_torch(guard, traced.torch_env)
+        value = torch_guard.xreplace({s: sympy.sympify(proof.counterexample[s.name]) for s in torch_guard.free_symbols})
+        assert value is sympy.false
+
+
+# -- the planner's trace ------------------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return nn.functional.silu(self.fc(self.norm(x)))
+
+
+def _targets(gm):
+    return {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def test_the_planning_trace_keeps_the_composite_ops_whole():
+    traced = trace_for_planning(_Block(), (torch.randn(6, 8),), dynamic_shapes={"x": {0: Dim("batch")}})
+    assert traced.exported is not None and traced.exported.graph_module is traced.graph_module
+    assert {"aten.layer_norm.default", "aten.silu.default"} <= _targets(traced.graph_module)
+    batch = traced.dim_exprs["batch"]
+    assert traced.dims == {"batch": batch.name} and set(traced.env.symbols) == {batch.name}
+
+
+def test_the_training_trace_is_one_joint_graph_over_the_export_shapes():
+    traced = trace_for_planning(_Block(), (torch.randn(6, 8),), dynamic_shapes={"x": {0: Dim("batch")}}, training=True)
+    assert traced.exported is None
+    descriptors = [type(n.meta.get("desc")).__name__ for n in traced.graph_module.graph.nodes if n.op == "placeholder"]
+    assert descriptors.count("ParamAOTInput") == 4 and "PlainAOTInput" in descriptors and "TangentAOTInput" in descriptors
+    (output,) = [n for n in traced.graph_module.graph.nodes if n.op == "output"]
+    assert sum(type(d).__name__ == "GradAOTOutput" for d in output.meta["desc"]) == 4
+    assert set(traced.env.symbols) == {traced.dim_exprs["batch"].name}
