@@ -25,6 +25,7 @@ costs no memory. The batch is dynamic (``Eq(Mod(batch, 8), 0)``) and costed at b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -41,7 +42,7 @@ from torch import nn  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
 import planner  # noqa: E402
-from planner import Mesh  # noqa: E402
+from planner import Mesh, PlanOptions  # noqa: E402
 from planner.api import prepare  # noqa: E402
 from planner.greedy import GreedyModel  # noqa: E402
 from planner.ilp import IlpModel, solve_mean_regret  # noqa: E402
@@ -136,16 +137,15 @@ def _trace(layers: int, training: bool):
     return graph, traced.env, traced.dim_exprs, time.perf_counter() - start
 
 
-def _solve(graph, env, dims, mesh: Mesh, batch_sizes, *, cluster: bool = True, time_limit: float) -> dict:
+def _solve(graph, env, dims, mesh: Mesh, options: PlanOptions) -> dict:
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepared = prepare(graph, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 8), 0)"],
-                           batch_sizes=batch_sizes, cluster=cluster, merge_followers=cluster)
+        prepared = prepare(graph, mesh, shape_env=env, dims=dims, options=options)
     problem = prepared.problem
     model = IlpModel(problem)
     build = time.perf_counter() - start
-    solution = model.solve(problem.points.weights, time_limit=time_limit)
+    solution = model.solve(problem.points.weights, time_limit=options.time_limit)
     return {"problem": problem, "model": model, "build": build, "solution": solution}
 
 
@@ -155,14 +155,14 @@ def _timed(fn):
     return value, time.perf_counter() - start
 
 
-def run_case(graph, env, dims, mesh: Mesh, batch_sizes, args) -> dict:
-    ours = _solve(graph, env, dims, mesh, batch_sizes, time_limit=args.time_limit)
+def run_case(graph, env, dims, mesh: Mesh, options: PlanOptions, args) -> dict:
+    ours = _solve(graph, env, dims, mesh, options)
     problem, model, expected = ours["problem"], ours["model"], ours["solution"]
     weights = problem.points.weights
     eye = np.eye(len(weights))
     bounds, bounds_s = _timed(lambda: np.array([model.lower_bound(eye[k]) for k in range(len(weights))]))
-    mean, mean_s = _timed(lambda: solve_mean_regret(model, weights, bounds, time_limit=args.time_limit))
-    singles, exact_s = _timed(lambda: [model.solve(eye[k], time_limit=args.time_limit) for k in range(len(weights))])
+    mean, mean_s = _timed(lambda: solve_mean_regret(model, weights, bounds, time_limit=options.time_limit))
+    singles, exact_s = _timed(lambda: [model.solve(eye[k], time_limit=options.time_limit) for k in range(len(weights))])
     optima = np.array([s.objective for s in singles])
     minimax, minimax_s = _timed(lambda: model.solve_worst_regret(weights, bounds, time_limit=args.regret_time_limit))
 
@@ -172,8 +172,7 @@ def run_case(graph, env, dims, mesh: Mesh, batch_sizes, args) -> dict:
     greedy = GreedyModel(problem).solve(weights)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan, plan_s = _timed(lambda: planner.plan(graph, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 8), 0)"],
-                                                   batch_sizes=batch_sizes, objective="regret", time_limit=args.time_limit))
+        plan, plan_s = _timed(lambda: planner.plan(graph, mesh, shape_env=env, dims=dims, options=options, objective="regret"))
     row = {
         "nodes": problem.graph.fx_node_count,
         "decisions": len(problem.groups),
@@ -201,7 +200,7 @@ def run_case(graph, env, dims, mesh: Mesh, batch_sizes, args) -> dict:
         "greedy_over_ilp": greedy.objective / expected.objective,
     }
     if args.peer_unclustered:
-        flat = _solve(graph, env, dims, mesh, batch_sizes, cluster=False, time_limit=args.time_limit)
+        flat = _solve(graph, env, dims, mesh, dataclasses.replace(options, cluster=False, merge_followers=False))
         row["unclustered_build_s"] = flat["build"]
         row["unclustered_solve_s"] = flat["solution"].solve_seconds
         row["unclustered_variables"] = flat["solution"].variables
@@ -227,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-unclustered", action="store_true", help="also solve without clustering and follower merging")
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
+    options = PlanOptions(constraints=["Eq(Mod(batch, 8), 0)"], batch_sizes=args.batch_sizes, time_limit=args.time_limit)
     rows = []
     header = (f"{'mode':8} {'L':>2} {'mesh':6} {'nodes':>6} {'dec':>4} {'vars':>7} {'cons':>6} {'build':>6} {'bounds':>6} "
               f"{'exp s':>6} {'exp worst':>9} {'reg s':>6} {'plan s':>6} {'plan()':>6} {'reg worst':>9} {'≤ rep':>6} {'mm s':>6} {'mm worst':>8} "
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             graph, env, dims, trace_s = _trace(layers, mode == "training")
             print(f"# traced {mode} L={layers} in {trace_s:.1f} s (not included below)", flush=True)
             for text in args.meshes:
-                row = run_case(graph, env, dims, _mesh(text), args.batch_sizes, args)
+                row = run_case(graph, env, dims, _mesh(text), options, args)
                 row.update(mode=mode, layers=layers, mesh=text, trace_s=trace_s)
                 rows.append(row)
                 line = (f"{mode:8} {layers:>2} {text:6} {row['nodes']:>6} {row['decisions']:>4} {row['variables']:>7} "

@@ -103,10 +103,11 @@ def plan_decoder(batch_sizes: Sequence[int]) -> Any:
     import planner
     from shapecore.torch import trace_for_planning
 
+    options = planner.PlanOptions(constraints=[CONSTRAINT], memory_budget=MEMORY_BUDGET, batch_sizes=list(batch_sizes),
+                                  hardware="cpu-gloo", regret="exact")  # a small problem: each batch size's optimum solved exactly
     traced = trace_for_planning(decoder(), (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes())
     return planner.plan(traced.exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=traced.env, dims=traced.dim_exprs,
-                        constraints=[CONSTRAINT], memory_budget=MEMORY_BUDGET, batch_sizes=list(batch_sizes),
-                        hardware="cpu-gloo", regret="exact")  # a small problem: each batch size's optimum solved exactly
+                        options=options)
 
 
 def _show_plan(plan: Any) -> None:

@@ -5,6 +5,7 @@
   redistributions, guards, and the roles of the graph's inputs (:class:`GraphInput`) and
   outputs (:class:`GraphOutput`)); ``plan_module`` traces with
   :func:`shapecore.torch.trace_for_planning`, which callers planning a trace themselves use too;
+  how they plan is a :class:`PlanOptions` (or its fields as keywords);
 * :class:`Mesh` (:meth:`Mesh.shard_factor`) and :func:`as_mesh`; placements as text
   (:func:`format_placements`, :func:`parse_placements`);
 * :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`;
@@ -17,6 +18,7 @@ from planner.api import plan, plan_module
 from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LocalTensor
 from planner.graph import tensor_operands
 from planner.mesh import Mesh, as_mesh
+from planner.options import PlanOptions
 from planner.plan import (
     Alternative,
     BatchCost,
@@ -54,6 +56,7 @@ __all__ = [
     "MemoryBreakdown",
     "Mesh",
     "Plan",
+    "PlanOptions",
     "PrunedStrategy",
     "Redistribution",
     "ShardProof",

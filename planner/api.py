@@ -4,6 +4,7 @@
 facts and the user's constraints, builds the decision problem, solves it (python-mip with
 HiGHS or CBC, or the greedy baseline) at the expected cost over the batch points, solves
 once more per point for the regret report, and assembles the :class:`~planner.plan.Plan`.
+Both take how to plan as one :class:`~planner.options.PlanOptions`, or its fields as keywords.
 
 ``plan_module`` traces first, with :func:`shapecore.torch.trace_for_planning` (a decomposed
 ``torch.export`` graph, or with ``training=True`` the joint forward+backward graph).
@@ -14,31 +15,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import sympy
 
 from planner.assemble import assemble_plan
-from planner.batches import BatchPoints, BatchSizes
-from planner.cost import AlphaBetaCostModel, CostModel, Hardware
-from planner.divisibility import Divisibility, Policy
+from planner.batches import BatchPoints
+from planner.cost import AlphaBetaCostModel
+from planner.divisibility import Divisibility
 from planner.graph import PlanGraph, read_graph
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel, Optimum, solve_mean_regret
 from planner.mesh import Mesh, as_mesh
+from planner.options import PlanOptions, options_from
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
-from planner.strategies import StrategyProvider, default_providers
+from planner.strategies import default_providers
 from shapecore import ShapeEnv, parse
 from shapecore.torch import trace_for_planning
 
-__all__ = ["plan", "plan_module", "prepare", "Prepared", "OBJECTIVES", "REGRET_MODES"]
-
-Objective = Literal["expected", "regret", "worst-regret"]
-RegretMode = Literal["bound", "exact", "off"]
-OBJECTIVES: tuple[Objective, ...] = ("expected", "regret", "worst-regret")
-REGRET_MODES: tuple[RegretMode, ...] = ("bound", "exact", "off")
+__all__ = ["plan", "plan_module", "prepare", "Prepared"]
 
 def _scope(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> tuple[ShapeEnv, list[sympy.Basic]]:
     """A private copy of ``shape_env`` holding the constraints (translated to trace symbols)."""
@@ -97,18 +94,12 @@ def prepare(
     mesh: Mesh | Any,
     *,
     shape_env: ShapeEnv,
-    hardware: str | Hardware = "h100-nvlink",
-    batch_sizes: BatchSizes = None,
-    constraints: Sequence[str] = (),
-    divisibility: Policy = "prove",
-    strategies: Sequence[StrategyProvider] | None = None,
-    cost_model: CostModel | None = None,
     dims: Mapping[str, str | sympy.Basic] | None = None,
-    cluster: bool = True,
-    merge_followers: bool = True,
-    replicate_outputs: bool = False,
+    options: PlanOptions | None = None,
+    **keywords: Any,
 ) -> Prepared:
-    """Everything :func:`plan` does before solving (same arguments)."""
+    """Everything :func:`plan` does before solving (same arguments; the solver's options are not read)."""
+    options = options_from(options, keywords, caller="prepare")
     start = time.perf_counter()
     mesh = as_mesh(mesh)
     exported = None
@@ -116,15 +107,16 @@ def prepare(
         exported, gm = gm, gm.graph_module
     dims = dict(dims or {})
     graph = read_graph(gm, exported=exported)
-    env, facts = _scope(shape_env, constraints, dims)
+    env, facts = _scope(shape_env, options.constraints, dims)
     graph.hints = env.hints
-    checker = Divisibility(env, divisibility)
+    checker = Divisibility(env, options.divisibility)
     symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape for s in size.free_symbols})
     named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
-    points = BatchPoints.build(batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts)
-    model_costs = cost_model or AlphaBetaCostModel(hardware, mesh)
-    problem = build_problem(graph, mesh, points, model_costs, checker, list(strategies or default_providers()),
-                            cluster=cluster, merge_followers=merge_followers, replicate_outputs=replicate_outputs)
+    points = BatchPoints.build(options.batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts)
+    model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
+    problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
+                            cluster=options.cluster, merge_followers=options.merge_followers,
+                            replicate_outputs=options.replicate_outputs)
     return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start)
 
 
@@ -133,64 +125,34 @@ def plan(
     mesh: Mesh | Any,
     *,
     shape_env: ShapeEnv,
-    hardware: str | Hardware = "h100-nvlink",
-    batch_sizes: BatchSizes = None,
-    constraints: Sequence[str] = (),
-    memory_budget: float | None = None,
-    divisibility: Policy = "prove",
-    solver: Literal["highs", "cbc", "greedy"] = "highs",
-    strategies: Sequence[StrategyProvider] | None = None,
-    cost_model: CostModel | None = None,
-    time_limit: float = 60,
     dims: Mapping[str, str | sympy.Basic] | None = None,
-    objective: Objective = "expected",
-    regret: RegretMode = "bound",
-    cluster: bool = True,
-    merge_followers: bool = True,
-    replicate_outputs: bool = False,
-    explain: bool = True,
+    options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    **keywords: Any,
 ) -> Plan:
     """Pick placements for every node of ``gm`` on ``mesh``.
 
     ``gm``: an FX ``GraphModule`` of aten ops with symbolic ``meta["val"]`` (forward, or joint
     forward+backward with AOT descriptors), or an ``ExportedProgram`` (its signature names the
     parameters). ``shape_env``: shapecore's env for the trace (symbols named as in the graph).
-    ``constraints``: guard texts over the ``Dim`` names in ``dims`` (Dim name → trace symbol)
-    or over trace symbols. ``memory_budget``: bytes per device. ``divisibility``: ``prove`` /
-    ``assume`` / ``uneven`` (:mod:`planner.divisibility`). ``batch_sizes``: see
-    :mod:`planner.batches`. ``objective``: ``expected`` minimizes the expected cost over the
-    batch points; ``regret`` the mean ratio of each point's cost to that point's own optimum;
-    ``worst-regret`` the largest such ratio (a harder MIP). ``regret``: how each point's own
-    optimum is found, for the regret report and the regret objectives: ``bound`` (a lower
-    bound from the LP relaxation, fast; the reported regret is then an upper bound),
-    ``exact`` (the MIP solved for that point alone, within ``time_limit``) or ``off``. ``cluster`` /
-    ``merge_followers``: share decisions of identical layers / of ops with their first
-    operand's producer. ``replicate_outputs``: deliver user outputs replicated. ``explain``:
-    record each node's runners-up (:meth:`Plan.explain`). ``progress``: called with a line
-    as each phase starts (on a large graph the whole call can take a minute).
+    ``dims``: ``Dim`` name → trace symbol, the names ``constraints`` and ``batch_sizes`` may use.
+    ``options``: a :class:`~planner.options.PlanOptions` (constraints, batch sizes, memory
+    budget, divisibility, solver, objective, regret, …); ``keywords`` are its fields, and
+    replace those of ``options`` (``plan(gm, mesh, shape_env=env, constraints=[...])``).
+    ``progress``: called with a line as each phase starts (on a large graph the whole call can
+    take a minute).
     """
+    options = options_from(options, keywords, caller="plan")
     say = progress or (lambda line: None)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}")
-    if regret not in REGRET_MODES:
-        raise ValueError(f"regret must be one of {', '.join(map(repr, REGRET_MODES))}, got {regret!r}")
-    if solver not in ("highs", "cbc", "greedy"):
-        raise ValueError(f"solver must be 'highs', 'cbc' or 'greedy', got {solver!r}")
-    if objective != "expected" and regret == "off":
-        raise ValueError(f"objective={objective!r} measures each batch point against its own optimum: use regret='bound' or 'exact'")
-    if objective == "worst-regret" and solver == "greedy":
-        raise ValueError("the greedy baseline has no worst-regret objective: use objective='regret' or solver='highs'")
+    solver, objective, regret, time_limit = options.solver, options.objective, options.regret, options.time_limit
     say("reading the graph, choosing strategies, deciding divisibility")
-    prepared = prepare(gm, mesh, shape_env=shape_env, hardware=hardware, batch_sizes=batch_sizes, constraints=constraints,
-                       divisibility=divisibility, strategies=strategies, cost_model=cost_model, dims=dims, cluster=cluster,
-                       merge_followers=merge_followers, replicate_outputs=replicate_outputs)
+    prepared = prepare(gm, mesh, shape_env=shape_env, dims=dims, options=options)
     problem, points = prepared.problem, prepared.problem.points
     start = time.perf_counter()
     say(f"building the ILP over {len(problem.groups)} decisions")
     ilp = None if solver == "greedy" and regret == "off" else IlpModel(
-        problem, solver="highs" if solver == "greedy" else solver, memory_budget=memory_budget)
-    solver_model = GreedyModel(problem, memory_budget=memory_budget) if solver == "greedy" else ilp
+        problem, solver="highs" if solver == "greedy" else solver, memory_budget=options.memory_budget)
+    solver_model = GreedyModel(problem, memory_budget=options.memory_budget) if solver == "greedy" else ilp
     build_seconds = prepared.seconds + time.perf_counter() - start
     start = time.perf_counter()
     optima = None if regret == "off" or len(points) == 1 else _point_optima(
@@ -205,8 +167,8 @@ def plan(
         solution = ilp.solve_worst_regret(points.weights, np.array([o.value for o in optima]), time_limit=time_limit)
     timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}
     say("assembling the plan")
-    return assemble_plan(problem, solution, solver=solver, objective=objective, optima=optima, constraints=prepared.constraints,
-                         memory_budget=memory_budget, dims=prepared.dims, explain=explain, timings=timings)
+    return assemble_plan(problem, solution, options=options, optima=optima, constraints=prepared.constraints,
+                         dims=prepared.dims, timings=timings)
 
 
 def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact: bool, time_limit: float,
@@ -233,16 +195,20 @@ def plan_module(
     dynamic_shapes: Any,
     mesh: Mesh | Any,
     training: bool = False,
-    **options: Any,
+    dims: Mapping[str, str | sympy.Basic] | None = None,
+    options: PlanOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    **keywords: Any,
 ) -> Plan:
     """Trace ``model`` (forward, or forward+backward with ``training=True``) and :func:`plan` it.
 
     Dynamic dims come only from ``dynamic_shapes`` (``torch.export.Dim``, derived dims such as
-    ``8*Dim("b")``); parameters and buffers are static. ``constraints`` in ``options`` are
-    written over the Dim names.
+    ``8*Dim("b")``); parameters and buffers are static. ``constraints`` are written over the
+    Dim names. ``options`` and ``keywords`` are :func:`plan`'s, checked before tracing.
     """
-    if options.get("progress"):
-        options["progress"]("tracing" + (" forward and backward" if training else ""))
+    options = options_from(options, keywords, caller="plan_module")
+    if progress:
+        progress("tracing" + (" forward and backward" if training else ""))
     traced = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training)
     graph = traced.exported if traced.exported is not None else traced.graph_module
-    return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **options.pop("dims", {})}, **options)
+    return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})}, options=options, progress=progress)

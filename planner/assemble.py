@@ -17,6 +17,7 @@ import numpy as np
 
 from planner.graph import input_roles, output_roles
 from planner.ilp import Optimum, Solution
+from planner.options import PlanOptions
 from planner.placements import Codes, Placements, decode, decode_one, format_codes
 from planner.plan import (
     Alternative,
@@ -42,16 +43,14 @@ def assemble_plan(
     problem: Problem,
     solution: Solution,
     *,
-    solver: str,
-    objective: str,
+    options: PlanOptions,
     optima: Sequence[Optimum] | None,
     constraints: Sequence[str],
-    memory_budget: float | None,
     dims: dict[str, str],
-    explain: bool = True,
     timings: dict[str, float] | None = None,
 ) -> Plan:
-    """The plan for ``solution`` (``optima``: each point's own optimum or a lower bound, for regret)."""
+    """The plan for ``solution`` found under ``options`` (``optima``: each point's own optimum or a
+    lower bound, for regret; ``constraints``: the user's, translated to trace symbols)."""
     graph, mesh, points = problem.graph, problem.mesh, problem.points
     choices = solution.choices
     weights = points.weights
@@ -114,14 +113,14 @@ def assemble_plan(
                   None if optima is None else optima[k].value, optima is not None and optima[k].exact)
         for k in range(len(points))
     )
-    decisions = _decisions(problem, choices, incoming, explain)
+    decisions = _decisions(problem, choices, incoming, options.explain)
     pruned = tuple(
         PrunedStrategy(name, strategy, reason) for name, entries in problem.pruned.items()
         if decisions.get(name) is None or not decisions[name].same_candidates_as for strategy, reason in entries
     )
     stats = SolverStats(
-        solver=solver,
-        objective_kind=objective,
+        solver=options.solver,
+        objective_kind=options.objective,
         status=solution.status,
         graph_nodes=graph.fx_node_count,
         decision_nodes=len(problem.groups),
@@ -147,13 +146,14 @@ def assemble_plan(
         proofs=tuple(proofs.values()),
         pruned=pruned,
         decisions=decisions,
-        cost=CostBreakdown(points.expected(evaluation.compute), points.expected(evaluation.communication), memory, memory_budget),
+        cost=CostBreakdown(points.expected(evaluation.compute), points.expected(evaluation.communication), memory, options.memory_budget),
         batch_costs=batch_costs,
         stats=stats,
         dims=dict(dims),
         divisibility=problem.divisibility.policy,
         graph_inputs=input_roles(graph),
         graph_outputs=output_roles(graph),
+        options=options.to_dict(),
     )
 
 

@@ -44,6 +44,9 @@ The contract (names and meanings the lowering relies on):
 * ``pruned`` — each candidate strategy that was dropped, and why.
 * ``cost`` (expected seconds and bytes per device), ``batch_costs`` (cost at each batch point
   beside that point's own optimum: the regret), ``stats`` (solver statistics).
+* ``options`` — the :class:`~planner.options.PlanOptions` the plan was made with, as JSON
+  values (:meth:`~planner.options.PlanOptions.to_dict`): a record for readers, not read back
+  into options (strategy providers and a cost model appear by name).
 
 Placements as text (tables, JSON): :func:`~planner.placements.format_placements` and
 :func:`~planner.placements.parse_placements` (``S(0),R``).
@@ -478,6 +481,7 @@ class Plan:
     divisibility: str = "prove"
     graph_inputs: tuple[GraphInput, ...] = ()
     graph_outputs: tuple[GraphOutput | None, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -601,6 +605,7 @@ class Plan:
             "cost": self.cost.to_dict(),
             "batch_costs": [b.to_dict() for b in self.batch_costs],
             "stats": self.stats.to_dict(timings=timings),
+            "options": self.options,
         }
 
     def to_json(self, *, timings: bool = False, indent: int | None = 1) -> str:
@@ -639,4 +644,5 @@ class Plan:
             divisibility=d["divisibility"],
             graph_inputs=tuple(GraphInput.from_dict(i) for i in d["graph_inputs"]),
             graph_outputs=tuple(None if o is None else GraphOutput.from_dict(o) for o in d["graph_outputs"]),
+            options=dict(d["options"]),
         )

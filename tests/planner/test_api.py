@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.distributed.tensor import Replicate, Shard
@@ -9,6 +11,7 @@ from torch.export import Dim
 
 import planner
 from planner import Mesh
+from planner.api import prepare
 from shapecore.torch import trace_for_planning
 from tests.planner.models import MLP, on_meta
 
@@ -130,3 +133,35 @@ def test_derived_dims_and_constraints_over_the_root_dim():
     with pytest.raises(ValueError, match="breaks"):
         planner.plan_module(model, (x,), dynamic_shapes={"x": {0: 8 * batch}}, mesh=Mesh((8,)),
                             constraints=["batch <= 1024"], batch_sizes=[{"batch": 2048}])
+
+
+def test_keywords_and_plan_options_plan_alike_and_the_plan_records_them(mlp_trace):
+    exported, env, dims = mlp_trace.exported, mlp_trace.env, mlp_trace.dim_exprs
+    by_keywords = planner.plan(exported, Mesh((4,)), shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
+                               batch_sizes=[8, 64], objective="regret")
+    options = planner.PlanOptions(constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64])
+    by_options = planner.plan(exported, Mesh((4,)), shape_env=env, dims=dims, options=options, objective="regret")
+    assert by_options.to_json() == by_keywords.to_json()
+    assert by_options.options == dataclasses.replace(options, objective="regret").to_dict()
+    assert by_options.options["constraints"] == ["Eq(Mod(batch, 4), 0)"] and by_options.options["batch_sizes"] == [8, 64]
+    assert planner.Plan.from_json(by_options.to_json()).options == by_options.options
+
+
+def test_unknown_keywords_are_refused_naming_them(mlp_trace):
+    exported, env, dims = mlp_trace.exported, mlp_trace.env, mlp_trace.dim_exprs
+    with pytest.raises(TypeError, match=r"plan\(\) got an unexpected keyword argument 'batch_size' \(did you mean 'batch_sizes'\?\)"):
+        planner.plan(exported, Mesh((4,)), shape_env=env, dims=dims, batch_size=[8])
+    with pytest.raises(TypeError, match=r"prepare\(\) got an unexpected keyword argument 'solvr'"):
+        prepare(exported, Mesh((4,)), shape_env=env, dims=dims, solvr="cbc")
+
+
+def test_plan_module_checks_its_options_before_tracing():
+    class Untraceable(torch.nn.Module):
+        def forward(self, x):
+            raise AssertionError("traced")
+
+    x = torch.randn(8, 4)
+    for options, message in [({"objective": "fastest"}, "objective must be one of"),
+                             ({"constraint": ["n >= 2"]}, "did you mean 'constraints'")]:
+        with pytest.raises((ValueError, TypeError), match=message):
+            planner.plan_module(Untraceable(), (x,), dynamic_shapes={"x": {0: Dim("n")}}, mesh=Mesh((2,)), **options)
