@@ -1,0 +1,80 @@
+"""The decision problem: candidate strategies per node, shared decisions, priced edges.
+
+:func:`build_problem` turns a :class:`~planner.graph.PlanGraph` into what every solver reads
+(:class:`Problem`, :mod:`planner.problem.model`), in three steps:
+
+1. **candidates** (:mod:`~planner.problem.candidates`) — per node, the strategies its
+   provider proposed that survive the divisibility policy (each ``Shard`` of every output
+   and operand is an obligation), with their compute seconds and bytes per device at every
+   batch point. Placeholders and outputs may take any non-partial placement; a ``getitem``
+   takes its element's placement.
+2. **groups** (:mod:`~planner.problem.groups`) — one one-hot decision each. A group's
+   *choices* are its root unit's candidates; every node of the group picks one of its own
+   candidates per choice (``pick[node][choice]``). Nodes join a group by being identical
+   layers (:mod:`planner.clustering`), by being a ``getitem`` of a tuple (it must take its
+   element's placement), by *tying* (a parameter's gradient is delivered in the parameter's
+   placement; a user output in the placement of its tangent), or by *following* (an
+   elementwise or layout op keeps the placement of its first operand's producer, when each
+   of the producer's placements leaves it exactly one strategy and its output is no larger
+   than that operand: no resharding between them, so any resharding happens after the op,
+   on no more bytes than before it). Sharing restricts the plans considered; the objective
+   is always the true cost of the plan chosen.
+3. **costs and edges** (:mod:`~planner.problem.edges`) — each group's compute and memory
+   per choice, and every (consumer, operand) pair, linked to its producer. An edge inside
+   one group is priced into that group's choices. Edges across groups are collected into
+   *edge classes*: edges over the same tensor shape whose producer-placement and
+   consumer-need indicators are the same expressions share one linearization (identical
+   layers share it, and so does an op reading one producer twice with the same needs).
+
+Redistribution costs and the true cost of an assignment are questions the :class:`Problem`
+answers (:mod:`planner.problem.model`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from planner.batches import BatchPoints
+from planner.clustering import node_signature
+from planner.cost import CostModel
+from planner.divisibility import Divisibility
+from planner.graph import PlanGraph
+from planner.mesh import Mesh
+from planner.problem.candidates import add_candidates, saved_activations
+from planner.problem.edges import add_edges, add_group_costs
+from planner.problem.groups import add_groups
+from planner.problem.model import MEMORY_PARTS, Candidate, EdgeClass, Evaluation, Group, InnerEdges, Problem
+from planner.strategies.base import StrategyProvider
+
+__all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "build_problem", "Evaluation", "MEMORY_PARTS"]
+
+
+def build_problem(
+    graph: PlanGraph,
+    mesh: Mesh,
+    points: BatchPoints,
+    cost_model: CostModel,
+    divisibility: Divisibility,
+    providers: Sequence[StrategyProvider],
+    *,
+    cluster: bool = True,
+    merge_followers: bool = True,
+    replicate_outputs: bool = False,
+) -> Problem:
+    """Candidates, groups and edges for ``graph`` (see the module docstring)."""
+    problem = Problem(graph, mesh, points, cost_model, divisibility, graph.is_training())
+    saved = saved_activations(graph)
+    signatures = {node.name: node_signature(node, graph, node.name in saved) for node in graph}
+    add_candidates(problem, providers, signatures, saved, replicate_outputs=replicate_outputs)
+    if problem.uncovered:
+        ops = sorted(set(problem.uncovered.values()))
+        warnings.warn(
+            f"no strategy provider covers {', '.join(ops)}; planned replicated "
+            f"({len(problem.uncovered)} node(s) such as {', '.join(list(problem.uncovered)[:5])})",
+            stacklevel=3,
+        )
+    add_groups(problem, signatures, cluster=cluster, merge_followers=merge_followers)
+    add_group_costs(problem)
+    add_edges(problem)
+    return problem

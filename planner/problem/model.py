@@ -1,0 +1,245 @@
+"""The decision problem's data, and the questions solvers and the plan's assembly ask of it.
+
+A :class:`Problem` (built by :func:`~planner.problem.build_problem`) holds each node's
+:class:`Candidate` strategies, the one-hot decisions (:class:`Group`) nodes share with the
+candidate each node picks per choice, and the :class:`EdgeClass` lists of edges between
+groups. It answers: a tensor's per-device shape under a placement (:meth:`Problem.local`),
+the divisibility verdicts a placement relies on (:meth:`Problem.verdicts`), the cheapest
+redistribution between two placements (:meth:`Problem.moves`, shortest paths in the tensor's
+:class:`~planner.resharding.StateGraph` under the weights being optimized), and the true cost
+of an assignment (:meth:`Problem.evaluate`, walking every node and edge of the graph,
+independent of the grouping, so the solvers' objective can be checked against it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.batches import BatchPoints
+from planner.cost import CostModel, LocalTensor
+from planner.divisibility import Divisibility, Verdict
+from planner.graph import PlanGraph, TensorMeta
+from planner.mesh import Mesh
+from planner.placements import Codes, code_shard_axes, format_codes
+from planner.plan import CollectiveKind
+from planner.resharding import StateGraph
+from planner.strategies.base import Strategy
+
+__all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "Evaluation", "MEMORY_PARTS"]
+
+MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
+
+Move = tuple[int, CollectiveKind, int, int, np.ndarray]
+"""One step of a redistribution: (mesh axis, collective, code before, code after, cost vector)."""
+
+
+@dataclass
+class Candidate:
+    """A surviving strategy: as proposed, as codes, and its costs (vectors over batch points)."""
+
+    strategy: Strategy
+    provider: str
+    outputs: tuple[Codes | None, ...]
+    inputs: tuple[Codes, ...]
+    compute: np.ndarray
+    memory: dict[str, np.ndarray]
+
+
+@dataclass
+class InnerEdges:
+    """Edges inside one group over one tensor shape: per choice, the placement given and needed."""
+
+    meta: TensorMeta
+    given: tuple[Codes, ...]
+    needed: tuple[Codes, ...]
+    count: int = 0
+
+
+@dataclass
+class Group:
+    """One one-hot decision with ``choices`` options, shared by ``nodes``.
+
+    ``compute`` and ``memory`` are ``[choices, points]`` sums over the nodes; ``inner`` the
+    edges between its own nodes (priced per choice).
+    """
+
+    root: str
+    choices: int
+    nodes: list[str] = field(default_factory=list)
+    compute: np.ndarray | None = None
+    memory: np.ndarray | None = None
+    inner: dict[tuple, InnerEdges] = field(default_factory=dict)
+
+
+@dataclass
+class EdgeClass:
+    """``count`` edges over tensors like ``meta`` that share one linearization.
+
+    ``rows`` lists (placement, producer-group choices giving it); ``cols`` lists (placement,
+    consumer-group choices needing it).
+    """
+
+    meta: TensorMeta
+    producer_group: int
+    consumer_group: int
+    rows: list[tuple[Codes, list[int]]]
+    cols: list[tuple[Codes, list[int]]]
+    count: int = 0
+    edges: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+@dataclass
+class Evaluation:
+    """The true cost of an assignment: per-point vectors of compute, communication and memory."""
+
+    compute: np.ndarray
+    communication: np.ndarray
+    memory: dict[str, np.ndarray]
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.compute + self.communication
+
+
+@dataclass
+class Problem:
+    """Everything a solver needs, and the bookkeeping to turn its answer into a plan."""
+
+    graph: PlanGraph
+    mesh: Mesh
+    points: BatchPoints
+    cost_model: CostModel
+    divisibility: Divisibility
+    training: bool
+    candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+    pruned: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    group_of: dict[str, int] = field(default_factory=dict)
+    pick: dict[str, list[int]] = field(default_factory=dict)
+    groups: list[Group] = field(default_factory=list)
+    edge_classes: list[EdgeClass] = field(default_factory=list)
+    uncovered: dict[str, str] = field(default_factory=dict)
+    shared: dict[str, str] = field(default_factory=dict)
+    clusters: int = 0
+    clustered_nodes: int = 0
+    merged_followers: int = 0
+    _locals: dict[tuple, LocalTensor] = field(default_factory=dict, repr=False)
+    _verdicts: dict[tuple, list] = field(default_factory=dict, repr=False)
+    _state_graphs: dict[TensorMeta, StateGraph] = field(default_factory=dict, repr=False)
+    _move_costs: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+
+    # -- shapes and obligations -------------------------------------------------------------
+
+    def local(self, meta: TensorMeta, codes: Codes) -> LocalTensor:
+        """``meta``'s per-device shape under ``codes`` (ceil for uneven splits)."""
+        key = (meta, codes)
+        found = self._locals.get(key)
+        if found is None:
+            dims = []
+            for d, size in enumerate(meta.shape):
+                factor = 1
+                for a in code_shard_axes(codes, d):
+                    factor *= self.mesh.shape[a]
+                dims.append(np.ceil(self.points.size(size) / factor))
+            found = self._locals[key] = LocalTensor(tuple(dims), meta.itemsize, len(self.points))
+        return found
+
+    def verdicts(self, meta: TensorMeta, codes: Codes) -> list[tuple[int, tuple[int, ...], Verdict]]:
+        """The divisibility verdict for every sharded dim of ``meta`` under ``codes``."""
+        key = (meta, codes)
+        found = self._verdicts.get(key)
+        if found is None:
+            found = []
+            for code in sorted({c for c in codes if c >= 2}):
+                d = code - 2
+                if d >= meta.ndim:
+                    raise ValueError(f"placement {format_codes(codes)} shards dim {d} of a {meta.ndim}-d tensor")
+                axes = code_shard_axes(codes, d)
+                m = 1
+                for a in axes:
+                    m *= self.mesh.shape[a]
+                found.append((d, axes, self.divisibility.check(meta.shape[d], m)))
+            self._verdicts[key] = found
+        return found
+
+    def allowed(self, meta: TensorMeta, codes: Codes) -> bool:
+        return all(v.allowed for _, _, v in self.verdicts(meta, codes))
+
+    # -- redistribution ---------------------------------------------------------------------
+
+    def state_graph(self, meta: TensorMeta) -> StateGraph:
+        found = self._state_graphs.get(meta)
+        if found is None:
+            found = self._state_graphs[meta] = StateGraph(
+                meta.ndim, self.mesh.ndim, lambda s: self.allowed(meta, s),
+                lambda s: self.local(meta, s).nbytes, self.cost_model.collective_seconds,
+            )
+        return found
+
+    def moves(self, meta: TensorMeta, src: Codes, dst: Codes, weights: np.ndarray) -> list[Move]:
+        """The cheapest redistribution of a tensor like ``meta`` from ``src`` to ``dst`` under ``weights``."""
+        if src == dst:
+            return []
+        graph = self.state_graph(meta)
+        arcs = graph.path(src, dst, weights)
+        if arcs is None:
+            raise ValueError(f"no redistribution from {format_codes(src)} to {format_codes(dst)} for a tensor of shape {meta.shape}")
+        out = []
+        for a in arcs:
+            i, j, axis, kind = graph.arcs[a]
+            out.append((axis, kind, graph.states[i][axis], graph.states[j][axis], graph.costs[a]))
+        return out
+
+    def move_cost(self, meta: TensorMeta, src: Codes, dst: Codes, weights: np.ndarray) -> np.ndarray:
+        """Cost vector of :meth:`moves`."""
+        key = (meta, src, dst, weights.tobytes())
+        found = self._move_costs.get(key)
+        if found is None:
+            found = np.zeros(len(self.points))
+            for move in self.moves(meta, src, dst, weights):
+                found = found + move[4]
+            self._move_costs[key] = found
+        return found
+
+    # -- reading an assignment --------------------------------------------------------------
+
+    def chosen(self, choices: Sequence[int], name: str) -> Candidate:
+        """The candidate node ``name`` takes when each group ``g`` takes choice ``choices[g]``."""
+        return self.candidates[name][self.pick[name][choices[self.group_of[name]]]]
+
+    def output_codes(self, choices: Sequence[int], name: str) -> Codes:
+        return self.chosen(choices, name).outputs[0]  # type: ignore[return-value]
+
+    def evaluate(self, choices: Sequence[int], weights: np.ndarray | None = None) -> Evaluation:
+        """True cost of the assignment (redistributions routed for ``weights``), walking every node and edge."""
+        weights = self.points.weights if weights is None else weights
+        n = len(self.points)
+        compute, communication = np.zeros(n), np.zeros(n)
+        memory = {part: np.zeros(n) for part in MEMORY_PARTS}
+        for node in self.graph:
+            cand = self.chosen(choices, node.name)
+            compute += cand.compute
+            for part, value in cand.memory.items():
+                memory[part] += value
+            for k, producer in enumerate(node.operands):
+                src = self.output_codes(choices, producer)
+                if src != cand.inputs[k]:
+                    communication += self.move_cost(self.graph.nodes[producer].output, src, cand.inputs[k], weights)
+        return Evaluation(compute, communication, memory)
+
+    def group_costs(self, g: int, weights: np.ndarray) -> np.ndarray:
+        """``[choices, points]`` cost of group ``g``'s choices: its nodes' compute and its inner
+        edges (routed for ``weights``)."""
+        group = self.groups[g]
+        total = group.compute.copy()  # type: ignore[union-attr]
+        for inner in group.inner.values():
+            for c in range(group.choices):
+                if inner.given[c] != inner.needed[c]:
+                    total[c] += inner.count * self.move_cost(inner.meta, inner.given[c], inner.needed[c], weights)
+        return total
+
+    def group_cost(self, g: int, weights: np.ndarray) -> np.ndarray:
+        """Expected cost of each choice of group ``g`` under ``weights``."""
+        return self.group_costs(g, weights) @ weights

@@ -1,0 +1,79 @@
+"""The decision problem prices every assignment exactly as the graph does: its groups and edge
+classes are a faithful decomposition of :meth:`Problem.evaluate` (what the solvers rely on)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.export import Dim
+
+from planner import Mesh
+from planner.api import prepare, trace_for_planning
+from tests.planner.models import Decoder, on_meta
+
+
+class PlusTranspose(torch.nn.Module):
+    """``y + y.transpose(1, 2)``: the add follows ``y``, and so reads its transpose inside one group."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.relu()
+        return y + y.transpose(1, 2)
+
+
+@pytest.fixture(scope="module")
+def decoder_trace():
+    tokens = torch.randint(0, 256, (8, 32), device="meta")
+    return trace_for_planning(on_meta(Decoder, 2), (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True)
+
+
+def _prepare(traced, mesh, *, cluster=True):
+    gm, _, env, dims = traced
+    return prepare(gm, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 512],
+                   cluster=cluster, merge_followers=cluster).problem
+
+
+@pytest.fixture(scope="module", params=["clustered", "flat", "inner-edge"])
+def problem(request, decoder_trace):
+    if request.param == "inner-edge":
+        traced = trace_for_planning(PlusTranspose(), (torch.randn(4, 8, 8),), dynamic_shapes={"x": {0: Dim("batch")}})
+        found = _prepare(traced, Mesh((2,)))
+        assert any(g.inner for g in found.groups)
+        return found
+    return _prepare(decoder_trace, Mesh((2, 2)), cluster=request.param == "clustered")
+
+
+def _placement(partition, choice):
+    return next(p for p, choices in partition if choice in choices)
+
+
+def test_groups_and_edge_classes_cover_every_node_and_edge_once(problem):
+    if problem.clusters:
+        assert problem.shared and problem.merged_followers
+    assert sorted(n for g in problem.groups for n in g.nodes) == sorted(node.name for node in problem.graph)
+    for node in problem.graph:
+        assert len(problem.pick[node.name]) == problem.groups[problem.group_of[node.name]].choices
+    across = sorted((node.name, k, p) for node in problem.graph for k, p in enumerate(node.operands)
+                    if problem.group_of[p] != problem.group_of[node.name])
+    assert sorted(e for c in problem.edge_classes for e in c.edges) == across
+    assert all(c.count == len(c.edges) for c in problem.edge_classes)
+    for name, representative in problem.shared.items():
+        assert problem.candidates[name] is problem.candidates[representative]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_group_and_edge_class_costs_sum_to_the_true_cost(problem, data):
+    choices = [data.draw(st.integers(0, g.choices - 1)) for g in problem.groups]
+    weights = problem.points.weights
+    total = sum(problem.group_costs(g, weights)[c] for g, c in enumerate(choices))
+    for edges in problem.edge_classes:
+        src = _placement(edges.rows, choices[edges.producer_group])
+        dst = _placement(edges.cols, choices[edges.consumer_group])
+        total = total + edges.count * problem.move_cost(edges.meta, src, dst, weights)
+    memory = sum(problem.groups[g].memory[c] for g, c in enumerate(choices))
+    truth = problem.evaluate(choices, weights)
+    np.testing.assert_allclose(total, truth.total, rtol=1e-9)
+    np.testing.assert_allclose(memory, sum(truth.memory.values()), rtol=1e-9)
