@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from torch.export import Dim
 
 from planner import Mesh
-from planner.api import prepare, trace_for_planning
+from planner.api import prepare
+from shapecore.torch import trace_for_planning
 from tests.planner.models import Decoder, on_meta
 
 
@@ -30,8 +31,7 @@ def decoder_trace():
 
 
 def _prepare(traced, mesh, *, cluster=True):
-    gm, _, env, dims = traced
-    return prepare(gm, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 512],
+    return prepare(traced.graph_module, mesh, shape_env=traced.env, dims=traced.dim_exprs, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 512],
                    cluster=cluster, merge_followers=cluster).problem
 
 
