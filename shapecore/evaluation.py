@@ -11,16 +11,13 @@ stated in: a claim *holds* under an assignment when it evaluates to ``True`` wit
 from __future__ import annotations
 
 import functools
-import math
-import operator
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from functools import reduce
 
 import sympy
 
-from shapecore import functions as F
 from shapecore.errors import ArgumentError, UnboundSymbolError
+from shapecore.operations import BY_CLASS
 
 __all__ = ["evaluate", "holds", "Value"]
 
@@ -31,50 +28,6 @@ def _normalize(value: Value) -> Value:
     if type(value) is Fraction and value.denominator == 1:
         return int(value)
     return value
-
-
-def _pow(base: Value, exp: Value) -> Value:
-    if isinstance(exp, int) and exp < 0:
-        return Fraction(1) / Fraction(base) ** -exp
-    return base**exp
-
-
-def _ceildiv(a: Value, b: Value) -> Value:
-    return -((-a) // b)
-
-
-def _modular_indexing(a: Value, b: Value, c: Value) -> Value:
-    return (a // b) % c
-
-
-_NARY: dict[type, Callable[..., Value]] = {
-    sympy.Add: lambda *xs: sum(xs[1:], xs[0]),
-    sympy.Mul: lambda *xs: reduce(operator.mul, xs),
-    sympy.Pow: _pow,
-    F.FloorDiv: operator.floordiv,
-    F.CleanDiv: operator.floordiv,
-    F.CeilDiv: _ceildiv,
-    F.Mod: operator.mod,
-    F.PythonMod: operator.mod,
-    F.ModularIndexing: _modular_indexing,
-    F.Max: max,
-    F.Min: min,
-    **F.RELATION_OPERATORS,
-    sympy.And: lambda *xs: all(xs),
-    sympy.Or: lambda *xs: any(xs),
-    sympy.Not: operator.not_,
-    F.ToFloat: float,
-    F.IntTrueDiv: operator.truediv,
-    F.FloatTrueDiv: lambda a, b: float(a) / float(b),
-    F.TruncToInt: math.trunc,
-    F.FloorToInt: math.floor,
-    F.CeilToInt: math.ceil,
-    F.RoundToInt: round,
-    F.TruncToFloat: lambda x: float(math.trunc(x)),
-    F.FloatAdd: operator.add,
-    F.FloatMul: operator.mul,
-    F.FloatPow: operator.pow,
-}
 
 
 Evaluator = Callable[[Mapping[str, Value]], Value]
@@ -109,9 +62,10 @@ def _compile(expr: sympy.Basic) -> Evaluator:
         return _constant(float(expr))
     if expr is sympy.true or expr is sympy.false:
         return _constant(expr is sympy.true)
-    op = _NARY.get(type(expr))
-    if op is None:
+    operation = BY_CLASS.get(type(expr))
+    if operation is None:
         raise TypeError(f"cannot evaluate {type(expr).__name__} in {expr}: not in shapecore's vocabulary")
+    op = operation.python
     parts = tuple(_compile(arg) for arg in expr.args)
     if len(parts) == 1:
         (a,) = parts

@@ -72,8 +72,6 @@ __all__ = [
     "power",
     "float_valued",
     "float_number",
-    "FLOAT_FUNCTIONS",
-    "RELATION_OPERATORS",
     "int_symbol",
     "float_symbol",
     "symbol_for",
@@ -462,29 +460,3 @@ def power(base: sympy.Basic, exponent: sympy.Basic, evaluate: bool = True) -> sy
     if exponent.is_nonnegative is not True and not float_valued(base) and not float_valued(exponent):
         return FloatPow(base, exponent, evaluate=evaluate)
     return _chain(sympy.Pow, FloatPow, (base, exponent), evaluate)
-
-
-RELATION_OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
-    sympy.Eq: operator.eq,
-    sympy.Ne: operator.ne,
-    sympy.Lt: operator.lt,
-    sympy.Le: operator.le,
-    sympy.Gt: operator.gt,
-    sympy.Ge: operator.ge,
-}
-"""Each relation class and the Python operator it means (works on ints and on z3 terms)."""
-
-FLOAT_FUNCTIONS: tuple[type[sympy.Function], ...] = (
-    ToFloat,
-    IntTrueDiv,
-    FloatTrueDiv,
-    TruncToInt,
-    FloorToInt,
-    CeilToInt,
-    RoundToInt,
-    TruncToFloat,
-    FloatAdd,
-    FloatMul,
-    FloatPow,
-)
-"""Functions with a float argument or result: evaluated exactly, opaque to the reasoner."""

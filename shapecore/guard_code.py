@@ -29,7 +29,7 @@ from typing import Protocol
 
 import sympy
 
-from shapecore.functions import FLOAT_FUNCTIONS
+from shapecore.operations import FLOAT_FUNCTIONS
 from shapecore.parsing import named_symbols
 from shapecore.printing import PYTHON_NAMESPACE, python_str
 from shapecore.reasoner import ExprLike, as_claim

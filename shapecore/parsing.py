@@ -51,6 +51,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ParseError
+from shapecore.operations import CALL_NAMES, DIVISOR_ARGUMENTS, Kind
 from shapecore.rewrite import build_keeping_divisions, divisors
 
 __all__ = ["parse", "named_symbols", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
@@ -87,43 +88,8 @@ def decimal_digits(value: int) -> int:
         return digits + 1
     return digits - 1 if digits > 1 and value < 10 ** (digits - 1) else digits
 
-FUNCTIONS: dict[str, Callable[..., sympy.Basic]] = {
-    "Eq": sympy.Eq,
-    "Ne": sympy.Ne,
-    "Lt": sympy.Lt,
-    "Le": sympy.Le,
-    "Gt": sympy.Gt,
-    "Ge": sympy.Ge,
-    "And": sympy.And,
-    "Or": sympy.Or,
-    "Not": sympy.Not,
-    "Mod": F.Mod,
-    "PythonMod": F.PythonMod,
-    "FloorDiv": F.FloorDiv,
-    "CleanDiv": F.CleanDiv,
-    "CeilDiv": F.CeilDiv,
-    "ModularIndexing": F.ModularIndexing,
-    "Max": F.Max,
-    "Min": F.Min,
-    "max": F.Max,
-    "min": F.Min,
-    "PowByNatural": sympy.Pow,
-    "ToFloat": F.ToFloat,
-    "IntTrueDiv": F.IntTrueDiv,
-    "FloatTrueDiv": F.FloatTrueDiv,
-    "TruncToInt": F.TruncToInt,
-    "FloorToInt": F.FloorToInt,
-    "CeilToInt": F.CeilToInt,
-    "RoundToInt": F.RoundToInt,
-    "TruncToFloat": F.TruncToFloat,
-}
-"""Function names the parser accepts, mapped to their constructors."""
-
-_CONNECTIVES = frozenset({"And", "Or", "Not"})
-_ARITY = {name: 2 for name in ("Eq", "Ne", "Lt", "Le", "Gt", "Ge", "Mod", "PythonMod", "FloorDiv", "CleanDiv",
-                               "CeilDiv", "PowByNatural", "IntTrueDiv", "FloatTrueDiv")}
-_ARITY.update({"ModularIndexing": 3, "Not": 1, "ToFloat": 1, "TruncToInt": 1, "FloorToInt": 1, "CeilToInt": 1,
-               "RoundToInt": 1, "TruncToFloat": 1})
+FUNCTIONS: dict[str, Callable[..., sympy.Basic]] = {name: op.cls for name, op in CALL_NAMES.items()}
+"""Function names the parser accepts, mapped to their constructors (from :mod:`shapecore.operations`)."""
 
 _COMPARE: dict[type, Callable[[sympy.Basic, sympy.Basic], sympy.Basic]] = {
     ast.Eq: sympy.Eq,
@@ -135,18 +101,6 @@ _COMPARE: dict[type, Callable[[sympy.Basic, sympy.Basic], sympy.Basic]] = {
 }
 
 _TOKEN = re.compile(r"\w+|\S")
-
-_DIVISOR_ARGUMENTS: dict[type, slice] = {
-    F.FloorDiv: slice(1, 2),
-    F.CleanDiv: slice(1, 2),
-    F.CeilDiv: slice(1, 2),
-    F.Mod: slice(1, 2),
-    F.PythonMod: slice(1, 2),
-    F.ModularIndexing: slice(1, 3),
-    F.IntTrueDiv: slice(1, 2),
-    F.FloatTrueDiv: slice(1, 2),
-}
-"""Which arguments of each division are divisors (a zero one makes the expression undefined)."""
 
 
 def _nonzero_number(expr: sympy.Basic) -> bool:
@@ -390,12 +344,13 @@ class _Reader:
         name = node.func.id
         if node.keywords:
             raise self.error(f"{name}() takes no keyword arguments", node.keywords[0].value)
-        arity = _ARITY.get(name)
+        operation = CALL_NAMES[name]
+        arity = operation.arity
         if arity is not None and len(node.args) != arity:
             raise self.error(f"{name}() takes {arity} argument{'s' * (arity > 1)}, got {len(node.args)}", node)
         if not node.args:
             raise self.error(f"{name}() needs arguments", node)
-        read = self._condition if name in _CONNECTIVES else self._integer
+        read = self._condition if operation.kind is Kind.CONNECTIVE else self._integer
         args = [read(arg) for arg in node.args]
         if name == "PowByNatural":
             self._check_power(*args, node)
@@ -404,7 +359,7 @@ class _Reader:
     def _build(self, build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:
         """``build(*args)``, noting the divisors it divides by, which folding may drop: with
         ``keep_divisions``, a node that would drop one is built unevaluated instead."""
-        where = _DIVISOR_ARGUMENTS.get(build)  # type: ignore[call-overload]
+        where = DIVISOR_ARGUMENTS.get(build)  # type: ignore[call-overload]
         if where is not None:
             self.divisors.update(a for a in args[where] if not a.is_Number)
         elif build is F.power and args[1].is_nonnegative is not True and not _nonzero_number(args[0]):

@@ -40,6 +40,7 @@ import sympy
 
 from shapecore import functions as F
 from shapecore.modular import ModularSet, _Analyzer
+from shapecore.operations import DIVISOR_ARGUMENTS, NONCANONICAL
 from shapecore.ranges import ValueRange, _Bounder, _floor_div, is_infinite
 
 __all__ = [
@@ -84,8 +85,6 @@ def _canonical_node(expr: sympy.Basic) -> sympy.Basic:
     return expr
 
 
-_NONCANONICAL = frozenset({F.PythonMod, F.CleanDiv, F.CeilDiv, F.ModularIndexing})
-_BINARY_DIVISIONS = (F.FloorDiv, F.Mod, F.CeilDiv, F.IntTrueDiv, F.FloatTrueDiv)
 _REWRITABLE = frozenset({F.FloorDiv, F.CleanDiv, F.Mod, F.PythonMod, F.CeilDiv, F.ModularIndexing, F.Max, F.Min})
 
 
@@ -101,11 +100,8 @@ def _survey(expr: sympy.Basic) -> tuple[frozenset[type], frozenset[sympy.Basic],
         kinds.add(type(node))
         if node.is_Symbol:
             symbols.add(node)
-        elif isinstance(node, _BINARY_DIVISIONS):
-            if not node.args[1].is_Number:
-                found.add(node.args[1])
-        elif isinstance(node, F.ModularIndexing):
-            found.update(a for a in node.args[1:] if not a.is_Number)
+        elif (where := DIVISOR_ARGUMENTS.get(type(node))) is not None:
+            found.update(a for a in node.args[where] if not a.is_Number)
         elif node.is_Pow and node.exp.is_negative and not node.base.is_Number:
             found.add(node.base)
         elif isinstance(node, F.FloatPow) and node.args[1].is_nonnegative is not True:
@@ -118,7 +114,7 @@ def _survey(expr: sympy.Basic) -> tuple[frozenset[type], frozenset[sympy.Basic],
 @functools.lru_cache(maxsize=1 << 14)
 def canonicalize(expr: sympy.Basic) -> sympy.Basic:
     """``expr`` with one function per operation (see the module docstring); cached."""
-    if not (_survey(expr)[0] & _NONCANONICAL):
+    if not (_survey(expr)[0] & NONCANONICAL):
         return expr
     memo: dict[sympy.Basic, sympy.Basic] = {}
 

@@ -36,6 +36,7 @@ import z3
 
 from shapecore import functions as F
 from shapecore.budget import Budget
+from shapecore.operations import BY_CLASS
 
 __all__ = ["Translator", "Z3Session", "Z3Answer", "smtlib_script"]
 
@@ -143,7 +144,7 @@ class Translator:
                 result = z3.If(v > result, v, result) if isinstance(expr, F.Max) else z3.If(v < result, v, result)
             return result, defined
         if expr.is_Relational:
-            return F.RELATION_OPERATORS[type(expr)](*values), defined
+            return BY_CLASS[type(expr)].python(*values), defined  # operator.eq … work on z3 terms
         if isinstance(expr, sympy.And):
             return z3.And(*values), defined
         if isinstance(expr, sympy.Or):
