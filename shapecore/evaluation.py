@@ -1,8 +1,8 @@
 """Exact evaluation of expressions and claims under an assignment of integers to symbols.
 
-``evaluate(expr, values)`` computes with Python ints (``Fraction`` for rational coefficients,
-``float`` inside float-valued functions), so its result is the ground truth every analyzer is
-tested against. Boolean connectives are strict: every argument is evaluated, and a zero
+``evaluate(expr, values)`` computes each operation as :mod:`shapecore.operations` defines it,
+with Python ints (``Fraction`` for rational coefficients, ``float`` inside float-valued
+functions), so its result is the ground truth every analyzer is tested against. Boolean connectives are strict: every argument is evaluated, and a zero
 divisor anywhere raises ``ZeroDivisionError`` (a float overflow, ``OverflowError``: both are
 Python's ``ArithmeticError``). :func:`holds` is the predicate the reasoner's contract is
 stated in: a claim *holds* under an assignment when it evaluates to ``True`` without error.

@@ -27,6 +27,9 @@ with an exponent that may be negative (``2 ** -1`` is ``0.5``). Build them with 
 :func:`mul` and :func:`power`, which keep sympy's exact arithmetic when no float is involved.
 They parse, print and evaluate; the reasoner treats them as opaque.
 
+Each class is registered once, with its Python semantics, in :mod:`shapecore.operations`,
+which every layer reads or is tested against.
+
 Construction folds constants and applies only identities that hold for *every* integer
 (``x // 1 = x``, ``0 % b = 0`` for a nonzero constant ``b``); knowledge-dependent rewriting
 lives in :mod:`shapecore.rewrite`. Printing follows torch: ``FloorDiv`` prints ``(a//b)`` and
