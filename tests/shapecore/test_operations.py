@@ -9,6 +9,9 @@ modular analysis and canonicalization. A new operation fails here until it is re
 import pytest
 import sympy
 import z3
+from hypothesis import given, settings
+
+import shapecore.testing as strategies
 
 import shapecore.functions as F
 from shapecore import evaluate, parse, python_str
@@ -207,6 +210,19 @@ def test_simplifier_rewrites_exactly_the_integer_functions():
     functions = {op.cls for op in of_kind(Kind.INTEGER)} - {sympy.Add, sympy.Mul, sympy.Pow}
     assert _REWRITABLE == functions
     assert all(needs_rewriting(SAMPLES[cls]) for cls in functions)
+
+
+def test_hypothesis_strategies_reach_every_reasoned_operation():
+    seen: set[type] = set()
+
+    @settings(max_examples=100, database=None, derandomize=True)
+    @given(strategies.int_exprs(), strategies.claims())
+    def collect(expr, claim):
+        for tree in (expr, claim):
+            seen.update(type(node) for node in sympy.preorder_traversal(tree))
+
+    collect()
+    assert {op.cls for op in OPERATIONS if op.kind is not Kind.FLOAT} <= seen  # floats: opaque to the reasoner
 
 
 def test_torch_tables_translate_only_registered_operations():
