@@ -97,7 +97,7 @@ class EntryCheck:
         self.structure = structure if structure is not None else tree_structure(tuple(range(len(self.specs))))
         self.arguments = tuple(arguments) if arguments is not None else tuple(s.name for s in self.specs)
         self.device_mesh = device_mesh
-        self.replacements = {s.name: e for s, e in env.replacements.items()}
+        self.replacements = dict(env.replacements)
         contract = env.produce_guards({name: name for name in env.symbols})
         self._guards = compile_guards(contract, {name: f"values[{name!r}]" for name in env.symbols})
         self.names = dict(names)
@@ -282,13 +282,9 @@ class EntryCheck:
 
     def _with_replaced(self, values: dict[str, int]) -> dict[str, int]:
         """``values`` with the symbols the trace replaced by expressions of bound ones (``s1 := 2*s0``)."""
-        from shapecore import evaluate
+        from shapecore import extend_assignment
 
-        full = dict(values)
-        for name, expression in self.replacements.items():
-            if name not in full and {s.name for s in expression.free_symbols} <= set(full):
-                full[name] = evaluate(expression, full)
-        return full
+        return extend_assignment(values, self.replacements)  # type: ignore[return-value]
 
     def _check_splits(self, dims: list[tuple[InputSpec, int, sympy.Basic, int]], values: dict[str, int]) -> None:
         for spec, d, e, n in dims:

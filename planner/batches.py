@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from shapecore import ShapeEnv, evaluate, holds
+from shapecore import ShapeEnv, evaluate, extend_assignment, holds
 
 __all__ = ["BatchPoints", "BatchSizes"]
 
@@ -144,10 +144,7 @@ def _batch_symbol(roots: Sequence[str]) -> str:
 
 
 def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[sympy.Basic], label: Mapping[str, int]) -> None:
-    values = dict(point)
-    for symbol, expr in env.replacements.items():
-        if {s.name for s in expr.free_symbols} <= values.keys():  # else: over symbols the point does not bind
-            values[symbol.name] = int(evaluate(expr, values))
+    values = extend_assignment(point, env.replacements)
     for fact in list(env.facts) + list(env.guards) + list(constraints):
         names = {s.name for s in fact.free_symbols}
         if names <= values.keys() and not holds(fact, values):

@@ -6,7 +6,8 @@ The public API, importable without torch:
 * :func:`prove` — proved / refuted (with a counterexample) / unknown, under facts and ranges;
 * :class:`Reasoner` — a fact scope with the layered prover and its cache;
 * :class:`ShapeEnv` — PyTorch's ShapeEnv verbs on top of a reasoner;
-* :func:`evaluate`, :func:`holds` — exact evaluation; :func:`torch_str`, :func:`python_str`;
+* :func:`evaluate`, :func:`holds` — exact evaluation; :func:`extend_assignment` — values of
+  replaced symbols; :func:`torch_str`, :func:`python_str`;
 * the vocabulary (:class:`FloorDiv`, :class:`Mod`, …) and the errors.
 
 Hypothesis strategies for property tests live in :mod:`shapecore.testing` (needs hypothesis).
@@ -22,7 +23,7 @@ from shapecore.errors import (
     ShapecoreError,
     UnboundSymbolError,
 )
-from shapecore.evaluation import evaluate, holds
+from shapecore.evaluation import evaluate, extend_assignment, holds
 from shapecore.functions import (
     CeilDiv,
     CeilToInt,
@@ -85,6 +86,7 @@ __all__ = [
     "ValueRange",
     "compile_guards",
     "evaluate",
+    "extend_assignment",
     "holds",
     "int_symbol",
     "parse",

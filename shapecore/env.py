@@ -31,7 +31,7 @@ import sympy
 
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ConstraintError, DataDependentError, UnboundSymbolError
-from shapecore.evaluation import evaluate, holds
+from shapecore.evaluation import evaluate, extend_assignment, holds
 from shapecore.parsing import parse
 from shapecore.printing import python_str
 from shapecore.proof import Proof
@@ -276,14 +276,10 @@ class ShapeEnv:
 
     def _example(self) -> dict[str, int]:
         """The hints, extended through the replacements where they bind every symbol."""
-        point = self.hints
-        for symbol, expression in self._reasoner.knowledge.replacements.items():
-            if symbol.name not in point and symbols_of(expression) <= {F.int_symbol(n) for n in point}:
-                try:
-                    point[symbol.name] = evaluate(expression, point)
-                except ArithmeticError:  # cannot happen while the invariant holds; leave it unbound
-                    pass
-        return point
+        try:
+            return extend_assignment(self.hints, self._reasoner.knowledge.replacements)  # type: ignore[return-value]
+        except ArithmeticError:  # cannot happen while the invariant holds; the hints alone then
+            return self.hints
 
     def _check_at_example(self, kind: str, claim: sympy.Basic) -> None:
         """Raise :class:`ConstraintError` if ``claim`` does not hold at the example point."""

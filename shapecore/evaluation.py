@@ -19,7 +19,7 @@ import sympy
 from shapecore.errors import ArgumentError, UnboundSymbolError
 from shapecore.operations import BY_CLASS
 
-__all__ = ["evaluate", "holds", "Value"]
+__all__ = ["evaluate", "extend_assignment", "holds", "Value"]
 
 Value = int | Fraction | float | bool
 
@@ -83,6 +83,20 @@ def evaluate(expr: sympy.Basic, values: Mapping[str, Value]) -> Value:
     symbol that ``values`` does not assign.
     """
     return _compile(expr)(values)
+
+
+def extend_assignment(values: Mapping[str, Value], replacements: Mapping[sympy.Symbol, sympy.Basic]) -> dict[str, Value]:
+    """``values`` plus the value of each replaced symbol it leaves unassigned whose replacement it
+    binds: ``{"s0": 3}`` under ``s1 := 2*s0`` gives ``{"s0": 3, "s1": 6}``.
+
+    A symbol ``values`` assigns keeps its value; a replacement over a symbol ``values`` does not
+    assign is skipped. Raises ``ZeroDivisionError`` where a replacement divides by zero.
+    """
+    extended = dict(values)
+    for symbol, expression in replacements.items():
+        if symbol.name not in extended and all(s.name in extended for s in expression.free_symbols):
+            extended[symbol.name] = evaluate(expression, extended)
+    return extended
 
 
 def holds(claim: sympy.Basic, values: Mapping[str, Value]) -> bool:

@@ -36,7 +36,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 from shapecore.budget import Budget, validate_timeout
 from shapecore.decide import LAYERS, CheapLayers
 from shapecore.errors import ArgumentError, UnboundSymbolError
-from shapecore.evaluation import evaluate, holds
+from shapecore.evaluation import evaluate, extend_assignment, holds
 from shapecore.functions import int_symbol
 from shapecore.knowledge import Checkpoint as KnowledgeCheckpoint
 from shapecore.knowledge import Knowledge
@@ -255,13 +255,13 @@ class Reasoner:
         key = (len(self.hints), len(knowledge.replacements))
         if self._hints_key != key:
             self._hints_key, self._hints_checked = key, 0
-            self._hints_point = dict(self.hints) if self.hints else None
             try:
-                for symbol, expression in knowledge.replacements.items():
-                    if self._hints_point is not None:
-                        self._hints_point.setdefault(symbol.name, evaluate(expression, self._hints_point))
-            except (UnboundSymbolError, ArithmeticError):
-                self._hints_point = None
+                point = extend_assignment(self.hints, knowledge.replacements) if self.hints else None
+            except ArithmeticError:
+                point = None
+            if point is not None and any(s.name not in point for e in knowledge.replacements.values() for s in symbols_of(e)):
+                point = None  # a replacement over a symbol without a hint: no full point
+            self._hints_point = point  # type: ignore[assignment]
         point = self._hints_point
         if point is not None and self._hints_checked < len(knowledge.facts):
             try:
