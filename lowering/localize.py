@@ -23,7 +23,7 @@ from typing import Any
 
 import sympy
 
-from shapecore import FloorDiv, ShapeEnv, int_symbol
+from shapecore import FloorDiv, ShapeEnv, creation_order, int_symbol
 
 __all__ = ["LocalSymbol", "Localizer", "choose_multipliers", "divisors", "make_symbols"]
 
@@ -102,14 +102,9 @@ class Localizer:
 
 
 def make_symbols(multipliers: Mapping[str, int], hints: Mapping[str, Any]) -> list[LocalSymbol]:
-    """Local symbols ``b0, b1, …`` for the global symbols, in name order (``s2`` before ``s10``)."""
-    def order(name: str) -> tuple[str, int]:
-        stem = name.rstrip("0123456789")
-        digits = name[len(stem):]
-        return stem, int(digits) if digits else -1
-
+    """Local symbols ``b0, b1, …`` for the global symbols, in creation order (``s2`` before ``s10``)."""
     symbols = []
-    for i, name in enumerate(sorted(multipliers, key=order)):
+    for i, name in enumerate(sorted(multipliers, key=creation_order)):
         m = multipliers[name]
         hint = int(hints[name]) // m if name in hints else 2
         symbols.append(LocalSymbol(f"b{i}", name, m, hint))

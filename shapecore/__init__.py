@@ -44,6 +44,7 @@ from shapecore.functions import (
     int_symbol,
 )
 from shapecore.guard_code import compile_guards
+from shapecore.knowledge import creation_order
 from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.printing import python_str, torch_str
@@ -85,6 +86,7 @@ __all__ = [
     "UnboundSymbolError",
     "ValueRange",
     "compile_guards",
+    "creation_order",
     "evaluate",
     "extend_assignment",
     "holds",

@@ -38,15 +38,19 @@ from shapecore.modular import ModularSet, combine_congruences, solve_linear_cong
 from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
 from shapecore.rewrite import Simplifier, canonicalize, fold, substitute, symbols_of
 
-__all__ = ["Knowledge", "Checkpoint"]
+__all__ = ["Knowledge", "Checkpoint", "creation_order"]
 
 _FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le}
 
 
-def _symbol_order(symbol: sympy.Symbol) -> tuple[int, str]:
-    """Creation order for torch-style names (``s2`` before ``s10``); replace the largest."""
-    digits = symbol.name.lstrip("abcdefghijklmnopqrstuvwxyz_")
-    return (int(digits) if digits.isdigit() else -1, symbol.name)
+def creation_order(name: str) -> tuple[int, str]:
+    """Sort key putting torch-style symbol names in creation order (``s2`` before ``s10``).
+
+    The knowledge replaces the latest-created of the symbols a fact allows; lowering numbers
+    local symbols in this order.
+    """
+    digits = name.lstrip("abcdefghijklmnopqrstuvwxyz_")
+    return (int(digits) if digits.isdigit() else -1, name)
 
 
 def _linear(expr: sympy.Basic) -> tuple[sympy.Symbol, Fraction, Fraction] | None:
@@ -294,7 +298,7 @@ class Knowledge:
                 return True
             candidates, terms = [x], {x: sympy.Integer(1)}
             difference = x - int(value)
-        x = max(candidates, key=lambda s: (not self.keep(s), _symbol_order(s)))
+        x = max(candidates, key=lambda s: (not self.keep(s), creation_order(s.name)))
         expression = -(difference - terms[x] * x) / terms[x]
         if not expression.is_integer:
             return False

@@ -5,7 +5,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, divisors, make_symbols
-from shapecore import FloorDiv, ShapeEnv, evaluate, parse
+from shapecore import FloorDiv, ShapeEnv, evaluate, int_symbol, parse
+from shapecore.knowledge import Knowledge
 
 
 def _env(*facts, hint=24):
@@ -59,3 +60,12 @@ def test_local_symbols_are_numbered_in_symbol_order():
     symbols = make_symbols({"s10": 2, "s2": 1}, {"s10": 8, "s2": 3})
     assert [(s.name, s.of, s.multiplier, s.hint) for s in symbols] == [("b0", "s2", 1, 3), ("b1", "s10", 2, 4)]
     assert divisors(12) == [12, 6, 4, 3, 2, 1]
+
+
+def test_local_symbols_follow_the_order_the_knowledge_replaces_by():
+    # one creation order (shapecore.creation_order): u0 precedes s1, and the knowledge replaces s1
+    knowledge = Knowledge()
+    knowledge.add(sympy.Eq(int_symbol("s1"), int_symbol("u0")))
+    assert list(knowledge.replacements) == [int_symbol("s1")]
+    symbols = make_symbols({"s1": 1, "u0": 1}, {})
+    assert [s.of for s in symbols] == ["u0", "s1"]
