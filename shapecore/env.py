@@ -22,7 +22,7 @@ with ``min=0`` to allow them); facts are proofs rather than syntax, so ``Mod`` a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -306,6 +306,37 @@ class ShapeEnv:
         claim = as_claim(expr)
         self._check_known(claim)
         self._record("fact", claim)
+
+    @contextmanager
+    def assuming(self, facts: ExprLike | Iterable[ExprLike]) -> Iterator[None]:
+        """Within the block, ``facts`` hold as if given to :meth:`add_fact`; at its exit, also by
+        an exception, the env is exactly as before (its :meth:`to_json` included): whatever the
+        block recorded, symbols and guards too, is forgotten.
+
+        >>> env = ShapeEnv()
+        >>> s0 = env.create_symbol(8)
+        >>> with env.assuming(["Eq(Mod(s0, 4), 0)"]):
+        ...     env.statically_known_true("Eq(Mod(s0, 2), 0)")
+        True
+        >>> env.statically_known_true("Eq(Mod(s0, 2), 0)")
+        False
+
+        Raises :class:`ConstraintError` as :meth:`add_fact` does, the env unchanged.
+        """
+        claims = [facts] if isinstance(facts, (str, sympy.Basic, bool, int)) else list(facts)
+        symbols, counters, logged = dict(self._symbols), (self._backed, self._unbacked), len(self._log)
+        hints = dict(self._reasoner.hints)
+        checkpoint = self._reasoner.checkpoint()
+        try:
+            for claim in claims:
+                self.add_fact(claim)
+            yield
+        finally:
+            self._reasoner.rollback(checkpoint)
+            self._reasoner.hints.clear()
+            self._reasoner.hints.update(hints)
+            del self._log[logged:]
+            self._symbols, (self._backed, self._unbacked) = symbols, counters
 
     def defer_runtime_assert(self, expr: ExprLike, msg: str = "") -> bool:
         """Record a condition to check at run time; it is assumed from now on.

@@ -526,3 +526,58 @@ def test_any_sequence_keeps_the_hints_satisfying_every_entry(hints, steps):
         point = env._example()
         assert all(holds(g, point) for g in env.guards + env.facts if {s.name for s in g.free_symbols} <= set(point))
         assert ShapeEnv.from_json(env.to_json(), timeout_ms=100).to_json() == env.to_json()
+
+
+# -- scoped facts ----------------------------------------------------------------------------------
+
+
+class _LeaveTheBlock(Exception):
+    pass
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 4))
+@given(
+    env=shape_envs(("s0", "s1"), max_facts=2),
+    facts=fact_sets(("s0", "s1"), max_size=2, variable_divisors=False),
+    queries=st.lists(claims(("s0", "s1"), max_leaves=3, variable_divisors=False), min_size=1, max_size=3),
+    by_exception=st.booleans(),
+)
+def test_assumed_facts_hold_inside_the_block_only(env, facts, queries, by_exception):
+    facts = [f for f in facts if f is not sympy.false and holds(f, env.hints)]
+    before, answers = env.to_json(), _answers(env, queries)
+    told = ShapeEnv.from_json(before, timeout_ms=200)
+    for fact in facts:
+        told.add_fact(fact)
+    try:
+        with env.assuming(facts):
+            assert _agree(_answers(env, queries), _answers(told, queries))
+            assert all(env.prove(f).status != "refuted" for f in facts)
+            env.create_unbacked_symbol(name="u0", min=0)
+            env.evaluate_expr(queries[0])  # a guard recorded inside is forgotten too
+            if by_exception:
+                raise _LeaveTheBlock
+    except _LeaveTheBlock:
+        pass
+    assert env.to_json() == before
+    assert _agree(_answers(env, queries), answers)
+
+
+def test_assuming_scopes_a_fact():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    with env.assuming("Eq(Mod(s0, 4), 0)"):
+        assert env.statically_known_true("Eq(Mod(s0, 2), 0)")
+        with env.assuming(["s0 >= 8"]):
+            assert env.statically_known_true("s0 > 4")
+        assert not env.statically_known_true("s0 > 4")
+    assert not env.statically_known_true("Eq(Mod(s0, 2), 0)")
+
+
+def test_assuming_a_fact_false_at_the_hints_raises_and_changes_nothing():
+    env = ShapeEnv()
+    env.create_symbol(8)
+    before = env.to_json()
+    with pytest.raises(ConstraintError, match="s0 < 4 is false"), env.assuming(["s0 >= 4", "s0 < 4"]):
+        raise AssertionError("the block must not run")
+    assert env.to_json() == before
+    assert not env.statically_known_true("s0 >= 4")
