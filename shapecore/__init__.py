@@ -4,6 +4,7 @@ The public API, importable without torch:
 
 * :func:`parse` — guard text (torch's or Python's syntax) to an expression;
 * :func:`prove` — proved / refuted (with a counterexample) / unknown, under facts and ranges;
+* :func:`bound`, :func:`residue` — the range and residue class of an expression there;
 * :class:`Reasoner` — a fact scope with the layered prover and its cache;
 * :class:`ShapeEnv` — PyTorch's ShapeEnv verbs on top of a reasoner;
 * :func:`evaluate`, :func:`holds` — exact evaluation; :func:`extend_assignment` — values of
@@ -50,7 +51,7 @@ from shapecore.parsing import parse
 from shapecore.printing import python_str, torch_str
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange
-from shapecore.reasoner import Reasoner, prove
+from shapecore.reasoner import Reasoner, bound, prove, residue
 from shapecore.simplifier import Simplified, simplify
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "TruncToInt",
     "UnboundSymbolError",
     "ValueRange",
+    "bound",
     "compile_guards",
     "creation_order",
     "evaluate",
@@ -94,6 +96,7 @@ __all__ = [
     "parse",
     "prove",
     "python_str",
+    "residue",
     "simplify",
     "torch_str",
 ]

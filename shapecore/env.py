@@ -32,6 +32,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ConstraintError, DataDependentError, UnboundSymbolError
 from shapecore.evaluation import evaluate, extend_assignment, holds
+from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.printing import python_str
 from shapecore.proof import Proof
@@ -372,6 +373,14 @@ class ShapeEnv:
     def prove(self, claim: ExprLike) -> Proof:
         """Decide ``claim`` under every range, fact, guard and runtime assert so far."""
         return self._reasoner.prove(claim)
+
+    def bound(self, expr: ExprLike) -> ValueRange:
+        """A range holding every value of ``expr`` under what the env knows (:meth:`Reasoner.bound`)."""
+        return self._reasoner.bound(expr)
+
+    def residue(self, expr: ExprLike) -> ModularSet | None:
+        """The residue class of ``expr`` under what the env knows (:meth:`Reasoner.residue`)."""
+        return self._reasoner.residue(expr)
 
     def statically_known_true(self, expr: ExprLike) -> bool:
         """True when ``expr`` is proved without recording anything; False otherwise."""

@@ -42,12 +42,14 @@ from shapecore.knowledge import Checkpoint as KnowledgeCheckpoint
 from shapecore.knowledge import Knowledge
 from shapecore.parsing import named_symbols, parse
 from shapecore.proof import Proof
-from shapecore.rewrite import canonicalize, divisors, fold, needs_rewriting, substitute, symbols_of
+from shapecore.modular import ModularSet, tighten
+from shapecore.ranges import ValueRange
+from shapecore.rewrite import Simplifier, canonicalize, divisors, fold, needs_rewriting, substitute, symbols_of
 from shapecore.search import bind_all, find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
 from shapecore.z3backend import Z3Session
 
-__all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "as_expr", "as_claim", "is_claim"]
+__all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "bound", "residue", "as_expr", "as_claim", "is_claim"]
 
 ExprLike = str | sympy.Basic | int | bool
 _PROBE_BUDGET = 2  # points tried before any analysis
@@ -175,6 +177,42 @@ class Reasoner:
             self.add_fact(sympy.Ge(sym, lo))
         if hi is not None:
             self.add_fact(sympy.Le(sym, hi))
+
+    def bound(self, expr: ExprLike) -> ValueRange:
+        """A range holding every value of the integer expression ``expr`` wherever the facts hold
+        (and ``expr`` is defined): the ranges layer's interval, narrowed to :meth:`residue`.
+
+        Sound but not always tight; empty when the facts contradict each other or ``expr`` is
+        defined nowhere they hold (``s0 // s0`` where ``Eq(s0, 0)``).
+        """
+        try:
+            analyzers, resolved = self._analyzed(expr)
+            bounds = analyzers.bounds.bound(resolved)
+            residues = analyzers.residues.analyze(resolved)
+        except ZeroDivisionError:  # a divisor is 0 wherever the facts hold: no value at all
+            return ValueRange(1, 0)
+        return bounds if residues is None else tighten(bounds, residues)
+
+    def residue(self, expr: ExprLike) -> ModularSet | None:
+        """The residue class the integer expression ``expr`` lies in wherever the facts hold (and
+        ``expr`` is defined); ``ModularSet(1, 0)`` when nothing is known, None when ``expr`` is
+        not known to be an integer.
+        """
+        try:
+            analyzers, resolved = self._analyzed(expr)
+            return analyzers.residues.analyze(resolved)
+        except ZeroDivisionError:  # a divisor is 0 wherever the facts hold: no value to know
+            return ModularSet(1, 0)
+
+    def _analyzed(self, expr: ExprLike) -> tuple[Simplifier, sympy.Basic]:
+        """``expr`` through the replacements and rewritten, with the analyzers over the facts."""
+        value = as_expr(expr)
+        if is_claim(value):
+            raise ArgumentError(f"bound and residue take an integer expression, got the claim {value}; use prove")
+        knowledge = self.knowledge
+        resolved = substitute(value, knowledge.replacements)
+        analyzers = Simplifier(knowledge.ranges, knowledge.congruences)
+        return analyzers, analyzers(resolved) if needs_rewriting(resolved) else resolved
 
     def prove(self, claim: ExprLike) -> Proof:
         """Decide ``claim`` under the facts: proved, refuted (with counterexample) or unknown."""
@@ -355,6 +393,37 @@ def prove(
     >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
     'proved'
     """
+    return _scope(facts, ranges, timeout_ms).prove(claim)
+
+
+def bound(
+    expr: ExprLike, *, facts: Iterable[ExprLike] = (), ranges: Mapping[str, tuple[int | None, int | None]] | None = None
+) -> ValueRange:
+    """A range holding every value of ``expr`` under ``facts`` and ``ranges`` (as for :func:`prove`);
+    see :meth:`Reasoner.bound`.
+
+    >>> bound("s0 // 4", facts=["Eq(Mod(s0, 4), 0)"], ranges={"s0": (1, 64)})
+    ValueRange(lo=1, hi=16)
+    """
+    return _scope(facts, ranges).bound(expr)
+
+
+def residue(
+    expr: ExprLike, *, facts: Iterable[ExprLike] = (), ranges: Mapping[str, tuple[int | None, int | None]] | None = None
+) -> ModularSet | None:
+    """The residue class of ``expr`` under ``facts`` and ``ranges`` (as for :func:`prove`); see
+    :meth:`Reasoner.residue`.
+
+    >>> residue("3*s0 + 1", facts=["Eq(Mod(s0, 4), 2)"])
+    ModularSet(coeff=12, base=7)
+    """
+    return _scope(facts, ranges).residue(expr)
+
+
+def _scope(
+    facts: Iterable[ExprLike], ranges: Mapping[str, tuple[int | None, int | None]] | None, timeout_ms: int = 1000
+) -> Reasoner:
+    """The reasoner of these facts and ranges, from the kept scopes or new."""
     key = _scope_key(guard_list(facts, "facts"), check_ranges(ranges), timeout_ms)
     reasoner = _SCOPES.get(key)
     if reasoner is None:
@@ -368,4 +437,4 @@ def prove(
             _SCOPES.popitem(last=False)
     else:
         _SCOPES.move_to_end(key)
-    return reasoner.prove(claim)
+    return reasoner

@@ -15,6 +15,7 @@ from shapecore import (
     ConstraintError,
     DataDependentError,
     GuardInputError,
+    ModularSet,
     ParseError,
     ShapeEnv,
     ValueRange,
@@ -581,3 +582,12 @@ def test_assuming_a_fact_false_at_the_hints_raises_and_changes_nothing():
         raise AssertionError("the block must not run")
     assert env.to_json() == before
     assert not env.statically_known_true("s0 >= 4")
+
+
+def test_bound_and_residue_of_an_env_read_its_ranges_facts_and_guards():
+    env = ShapeEnv()
+    s0 = env.create_symbol(16)
+    env.add_fact("Eq(Mod(s0, 8), 0)")
+    assert env.evaluate_expr(s0 <= 64) is True  # a guard, known from now on
+    assert env.bound(2 * s0 + 1) == ValueRange(17, 129)
+    assert env.residue(2 * s0 + 1) == ModularSet(16, 1)

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapecore.functions as F
-from shapecore import ArgumentError, ParseError, Proof, Reasoner, holds, parse, prove
+from shapecore import ArgumentError, ModularSet, ParseError, Proof, Reasoner, ValueRange, bound, evaluate, holds, parse, prove, residue
+from shapecore.modular import tighten
 from shapecore.parsing import named_symbols
-from shapecore.testing import claims, fact_sets
+from shapecore.testing import claims, fact_sets, int_exprs
 
 from . import oracle
 from .folding_text import claim_texts, float_texts
@@ -276,3 +277,45 @@ def test_soundness_on_float_text(claim, fact):
         assert all(oracle.holds(formula(claim), p) for p in points if oracle.holds(formula(fact), p))
     if proof.refuted:
         assert oracle.holds(formula(fact), proof.counterexample) and not oracle.holds(formula(claim), proof.counterexample)
+
+
+# -- bound and residue -----------------------------------------------------------------------------
+
+BOX = {"s0": (-4, 9), "s1": (-3, 8)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(expr=int_exprs(("s0", "s1"), max_leaves=4), facts=fact_sets(("s0", "s1"), max_size=2))
+def test_bound_and_residue_hold_at_every_point_of_a_small_box(expr, facts):
+    found, residues = bound(expr, facts=facts, ranges=BOX), residue(expr, facts=facts, ranges=BOX)
+    for s0, s1 in itertools.product(range(-4, 10), range(-3, 9)):
+        point = {"s0": s0, "s1": s1}
+        if not all(holds(f, point) for f in facts):
+            continue
+        try:
+            value = evaluate(expr, point)
+        except ArithmeticError:
+            continue
+        assert value in found, (point, value)
+        if residues is not None:
+            assert value == int(value) and value in tighten(ValueRange(value, value), residues), (point, value)
+
+
+def test_bound_and_residue_read_the_facts_and_replacements():
+    r = Reasoner()
+    r.set_range("s0", 1, 64)
+    r.add_fact("Eq(Mod(s0, 8), 0)")
+    r.add_fact("Eq(s1, 2*s0 + 1)")
+    assert r.bound("s0") == ValueRange(8, 64)
+    assert r.bound("s1 // 2") == ValueRange(8, 64)
+    assert r.residue("s1") == ModularSet(16, 1)
+    assert r.residue("s0 / 3") is None  # not known to be an integer
+    assert bound("s2") == ValueRange(-sympy.oo, sympy.oo) and residue("s2") == ModularSet(1, 0)
+    with pytest.raises(ArgumentError, match="use prove"):
+        r.bound("s0 > 2")
+
+
+def test_an_expression_defined_nowhere_the_facts_hold_has_no_values():
+    # found by brute force: the facts made s0 := 0, and substituting it raised ZeroDivisionError
+    assert bound("Mod(s0, s0)**2", facts=["Eq(Mod(s0, 16), 0)"], ranges={"s0": (-4, 9)}).is_empty
+    assert residue("s0 // s0", facts=["Eq(s0, 0)"]) == ModularSet(1, 0)
