@@ -267,6 +267,162 @@ def _complexity(expr: sympy.Basic) -> int:
     return sympy.count_ops(expr)
 
 
+def _admissible(knowledge: Knowledge, x: sympy.Symbol) -> tuple[ValueRange, int]:
+    """``x``'s admissible range (ends moved into its residue class) and the class's step."""
+    residues = knowledge.congruences.get(x, ModularSet(1, 0))
+    return tighten(knowledge.range_of(x), residues), residues.coeff or 1
+
+
+def _dedupe(atoms: list[_Atom]) -> list[_Atom]:
+    """Step 1's duplicates: an atom equal to an earlier one up to sides, dividing by no more,
+    is marked a duplicate; returns the others."""
+    first: dict[object, _Atom] = {}
+    unique = []
+    for atom in atoms:
+        key = _relation_key(atom.canonical)
+        seen = first.get(key)
+        if seen is not None and seen.divisors >= atom.divisors:
+            atom.fate = ("duplicate", seen)
+            continue
+        first.setdefault(key, atom)
+        unique.append(atom)
+    return unique
+
+
+# -- step 5: groups -------------------------------------------------------------------------
+
+
+def _connected_groups(
+    candidates: list[_Candidate], context_facts: list[sympy.Basic]
+) -> list[tuple[list[_Candidate], list[sympy.Basic]]]:
+    """Step 5's groups: candidates connected through shared symbols (and context facts), with
+    those facts; only groups where something could be implied (an open atom, or a link
+    between symbols)."""
+    parent: dict[sympy.Symbol, sympy.Symbol] = {}
+
+    def find(s: sympy.Symbol) -> sympy.Symbol:
+        while parent.setdefault(s, s) is not s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    for symbols in [c.symbols for c in candidates] + [symbols_of(f) for f in context_facts]:
+        ordered = sorted(symbols, key=str)
+        for s in ordered[1:]:
+            parent[find(s)] = find(ordered[0])
+    members: dict[sympy.Symbol, list[_Candidate]] = {}
+    for cand in candidates:
+        if cand.symbols:
+            members.setdefault(find(min(cand.symbols, key=str)), []).append(cand)
+    facts: dict[sympy.Symbol, list[sympy.Basic]] = {}
+    for fact in context_facts:
+        if symbols_of(fact):
+            facts.setdefault(find(min(symbols_of(fact), key=str)), []).append(fact)
+    groups = []
+    for root, group in members.items():
+        related = facts.get(root, [])
+        has_atoms = any(c.sources is None for c in group)
+        linked = any(len(c.symbols) > 1 for c in group) or any(len(symbols_of(f)) > 1 for f in related)
+        if len(group) > 1 and (has_atoms or linked) or has_atoms and related:
+            groups.append((group, related))
+    return groups
+
+
+# -- step 4: single-symbol rewriting -----------------------------------------------------------
+
+
+class _SingleSymbol:
+    """Step 4 of the module docstring: a conjunct in one symbol, settled or rewritten from its
+    values, with z3 proving it beyond a window (its own solver: one symbol, no groups)."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.translator: Translator | None = None  # made when first needed
+        self.solver: z3.Solver | None = None
+
+    def settle(self, knowledge: Knowledge, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> str | Rewrite | None:
+        """Settle or rewrite ``expr`` (a conjunct with the replacements substituted; ``found``:
+        its divisors) if it is in one symbol: ``"summary"`` (holds on every admissible value),
+        ``"never"`` (on none), the :class:`Rewrite` to apply (its ``guard`` is ``expr``), or None."""
+        symbols = symbols_of(expr).union(*(symbols_of(d) for d in found))
+        if len(symbols) != 1:
+            return None
+        (x,) = symbols
+        if not x.is_integer:
+            return None
+        scope, step = _admissible(knowledge, x)
+        if scope.is_empty:
+            return None
+        claim = sympy.And(expr, *(sympy.Ne(d, 0) for d in found)) if found else expr
+        lo, hi = _finite(scope.lo), _finite(scope.hi)
+        if lo is not None and hi is not None and (hi - lo) // step < _ENUMERATE:
+            points, side = range(lo, hi + 1, step), None
+        elif lo is not None:
+            points, side = range(lo, lo + step * _WINDOW, step), "lo"
+        elif hi is not None:
+            points, side = range(hi - step * (_WINDOW - 1), hi + 1, step), "hi"
+        else:
+            return None
+        accepts = compile_predicate([claim])
+        name = x.name
+        accepted = [accepts({name: v}) for v in points]
+        failing = [v for v, ok in zip(points, accepted) if not ok]
+        if side is not None:
+            # the window is evidence only: the claim must be proved past its last failure
+            far = accepted[len(accepted) // 2 :] if side == "lo" else accepted[: len(accepted) // 2]
+            if not all(far):
+                return None
+            past = sympy.true if not failing else (sympy.Gt(x, max(failing)) if side == "lo" else sympy.Lt(x, min(failing)))
+            if not self._proves(knowledge, x, past, claim):
+                return None
+        if not failing:
+            return "summary"
+        if len(failing) == len(points):
+            return "never"
+        ok = [v for v, good in zip(points, accepted) if good]
+        if not any(ok[0] < v < ok[-1] for v in failing):  # holds exactly on a sub-range
+            lower = ok[0] if ok[0] != points[0] else None
+            upper = ok[-1] if ok[-1] != points[-1] and side != "lo" else None
+            to = _range_guard(x, lower, upper)
+        elif len(failing) <= _FEW:
+            to = sympy.And(*(sympy.Ne(x, v) for v in failing))
+        else:
+            return None
+        where = f"every {x} in [{points[0]}, {points[-1]}]" if side is None else f"{x} in [{points[0]}, {points[-1]}] and proved beyond"
+        shown = ", ".join(str(v) for v in failing[:4]) + (", ..." if len(failing) > 4 else "")
+        if _relation_key(canonicalize(to)) == _relation_key(expr):  # already in that form
+            return None
+        return Rewrite(expr, to, f"evaluated at {where}: fails only for {x} = {shown}")
+
+    def _proves(self, knowledge: Knowledge, x: sympy.Symbol, assumption: sympy.Basic, claim: sympy.Basic) -> bool:
+        """Whether ``claim`` holds wherever ``assumption`` and what is known of ``x`` do.
+
+        One translator and solver serve every such proof of a run (a z3 context costs
+        milliseconds); each proof is a scope, given all division axioms so far (they only
+        define fresh quotients, so extra ones change nothing).
+        """
+        if self.translator is None:
+            self.translator = Translator(z3.Context())
+            self.solver = z3.Solver(ctx=self.translator.ctx)
+        translator, solver = self.translator, self.solver
+        scope = knowledge.range_of(x)
+        residues = knowledge.congruences.get(x)
+        var = translator.symbol(x.name)
+        negated = z3.Not(translator.holds(claim))
+        solver.push()
+        try:
+            if not is_infinite(scope.lo):
+                solver.add(var >= int(scope.lo))
+            if not is_infinite(scope.hi):
+                solver.add(var <= int(scope.hi))
+            if residues is not None and residues.coeff > 1:
+                solver.add(var % residues.coeff == residues.base)
+            solver.add(translator.holds(assumption), negated, *translator.axioms)
+            return self.budget.part(_SINGLE_SHARE).check(solver) == z3.unsat
+        finally:
+            solver.pop()
+
+
 # -- the simplification ------------------------------------------------------------------------
 
 
@@ -283,7 +439,7 @@ class _Simplification:
             if hi is not None:
                 self.context_facts.append(sympy.Le(x, hi))
         self.context_facts += [as_claim(f) for f in facts]
-        self.single: Translator | None = None  # for single-symbol proofs, made when first needed
+        self.single = _SingleSymbol(self.budget)
         self.context = Knowledge()
         for fact in self.context_facts:
             self.context.add(fact)
@@ -312,7 +468,7 @@ class _Simplification:
     # -- main -------------------------------------------------------------------------------
 
     def run(self) -> Simplified:
-        unique = self._dedupe()
+        unique = _dedupe(self.atoms)
         self.knowledge = Knowledge()
         self.owner: list[_Atom | None] = []
         for fact in self.context_facts:
@@ -349,18 +505,30 @@ class _Simplification:
         k = self.knowledge
         return (dict(k.replacements), dict(k.ranges), dict(k.congruences))
 
-    def _dedupe(self) -> list[_Atom]:
-        first: dict[object, _Atom] = {}
-        unique = []
-        for atom in self.atoms:
-            key = _relation_key(atom.canonical)
-            seen = first.get(key)
-            if seen is not None and seen.divisors >= atom.divisors:
-                atom.fate = ("duplicate", seen)
+    def _summary(self) -> dict[object, tuple[sympy.Basic, list[_Atom]]]:
+        """Step 2's summary guards by key (``("=", x)``, ``("range", x)``, ``("mod", x)``), with
+        the input conjuncts they were derived from: what the digest knows beyond the context."""
+        k, c = self.knowledge, self.context
+        mentioned = set().union(*(symbols_of(a.canonical) for a in self.atoms)) if self.atoms else set()
+        summary: dict[object, tuple[sympy.Basic, list[_Atom]]] = {}
+        for x, e in k.replacements.items():
+            if x in c.replacements or (x not in mentioned and not (symbols_of(e) & mentioned)):
                 continue
-            first.setdefault(key, atom)
-            unique.append(atom)
-        return unique
+            summary[("=", x)] = (sympy.Eq(x, e), self._owners(k.provenance([x])))
+        for x, r in k.ranges.items():
+            if x in k.replacements or x in c.replacements:
+                continue
+            residues = k.congruences.get(x, ModularSet(1, 0))
+            given = tighten(c.range_of(x), residues)
+            lo = _finite(r.lo) if r.lo > given.lo else None
+            hi = _finite(r.hi) if r.hi < given.hi else None
+            if lo is not None or hi is not None:
+                summary[("range", x)] = (_range_guard(x, lo, hi), self._owners(k.provenance([x])))
+            if residues.coeff > 1:
+                known = c.congruences.get(x)
+                if known is None or known.coeff % residues.coeff or known.base % residues.coeff != residues.base:
+                    summary[("mod", x)] = (sympy.Eq(Mod(x, residues.coeff), residues.base), self._owners(k.provenance([x])))
+        return summary
 
     # -- cheap layers -----------------------------------------------------------------------
 
@@ -464,122 +632,17 @@ class _Simplification:
         k = self.knowledge
         return tuple((k.replacements.get(x), k.ranges.get(x), k.congruences.get(x)) for x in sorted(symbols, key=str))
 
-    # -- single-symbol rewriting ------------------------------------------------------------
-
-    def _scope(self, x: sympy.Symbol) -> tuple[ValueRange, int]:
-        """``x``'s admissible range (ends moved into its residue class) and the class's step."""
-        residues = self.knowledge.congruences.get(x, ModularSet(1, 0))
-        return tighten(self.knowledge.range_of(x), residues), residues.coeff or 1
-
     def _try_rewrite(self, atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> str | None:
-        """Settle or rewrite a conjunct in one symbol from its values; returns ``"summary"``
-        (holds on every admissible value), ``"never"`` (on none) or None (rewritten or left)."""
-        symbols = symbols_of(expr).union(*(symbols_of(d) for d in found))
-        if len(symbols) != 1 or atom.rewrite is not None:
+        """Step 4 on one conjunct (:class:`_SingleSymbol`): ``"summary"`` (holds on every
+        admissible value), ``"never"`` (on none) or None (rewritten, then recorded, or left)."""
+        if atom.rewrite is not None:
             return None
-        (x,) = symbols
-        if not x.is_integer:
+        verdict = self.single.settle(self.knowledge, expr, found)
+        if isinstance(verdict, Rewrite):
+            atom.rewrite = Rewrite(atom.expr, verdict.to, verdict.why)
+            atom.current = verdict.to
             return None
-        scope, step = self._scope(x)
-        if scope.is_empty:
-            return None
-        claim = sympy.And(expr, *(sympy.Ne(d, 0) for d in found)) if found else expr
-        lo, hi = _finite(scope.lo), _finite(scope.hi)
-        if lo is not None and hi is not None and (hi - lo) // step < _ENUMERATE:
-            points, side = range(lo, hi + 1, step), None
-        elif lo is not None:
-            points, side = range(lo, lo + step * _WINDOW, step), "lo"
-        elif hi is not None:
-            points, side = range(hi - step * (_WINDOW - 1), hi + 1, step), "hi"
-        else:
-            return None
-        accepts = compile_predicate([claim])
-        name = x.name
-        accepted = [accepts({name: v}) for v in points]
-        failing = [v for v, ok in zip(points, accepted) if not ok]
-        if side is not None:
-            # the window is evidence only: the claim must be proved past its last failure
-            far = accepted[len(accepted) // 2 :] if side == "lo" else accepted[: len(accepted) // 2]
-            if not all(far):
-                return None
-            past = sympy.true if not failing else (sympy.Gt(x, max(failing)) if side == "lo" else sympy.Lt(x, min(failing)))
-            if not self._proves_single(x, past, claim):
-                return None
-        if not failing:
-            return "summary"
-        if len(failing) == len(points):
-            return "never"
-        ok = [v for v, good in zip(points, accepted) if good]
-        if not any(ok[0] < v < ok[-1] for v in failing):  # holds exactly on a sub-range
-            lower = ok[0] if ok[0] != points[0] else None
-            upper = ok[-1] if ok[-1] != points[-1] and side != "lo" else None
-            to = _range_guard(x, lower, upper)
-        elif len(failing) <= _FEW:
-            to = sympy.And(*(sympy.Ne(x, v) for v in failing))
-        else:
-            return None
-        where = f"every {x} in [{points[0]}, {points[-1]}]" if side is None else f"{x} in [{points[0]}, {points[-1]}] and proved beyond"
-        shown = ", ".join(str(v) for v in failing[:4]) + (", ..." if len(failing) > 4 else "")
-        if _relation_key(canonicalize(to)) == _relation_key(expr):  # already in that form
-            return None
-        atom.rewrite = Rewrite(atom.expr, to, f"evaluated at {where}: fails only for {x} = {shown}")
-        atom.current = to
-        return None
-
-    def _proves_single(self, x: sympy.Symbol, assumption: sympy.Basic, claim: sympy.Basic) -> bool:
-        """Whether ``claim`` holds wherever ``assumption`` and what is known of ``x`` do.
-
-        One translator and solver serve every such proof of a run (a z3 context costs
-        milliseconds); each proof is a scope, given all division axioms so far (they only
-        define fresh quotients, so extra ones change nothing).
-        """
-        if self.single is None:
-            self.single = Translator(z3.Context())
-            self.single_solver = z3.Solver(ctx=self.single.ctx)
-        translator, solver = self.single, self.single_solver
-        scope = self.knowledge.range_of(x)
-        residues = self.knowledge.congruences.get(x)
-        var = translator.symbol(x.name)
-        negated = z3.Not(translator.holds(claim))
-        solver.push()
-        try:
-            if not is_infinite(scope.lo):
-                solver.add(var >= int(scope.lo))
-            if not is_infinite(scope.hi):
-                solver.add(var <= int(scope.hi))
-            if residues is not None and residues.coeff > 1:
-                solver.add(var % residues.coeff == residues.base)
-            solver.add(translator.holds(assumption), negated, *translator.axioms)
-            return self.budget.part(_SINGLE_SHARE).check(solver) == z3.unsat
-        finally:
-            solver.pop()
-
-    # -- summary guards ---------------------------------------------------------------------
-
-    def _summary(self) -> dict[object, tuple[sympy.Basic, list[_Atom]]]:
-        """Summary guards by key (``("=", x)``, ``("range", x)``, ``("mod", x)``), with the
-        input conjuncts they were derived from."""
-        k, c = self.knowledge, self.context
-        mentioned = set().union(*(symbols_of(a.canonical) for a in self.atoms)) if self.atoms else set()
-        summary: dict[object, tuple[sympy.Basic, list[_Atom]]] = {}
-        for x, e in k.replacements.items():
-            if x in c.replacements or (x not in mentioned and not (symbols_of(e) & mentioned)):
-                continue
-            summary[("=", x)] = (sympy.Eq(x, e), self._owners(k.provenance([x])))
-        for x, r in k.ranges.items():
-            if x in k.replacements or x in c.replacements:
-                continue
-            residues = k.congruences.get(x, ModularSet(1, 0))
-            given = tighten(c.range_of(x), residues)
-            lo = _finite(r.lo) if r.lo > given.lo else None
-            hi = _finite(r.hi) if r.hi < given.hi else None
-            if lo is not None or hi is not None:
-                summary[("range", x)] = (_range_guard(x, lo, hi), self._owners(k.provenance([x])))
-            if residues.coeff > 1:
-                known = c.congruences.get(x)
-                if known is None or known.coeff % residues.coeff or known.base % residues.coeff != residues.base:
-                    summary[("mod", x)] = (sympy.Eq(Mod(x, residues.coeff), residues.base), self._owners(k.provenance([x])))
-        return summary
+        return verdict
 
     # -- z3 on groups -----------------------------------------------------------------------
 
@@ -613,7 +676,7 @@ class _Simplification:
                               atom, droppable=True, order=atom.index)
             self.candidates.append(cand)
             atom.fate = ("open", cand)
-        groups = self._groups(self.candidates)
+        groups = _connected_groups(self.candidates, self.context_facts)
         for k, (group, related) in enumerate(groups):
             contradiction = self._settle_group(group, related, self.budget.part(1 / (len(groups) - k)))
             if contradiction is not None:
@@ -639,38 +702,6 @@ class _Simplification:
                 for atom in atoms:
                     atom.fate = ("open", cand)
 
-    def _groups(self, candidates: list[_Candidate]) -> list[tuple[list[_Candidate], list[sympy.Basic]]]:
-        """Candidates connected through shared symbols (and context facts), with those facts;
-        only groups where something could be implied (an open atom, or a link between symbols)."""
-        parent: dict[sympy.Symbol, sympy.Symbol] = {}
-
-        def find(s: sympy.Symbol) -> sympy.Symbol:
-            while parent.setdefault(s, s) is not s:
-                parent[s] = parent[parent[s]]
-                s = parent[s]
-            return s
-
-        for symbols in [c.symbols for c in candidates] + [symbols_of(f) for f in self.context_facts]:
-            ordered = sorted(symbols, key=str)
-            for s in ordered[1:]:
-                parent[find(s)] = find(ordered[0])
-        members: dict[sympy.Symbol, list[_Candidate]] = {}
-        for cand in candidates:
-            if cand.symbols:
-                members.setdefault(find(min(cand.symbols, key=str)), []).append(cand)
-        facts: dict[sympy.Symbol, list[sympy.Basic]] = {}
-        for fact in self.context_facts:
-            if symbols_of(fact):
-                facts.setdefault(find(min(symbols_of(fact), key=str)), []).append(fact)
-        groups = []
-        for root, group in members.items():
-            related = facts.get(root, [])
-            has_atoms = any(c.sources is None for c in group)
-            linked = any(len(c.symbols) > 1 for c in group) or any(len(symbols_of(f)) > 1 for f in related)
-            if len(group) > 1 and (has_atoms or linked) or has_atoms and related:
-                groups.append((group, related))
-        return groups
-
     def _settle_group(self, group: list[_Candidate], related: list[sympy.Basic], budget: Budget) -> list[_Atom] | None:
         """Drop, most complex first, each member of the group that the others imply."""
         solver = GroupSolver(group, related, self.knowledge.replacements, budget)
@@ -686,7 +717,7 @@ class _Simplification:
             if implied_by is not None:
                 group[i].kept = False
                 group[i].implied_by = [group[j] for j in implied_by]
-        open_sides = {x: (self._scope(x)[0].lo, self._scope(x)[0].hi) for x in solver.touching if x.is_integer}
+        open_sides = {x: (_admissible(self.knowledge, x)[0].lo, _admissible(self.knowledge, x)[0].hi) for x in solver.touching if x.is_integer}
         self.bounds.update(solver.bounds({x: sides for x, sides in open_sides.items() if math.inf in map(abs, sides)}))
         return None
 
@@ -707,7 +738,7 @@ class _Simplification:
         for x in sorted(symbols, key=lambda s: s.name):
             if not x.is_integer:
                 continue
-            r = bound(k.replacements[x], k.ranges) if x in k.replacements else self._scope(x)[0]
+            r = bound(k.replacements[x], k.ranges) if x in k.replacements else _admissible(self.knowledge, x)[0]
             lo, hi = self.bounds.get(x, (None, None))
             lo = lo if is_infinite(r.lo) else math.ceil(r.lo) if lo is None else max(lo, math.ceil(r.lo))
             hi = hi if is_infinite(r.hi) else math.floor(r.hi) if hi is None else min(hi, math.floor(r.hi))
