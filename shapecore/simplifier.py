@@ -289,6 +289,54 @@ def _dedupe(atoms: list[_Atom]) -> list[_Atom]:
     return unique
 
 
+# -- step 3: cheap decisions -----------------------------------------------------------------
+
+
+def _substituted(atom: _Atom, replacements: Mapping[sympy.Symbol, sympy.Basic]) -> tuple[sympy.Basic, frozenset[sympy.Basic]]:
+    """``atom.current`` and its divisors with the digest's replacements substituted.
+
+    Under the replacements (which are summary guards, so in the output) the substituted
+    conjunct holds exactly where the original does. A divisor that becomes 0 makes it
+    hold nowhere: returned as ``false``.
+    """
+    expr = atom.canonical if atom.current is atom.expr else canonicalize(atom.current)
+    found = atom.divisors if atom.current is atom.expr else frozenset(divisors(atom.current))
+    try:
+        if expr.is_Relational and symbols_of(expr) & replacements.keys():
+            # unevaluated: sympy would otherwise consult its assumption system on every one
+            lhs, rhs = (substitute(side, replacements) for side in expr.args)
+            expr = expr.func(lhs, rhs, evaluate=False)
+        else:
+            expr = substitute(expr, replacements)
+        subs = set()
+        for d in found:
+            d = substitute(d, replacements)
+            if d.is_Number:
+                if d == 0:
+                    return sympy.false, frozenset()
+                continue
+            subs.add(d)
+    except ZeroDivisionError:
+        return sympy.false, frozenset()
+    return expr, frozenset(subs)
+
+def _cheap(layers: CheapLayers, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> bool | None:
+    """True: holds wherever the digest does; False: nowhere; None: not settled."""
+    try:
+        undefined_somewhere = False
+        for d in found:
+            nonzero = layers.decide(sympy.Ne(d, 0))
+            if nonzero is False:
+                return False
+            undefined_somewhere |= nonzero is not True
+        verdict = layers.decide(expr)
+    except ZeroDivisionError:  # a divisor simplified to 0: undefined wherever the digest holds
+        return False
+    if verdict is True and undefined_somewhere:
+        return None
+    return verdict
+
+
 # -- step 5: groups -------------------------------------------------------------------------
 
 
@@ -427,7 +475,11 @@ class _SingleSymbol:
 
 
 class _Simplification:
-    """One run of :func:`simplify`: the steps of the module docstring, in :meth:`run`."""
+    """One run of :func:`simplify`: the steps of the module docstring, in :meth:`run`.
+
+    Steps 1 to 3 and 5's candidates are its own; step 4 is :class:`_SingleSymbol`'s, step 5's
+    groups come from :func:`_connected_groups`, and :class:`_Report` writes the result.
+    """
 
     def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
         self.budget = Budget(timeout_ms)
@@ -491,7 +543,11 @@ class _Simplification:
         contradiction = self._settle_with_z3(unique, summary)
         if contradiction is not None:
             return self._contradiction(contradiction)
-        return self._result()
+        return _Report(self.atoms, self.candidates, self.summary_candidates, self.knowledge, self.context,
+                       self.context_facts, self.bounds, self.budget).result()
+
+    def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
+        return _contradiction_result(self.atoms, culprits, self.context_facts, self.budget)
 
     def _learn(self, fact: sympy.Basic, atom: _Atom | None) -> None:
         self.knowledge.add(fact)
@@ -532,51 +588,6 @@ class _Simplification:
 
     # -- cheap layers -----------------------------------------------------------------------
 
-    def _substituted(self, atom: _Atom, knowledge: Knowledge | None = None) -> tuple[sympy.Basic, frozenset[sympy.Basic]]:
-        """``atom.current`` and its divisors with the digest's replacements substituted.
-
-        Under the replacements (which are summary guards, so in the output) the substituted
-        conjunct holds exactly where the original does. A divisor that becomes 0 makes it
-        hold nowhere: returned as ``false``.
-        """
-        replacements = (knowledge or self.knowledge).replacements
-        expr = atom.canonical if atom.current is atom.expr else canonicalize(atom.current)
-        found = atom.divisors if atom.current is atom.expr else frozenset(divisors(atom.current))
-        try:
-            if expr.is_Relational and symbols_of(expr) & replacements.keys():
-                # unevaluated: sympy would otherwise consult its assumption system on every one
-                lhs, rhs = (substitute(side, replacements) for side in expr.args)
-                expr = expr.func(lhs, rhs, evaluate=False)
-            else:
-                expr = substitute(expr, replacements)
-            subs = set()
-            for d in found:
-                d = substitute(d, replacements)
-                if d.is_Number:
-                    if d == 0:
-                        return sympy.false, frozenset()
-                    continue
-                subs.add(d)
-        except ZeroDivisionError:
-            return sympy.false, frozenset()
-        return expr, frozenset(subs)
-
-    def _cheap(self, layers: CheapLayers, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> bool | None:
-        """True: holds wherever the digest does; False: nowhere; None: not settled."""
-        try:
-            undefined_somewhere = False
-            for d in found:
-                nonzero = layers.decide(sympy.Ne(d, 0))
-                if nonzero is False:
-                    return False
-                undefined_somewhere |= nonzero is not True
-            verdict = layers.decide(expr)
-        except ZeroDivisionError:  # a divisor simplified to 0: undefined wherever the digest holds
-            return False
-        if verdict is True and undefined_somewhere:
-            return None
-        return verdict
-
     def _decide_round(self, unique: list[_Atom]) -> list[_Atom] | None:
         """Settle what the cheap layers and single-symbol evaluation can; learn the rest again
         (the digest may take it now that it knows more). Returns a contradiction if found."""
@@ -584,8 +595,8 @@ class _Simplification:
         for atom in unique:
             if atom.fate is not None:
                 continue
-            expr, found = self._substituted(atom)
-            verdict = False if expr is sympy.false else self._cheap(layers, expr, found)
+            expr, found = _substituted(atom, self.knowledge.replacements)
+            verdict = False if expr is sympy.false else _cheap(layers, expr, found)
             if verdict is None and isinstance(expr, sympy.Or):
                 self._prune_alternatives(atom, expr, found, layers)
             elif verdict is None:
@@ -669,7 +680,7 @@ class _Simplification:
                 continue
             if atom.fate is not None:
                 continue
-            expr, found = self._substituted(atom)
+            expr, found = _substituted(atom, self.knowledge.replacements)
             if expr is sympy.false:
                 return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical)))
             cand = _Candidate(atom.current, expr, found, symbols_of(expr).union(*(symbols_of(d) for d in found)),
@@ -729,7 +740,22 @@ class _Simplification:
                 found[atom.index] = atom
         return [found[k] for k in sorted(found)]
 
-    # -- results ----------------------------------------------------------------------------
+
+# -- results ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Report:
+    """The result once the steps are done: what became of every input conjunct, and the ranges."""
+
+    atoms: list[_Atom]
+    candidates: list[_Candidate]  # step 5's, each kept or not
+    summary_candidates: dict[object, _Candidate]
+    knowledge: Knowledge  # the digest of the context and the guards
+    context: Knowledge  # of the context alone
+    context_facts: list[sympy.Basic]
+    bounds: dict[sympy.Symbol, tuple[int | None, int | None]]  # step 5's bounds of open sides
+    budget: Budget
 
     def _ranges(self) -> dict[str, tuple[int | None, int | None]]:
         k = self.knowledge
@@ -755,7 +781,7 @@ class _Simplification:
 
     def _summary_by(self, atom: _Atom) -> list[_Candidate]:
         """The summary guards that imply a conjunct the cheap layers settled."""
-        expr, _ = self._substituted(atom)
+        expr, _ = _substituted(atom, self.knowledge.replacements)
         symbols = symbols_of(atom.canonical) | symbols_of(expr)
         found: dict[int, _Candidate] = {}
         for key, cand in self.summary_candidates.items():
@@ -776,14 +802,14 @@ class _Simplification:
             via = [self.summary_candidates[("=", x)] for x in ordered(symbols_of(atom.canonical)) if ("=", x) in self.summary_candidates]
             by = self._implying(cand) + [c for c in via if c.kept]
             return Dropped(atom.expr, "implied" if by else "tautology", tuple(dict.fromkeys(c.expr for c in by)))
-        expr, found = self._substituted(atom, self.context)
-        if self._cheap(context_layers, expr, found) is True:
+        expr, found = _substituted(atom, self.context.replacements)
+        if _cheap(context_layers, expr, found) is True:
             return Dropped(atom.expr, "tautology")
         by = self._summary_by(atom)
         merged = any(atom in (c.sources or ()) for c in by)
         return Dropped(atom.expr, "merged" if merged else "implied", tuple(c.expr for c in by))
 
-    def _result(self) -> Simplified:
+    def result(self) -> Simplified:
         kept = sorted((c for c in self.candidates if c.kept), key=lambda c: c.order)
         dropped: list[Dropped] = []
         rewritten: list[Rewrite] = []
@@ -803,27 +829,28 @@ class _Simplification:
         return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates),
                           self.budget.backstop_fired)
 
-    def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
-        """The result for a guard set that can never hold: a small unsatisfiable subset.
 
-        ``culprits`` are the conjuncts the analyzers blame (possibly none, when the context's
-        facts carry the contradiction); if z3 cannot confirm that they alone are unsatisfiable,
-        every distinct conjunct is (the digest showed the whole set is).
-        """
-        unique = [a for a in self.atoms if not (a.fate and a.fate[0] == "duplicate")]
-        confirmed = culprits and unsatisfiable(list(culprits), self.context_facts, self.budget.part(1 / 2))
-        core = minimal_unsat(list(culprits) if confirmed else unique, self.context_facts, self.budget)
-        in_core = {a.index for a in core}
-        dropped, fates = [], []
-        for atom in self.atoms:
-            if atom.index in in_core:
-                fates.append(Fate(atom.expr, "kept", atom.source, note="part of the contradiction"))
-            else:
-                record = Dropped(atom.expr, "contradiction")
-                dropped.append(record)
-                fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
-        guards = tuple(a.expr for a in core)
-        return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates), self.budget.backstop_fired)
+def _contradiction_result(atoms: list[_Atom], culprits: Sequence[_Atom], context_facts: list[sympy.Basic], budget: Budget) -> Simplified:
+    """The result for a guard set that can never hold: a small unsatisfiable subset.
+
+    ``culprits`` are the conjuncts the analyzers blame (possibly none, when the context's
+    facts carry the contradiction); if z3 cannot confirm that they alone are unsatisfiable,
+    every distinct conjunct is (the digest showed the whole set is).
+    """
+    unique = [a for a in atoms if not (a.fate and a.fate[0] == "duplicate")]
+    confirmed = culprits and unsatisfiable(list(culprits), context_facts, budget.part(1 / 2))
+    core = minimal_unsat(list(culprits) if confirmed else unique, context_facts, budget)
+    in_core = {a.index for a in core}
+    dropped, fates = [], []
+    for atom in atoms:
+        if atom.index in in_core:
+            fates.append(Fate(atom.expr, "kept", atom.source, note="part of the contradiction"))
+        else:
+            record = Dropped(atom.expr, "contradiction")
+            dropped.append(record)
+            fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
+    guards = tuple(a.expr for a in core)
+    return Simplified(guards, tuple(dropped), (), guards, {}, tuple(fates), budget.backstop_fired)
 
 
 def simplify(
