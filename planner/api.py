@@ -31,6 +31,7 @@ from planner.mesh import Mesh, as_mesh
 from planner.options import PlanOptions, options_from
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
+from planner.trace_hint import covering_inputs
 from planner.strategies import default_providers
 from shapecore import ShapeEnv, parse
 from shapecore.torch import trace_for_planning
@@ -95,6 +96,7 @@ def prepare(
     *,
     shape_env: ShapeEnv,
     dims: Mapping[str, str | sympy.Basic] | None = None,
+    range_origins: Mapping[str, tuple[str, str]] | None = None,
     options: PlanOptions | None = None,
     **keywords: Any,
 ) -> Prepared:
@@ -112,7 +114,8 @@ def prepare(
     checker = Divisibility(env, options.divisibility)
     symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape for s in size.free_symbols})
     named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
-    points = BatchPoints.build(options.batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts)
+    points = BatchPoints.build(options.batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts,
+                               origins=range_origins or {})
     model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
     problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
                             cluster=options.cluster, merge_followers=options.merge_followers,
@@ -126,6 +129,7 @@ def plan(
     *,
     shape_env: ShapeEnv,
     dims: Mapping[str, str | sympy.Basic] | None = None,
+    range_origins: Mapping[str, tuple[str, str]] | None = None,
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
     **keywords: Any,
@@ -136,6 +140,8 @@ def plan(
     forward+backward with AOT descriptors), or an ``ExportedProgram`` (its signature names the
     parameters). ``shape_env``: shapecore's env for the trace (symbols named as in the graph).
     ``dims``: ``Dim`` name → trace symbol, the names ``constraints`` and ``batch_sizes`` may use.
+    ``range_origins``: symbol → where torch set the (lower, upper) end of its range
+    (``Traced.range_origins``), named when a batch point falls outside it.
     ``options``: a :class:`~planner.options.PlanOptions` (constraints, batch sizes, memory
     budget, divisibility, solver, objective, regret, …); ``keywords`` are its fields, and
     replace those of ``options`` (``plan(gm, mesh, shape_env=env, constraints=[...])``).
@@ -146,7 +152,7 @@ def plan(
     say = progress or (lambda line: None)
     solver, objective, regret, time_limit = options.solver, options.objective, options.regret, options.time_limit
     say("reading the graph, choosing strategies, deciding divisibility")
-    prepared = prepare(gm, mesh, shape_env=shape_env, dims=dims, options=options)
+    prepared = prepare(gm, mesh, shape_env=shape_env, dims=dims, range_origins=range_origins, options=options)
     problem, points = prepared.problem, prepared.problem.points
     start = time.perf_counter()
     say(f"building the ILP over {len(problem.groups)} decisions")
@@ -203,12 +209,17 @@ def plan_module(
     """Trace ``model`` (forward, or forward+backward with ``training=True``) and :func:`plan` it.
 
     Dynamic dims come only from ``dynamic_shapes`` (``torch.export.Dim``, derived dims such as
-    ``8*Dim("b")``); parameters and buffers are static. ``constraints`` are written over the
+    ``8*Dim("b")``); parameters and buffers are static. The trace is taken at the largest
+    ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so the guards torch
+    records there hold at the sizes the plan is costed for. ``constraints`` are written over the
     Dim names. ``options`` and ``keywords`` are :func:`plan`'s, checked before tracing.
     """
     options = options_from(options, keywords, caller="plan_module")
+    inputs, hint = covering_inputs(model, example_inputs, dynamic_shapes, options.batch_sizes)
     if progress:
-        progress("tracing" + (" forward and backward" if training else ""))
-    traced = trace_for_planning(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training)
+        at = ", ".join(f"{name}={size}" for name, size in hint.items())
+        progress("tracing" + (" forward and backward" if training else "") + (f" at {at}" if at else ""))
+    traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training)
     graph = traced.exported if traced.exported is not None else traced.graph_module
-    return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})}, options=options, progress=progress)
+    return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})},
+                range_origins=traced.range_origins, options=options, progress=progress)

@@ -74,11 +74,14 @@ class BatchPoints:
         dims: Mapping[str, str],
         batch_symbol: str | None,
         constraints: Sequence[sympy.Basic] = (),
+        *,
+        origins: Mapping[str, tuple[str, str]] | None = None,
     ) -> BatchPoints:
         """Points from ``batch_sizes`` (see the module docstring), checked against the env and constraints.
 
         ``shape_symbols``: the root symbols the graph's shapes mention; ``dims``: Dim name →
-        symbol name; ``batch_symbol``: the symbol plain ints bind (None: pick as documented).
+        symbol name; ``batch_symbol``: the symbol plain ints bind (None: pick as documented);
+        ``origins``: symbol → where its range's (lower, upper) end was set, named in errors.
         """
         replacements = env.replacements
         hints = env.hints
@@ -107,7 +110,7 @@ class BatchPoints:
                 label[to_name.get(symbol, symbol)] = value
             if not label:
                 label = {to_name.get(s, s): v for s, v in point.items()}
-            _check_point(point, env, constraints, label)
+            _check_point(point, env, constraints, label, to_name, origins or {})
             values.append(point)
             labels.append(label)
             weights.append(float(weight))
@@ -143,7 +146,8 @@ def _batch_symbol(roots: Sequence[str]) -> str:
     return roots[0]
 
 
-def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[sympy.Basic], label: Mapping[str, int]) -> None:
+def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[sympy.Basic], label: Mapping[str, int],
+                 dim_names: Mapping[str, str], origins: Mapping[str, tuple[str, str]]) -> None:
     values = extend_assignment(point, env.replacements)
     for fact in list(env.facts) + list(env.guards) + list(constraints):
         names = {s.name for s in fact.free_symbols}
@@ -152,4 +156,9 @@ def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[
     for name, value in values.items():
         bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
         if bounds is not None and value not in bounds:
-            raise ValueError(f"batch point {dict(label)} puts {name}={value} outside its range [{bounds.lo}, {bounds.hi}]")
+            shown = f"{dim_names[name]} ({name})" if name in dim_names else name
+            origin = origins.get(name, ("", ""))[0 if value < bounds.lo else 1]
+            why = f"; that end of the range was set by {origin}" if origin else ""
+            raise ValueError(f"batch point {dict(label)} puts {shown}={value} outside its range [{bounds.lo}, {bounds.hi}]{why}. "
+                             "The trace holds only there: trace at a size inside the batch sizes you plan for "
+                             "(plan_module traces at the largest), or plan the sizes outside it separately")

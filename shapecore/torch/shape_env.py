@@ -31,7 +31,7 @@ from shapecore.torch.expressions import map_expr, size_expr, torch_symbols
 if TYPE_CHECKING:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
 
-__all__ = ["from_torch", "torch_guards", "symbol_ranges", "first_sources", "source_name", "TorchSymbols",
+__all__ = ["from_torch", "torch_guards", "symbol_ranges", "range_origins", "first_sources", "source_name", "TorchSymbols",
            "to_torch_symbols"]
 
 
@@ -49,6 +49,25 @@ def _bound(value: sympy.Basic) -> int | None:
 def symbol_ranges(shape_env: TorchShapeEnv) -> dict[str, tuple[int | None, int | None]]:
     """Each integer symbol's range in ``shape_env`` by name: ``(lo, hi)``, None for an open end."""
     return {s.name: (_bound(r.lower), _bound(r.upper)) for s, r in shape_env.var_to_range.items() if s.is_integer}
+
+
+def range_origins(shape_env: TorchShapeEnv) -> dict[str, tuple[str, str]]:
+    """Where torch set each integer symbol's range, by name: ``(lower, upper)``.
+
+    Each is the place torch recorded for that end (``_subclasses/fake_impls.py:1811 in conv``),
+    led by the guard recorded there when one was (``guard s77 < 16 at ...``), so an error about
+    a value outside the range can say which op or line narrowed it.
+    """
+    guards: dict[str, str] = {}
+    for guard in shape_env.guards:
+        guards.setdefault(str(guard.sloc), str(guard.expr))
+
+    def origin(sloc: Any) -> str:
+        where = str(sloc).strip()
+        guard = guards.get(str(sloc))
+        return f"guard {guard} at {where}" if guard else where
+
+    return {s.name: (origin(r.lower), origin(r.upper)) for s, r in shape_env.var_to_range_sloc.items() if s.is_integer}
 
 
 def source_name(source: Any) -> str:

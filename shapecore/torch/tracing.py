@@ -27,7 +27,7 @@ from shapecore.env import ShapeEnv
 from shapecore.errors import ShapecoreError
 from shapecore.torch.expressions import map_expr
 from shapecore.torch.fake import graph_shape_env
-from shapecore.torch.shape_env import first_sources, from_torch, source_name, torch_guards
+from shapecore.torch.shape_env import first_sources, from_torch, range_origins, source_name, torch_guards
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +45,8 @@ class Traced:
     ``graph_module`` is the FX graph whose ``meta["val"]`` are symbolic fake tensors (None when
     export failed and the failure was returned). ``torch_guards`` are torch's recorded guards
     mapped to shapecore, in order (``env.guards`` omits those the rest of the state implies).
-    ``sources`` maps a symbol name to the first source torch knows it by (``L['x'].size()[0]``).
+    ``sources`` maps a symbol name to the first source torch knows it by (``L['x'].size()[0]``);
+    ``range_origins`` to where torch set the two ends of its range (:func:`~shapecore.torch.shape_env.range_origins`).
     Export only: ``dims`` maps each user ``Dim`` name that is a single symbol to that symbol's
     name, ``dim_exprs`` every ``Dim`` name (derived ones such as ``8*k`` too) to its expression
     over symbols; ``exported`` is the ``ExportedProgram`` (None for a joint graph) and ``error``
@@ -57,6 +58,7 @@ class Traced:
     env: ShapeEnv
     torch_guards: list[sympy.Basic]
     sources: dict[str, str]
+    range_origins: dict[str, tuple[str, str]] = field(default_factory=dict)
     dims: dict[str, str] = field(default_factory=dict)
     dim_exprs: dict[str, sympy.Basic] = field(default_factory=dict)
     exported: ExportedProgram | None = None
@@ -80,6 +82,7 @@ def _traced(gm: GraphModule | None, shape_env: TorchShapeEnv, timeout_ms: int, *
         env=from_torch(shape_env, timeout_ms=timeout_ms),
         torch_guards=torch_guards(shape_env),
         sources=first_sources(shape_env),
+        range_origins=range_origins(shape_env),
         **extra,
     )
 
@@ -248,6 +251,23 @@ def _joint_graph(exported: ExportedProgram, user_input_count: int) -> GraphModul
         return aot_export_joint_with_descriptors(stack, exported.module(), tuple(user_inputs)).graph_module
 
 
+@contextlib.contextmanager
+def _backend_neutral() -> Any:
+    """CPU convolution backends (mkldnn, NNPACK) off while tracing.
+
+    Fake convolution asks which backend the real one would take, only to pick its output's
+    memory format, and that choice reads the batch size (NNPACK wants at least 16): the
+    joint trace of a conv net at batch 8 would carry the guard ``s0 < 16`` and its plan
+    could serve no larger batch. The graph's ops are the same either way; at run time each
+    call still picks its backend.
+    """
+    import torch
+
+    mkldnn = torch.backends.mkldnn.flags(enabled=False, deterministic=None, allow_tf32=None, fp32_precision=None)
+    with mkldnn, torch.backends.nnpack.flags(enabled=False):
+        yield
+
+
 def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any,
                        training: bool = False) -> Traced:
     """The graph the planner plans and the lowering lowers (see the module docstring).
@@ -256,14 +276,15 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
     signature names the parameters); with ``training=True`` the joint forward+backward graph,
     and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
     """
-    exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-    shape_env = _trace_shape_env(exported.graph_module)
-    dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
-    if training:
-        gm, planned = _joint_graph(exported, len(example_inputs)), None
-    else:
-        planned = exported.run_decompositions(_decompositions())
-        gm = planned.graph_module
+    with _backend_neutral():
+        exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+        shape_env = _trace_shape_env(exported.graph_module)
+        dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
+        if training:
+            gm, planned = _joint_graph(exported, len(example_inputs)), None
+        else:
+            planned = exported.run_decompositions(_decompositions())
+            gm = planned.graph_module
     return _traced(gm, shape_env, 1000, dims=_dims(dim_exprs), dim_exprs=dim_exprs, exported=planned)
 
 

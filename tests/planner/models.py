@@ -73,3 +73,24 @@ class Tokens(nn.Module):
 def on_meta(model_cls, *args, **kwargs) -> nn.Module:
     with torch.device("meta"):
         return model_cls(*args, **kwargs)
+
+
+class SmallCNN(nn.Module):
+    """A ResNet-style stem without torchvision: conv, BatchNorm2d, relu, pooling, linear.
+
+    Its stride-1 3x3 convolution is the op whose fake backward once asked which CPU backend
+    the batch size picks, so a joint trace at batch 8 carried the guard ``batch < 16``.
+    """
+
+    def __init__(self, channels: int = 8, classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(2 * channels)
+        self.fc = nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.relu(self.bn2(self.conv2(x)))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))

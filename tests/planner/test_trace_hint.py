@@ -1,0 +1,59 @@
+"""plan_module traces at a size covering the batch sizes it costs; a point outside the trace's
+range is an error naming where torch set that range."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.export import Dim
+
+import planner
+from planner.batches import BatchPoints
+from planner.trace_hint import covering_inputs, largest_sizes
+from shapecore import parse
+from shapecore.torch import trace_make_fx
+from tests.planner.models import SmallCNN
+
+
+def test_largest_sizes_per_dim_from_every_form_of_batch_sizes():
+    assert largest_sizes([8, 512, 64], "batch") == {"batch": 512}
+    assert largest_sizes({8: 0.9, 32: 0.1}, "batch") == {"batch": 32}
+    assert largest_sizes([{"b": 4, "s": 128}, ({"b": 16, "s": 64}, 2.0)], None) == {"b": 16, "s": 128}
+    assert largest_sizes(None, "batch") == {}
+
+
+def test_covering_inputs_repeat_the_example_rows_along_each_dim():
+    x = torch.arange(6).reshape(3, 2)
+    (grown, other), changed = covering_inputs(torch.nn.Identity(), (x, torch.ones(3)),
+                                              ({0: Dim("batch")}, None), [2, 7])
+    assert changed == {"batch": 7}
+    assert torch.equal(grown, x[[0, 1, 2, 0, 1, 2, 0]])
+    assert torch.equal(other, torch.ones(3))
+    bounded, changed = covering_inputs(torch.nn.Identity(), (x,), {"input": {0: Dim("batch", max=5)}}, [7])
+    assert changed == {} and bounded[0] is x  # a size the Dim does not allow is left to the batch-point check
+
+
+def test_training_a_conv_net_traced_at_batch_8_plans_batch_sizes_past_16():
+    # The joint trace's fake convolution backward used to ask which CPU backend (NNPACK wants
+    # a batch of 16) the batch size picks, adding the guard batch < 16: planning batch 64 failed.
+    plan = planner.plan_module(SmallCNN(), (torch.randn(8, 3, 16, 16),), dynamic_shapes={"x": {0: Dim("batch")}},
+                               mesh=(2,), training=True, batch_sizes=[8, 64, 512])
+    assert [b.values for b in plan.batch_costs] == [{"batch": 8}, {"batch": 64}, {"batch": 512}]
+    assert plan.guards == ()
+
+
+def _small_batch_branch(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 if x.shape[0] < 16 else x * 3
+
+
+def test_a_batch_point_outside_the_traced_range_names_the_guard_and_line_that_set_it():
+    traced = trace_make_fx(_small_batch_branch, (torch.randn(8, 4),))
+    symbol = next(iter(traced.env.hints))
+    lower, upper = traced.range_origins[symbol]
+    assert f"{symbol} < 16" in upper and "_small_batch_branch" in upper
+    with pytest.raises(ValueError) as info:
+        BatchPoints.build([8, 64], traced.env, [symbol], {"batch": symbol}, symbol, [parse(f"{symbol} >= 1")],
+                          origins=traced.range_origins)
+    message = str(info.value)
+    assert f"puts batch ({symbol})=64 outside its range [2, 15]" in message
+    assert f"guard {symbol} < 16 at" in message and "_small_batch_branch" in message
