@@ -9,6 +9,9 @@
 * :class:`Mesh` (:meth:`Mesh.shard_factor`) and :func:`as_mesh`; placements as text
   (:func:`format_placements`, :func:`parse_placements`);
 * :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`;
+* placement constraints (``PlanOptions.placement_constraints``): :class:`Pin`,
+  :class:`ForbidShard`, :class:`RequireShard`, :class:`MinShards`, targets seen as
+  :class:`NodeInfo`; an unsatisfiable set raises :class:`PlacementConflict`;
 * pluggable parts: :class:`StrategyProvider` (with :class:`BuiltinProvider` and
   :class:`DTensorProvider`), :class:`CostModel` (default :class:`AlphaBetaCostModel`);
 * :func:`tensor_operands` — how operands are numbered in a plan.
@@ -34,6 +37,7 @@ from planner.plan import (
     ShardProof,
     SolverStats,
 )
+from planner.placement_constraints import ForbidShard, MinShards, NodeInfo, Pin, PlacementConflict, PlacementConstraint, RequireShard
 from planner.placements import format_placements, parse_placements
 from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
@@ -49,16 +53,23 @@ __all__ = [
     "CostModel",
     "DTensorProvider",
     "Decision",
+    "ForbidShard",
     "GraphInput",
     "GraphOutput",
     "Hardware",
     "LocalTensor",
     "MemoryBreakdown",
+    "MinShards",
+    "NodeInfo",
     "Mesh",
+    "Pin",
     "Plan",
     "PlanOptions",
+    "PlacementConflict",
+    "PlacementConstraint",
     "PrunedStrategy",
     "Redistribution",
+    "RequireShard",
     "ShardProof",
     "SolverStats",
     "Strategy",

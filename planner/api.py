@@ -119,7 +119,8 @@ def prepare(
     model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
     problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
                             cluster=options.cluster, merge_followers=options.merge_followers,
-                            replicate_outputs=options.replicate_outputs)
+                            replicate_outputs=options.replicate_outputs,
+                            placement_constraints=options.placement_constraints, dims=dims)
     return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start)
 
 

@@ -25,6 +25,7 @@ import sympy
 from planner.batches import BatchSizes
 from planner.cost import CostModel, Hardware, resolve_hardware
 from planner.divisibility import POLICIES, Policy
+from planner.placement_constraints import PlacementConstraint, check_constraints
 from planner.strategies import StrategyProvider
 
 __all__ = ["PlanOptions", "Objective", "RegretMode", "Solver", "OBJECTIVES", "REGRET_MODES", "SOLVERS", "options_from"]
@@ -49,6 +50,9 @@ class PlanOptions:
     """Where symbolic sizes are costed, with weights (see :mod:`planner.batches`); None: the example's sizes."""
     constraints: Sequence[str | sympy.Basic] = ()
     """Guard texts over the ``Dim`` names or the trace's symbols that every input will satisfy."""
+    placement_constraints: Sequence[PlacementConstraint] = ()
+    """Placements the plan must take: :class:`~planner.Pin`, :class:`~planner.ForbidShard`,
+    :class:`~planner.RequireShard`, :class:`~planner.MinShards` (see :mod:`planner.placement_constraints`)."""
     memory_budget: float | None = None
     """Bytes per device the plan may use (parameters, gradients, optimizer state, activations); None: no limit."""
     divisibility: Policy = "prove"
@@ -80,6 +84,7 @@ class PlanOptions:
         resolve_hardware(self.hardware)
         _check_constraints(self.constraints)
         object.__setattr__(self, "constraints", tuple(self.constraints))
+        object.__setattr__(self, "placement_constraints", check_constraints(self.placement_constraints))
         if self.memory_budget is not None:
             _check_positive("memory_budget", self.memory_budget, "bytes per device, or None for no limit")
         _check_choice("divisibility", self.divisibility, POLICIES)

@@ -18,7 +18,8 @@
    of the producer's placements leaves it exactly one strategy and its output is no larger
    than that operand: no resharding between them, so any resharding happens after the op,
    on no more bytes than before it). Sharing restricts the plans considered; the objective
-   is always the true cost of the plan chosen.
+   is always the true cost of the plan chosen. Then every choice that breaks one of the
+   user's placement constraints is dropped (:mod:`planner.placement_constraints`).
 3. **costs and edges** (:mod:`~planner.problem.edges`) — each group's compute and memory
    per choice, and every (consumer, operand) pair, linked to its producer. An edge inside
    one group is priced into that group's choices. Edges across groups are collected into
@@ -33,7 +34,9 @@ answers (:mod:`planner.problem.model`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import sympy
 
 from planner.batches import BatchPoints
 from planner.clustering import node_signature
@@ -41,6 +44,7 @@ from planner.cost import CostModel
 from planner.divisibility import Divisibility
 from planner.graph import PlanGraph
 from planner.mesh import Mesh
+from planner.placement_constraints import PlacementConstraint, constrained_nodes, restrict_choices
 from planner.problem.candidates import add_candidates, saved_activations
 from planner.problem.edges import add_edges, add_group_costs
 from planner.problem.groups import add_groups
@@ -61,11 +65,16 @@ def build_problem(
     cluster: bool = True,
     merge_followers: bool = True,
     replicate_outputs: bool = False,
+    placement_constraints: Sequence[PlacementConstraint] = (),
+    dims: Mapping[str, str | sympy.Basic] | None = None,
 ) -> Problem:
-    """Candidates, groups and edges for ``graph`` (see the module docstring)."""
+    """Candidates, groups and edges for ``graph`` (see the module docstring); ``placement_constraints``
+    (their ``Dim`` names resolved through ``dims``) remove the choices that break them."""
     problem = Problem(graph, mesh, points, cost_model, divisibility, graph.is_training())
     saved = saved_activations(graph)
-    signatures = {node.name: node_signature(node, graph, node.name in saved) for node in graph}
+    found = constrained_nodes(list(graph), placement_constraints, mesh, dims or {})
+    problem.constrained = {name for name, ks in found.items() if any(placement_constraints[k].targeted for k in ks)}
+    signatures = {node.name: node_signature(node, graph, node.name in saved) + found.get(node.name, ()) for node in graph}
     add_candidates(problem, providers, signatures, saved, replicate_outputs=replicate_outputs)
     if problem.uncovered:
         ops = sorted(set(problem.uncovered.values()))
@@ -75,6 +84,7 @@ def build_problem(
             stacklevel=3,
         )
     add_groups(problem, signatures, cluster=cluster, merge_followers=merge_followers)
+    restrict_choices(problem, found, placement_constraints)
     add_group_costs(problem)
     add_edges(problem)
     return problem

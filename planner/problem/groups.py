@@ -8,7 +8,8 @@ whose choices are its representative's candidates. The leader of
 * a ``getitem`` is the tuple it reads (it takes its element's placement);
 * a parameter's gradient is the parameter, a user output its tangent (*tying*);
 * an elementwise or layout op, with ``merge_followers``, is its first operand's producer
-  (*following*), unless that operand is broadcast or smaller than the op's output.
+  (*following*), unless that operand is broadcast or smaller than the op's output, or a
+  placement constraint names the op.
 
 A unit's leaders must be aligned (member ``i`` led by member ``i`` of one unit); a getitem or
 tied unit whose leaders are not is split into single nodes, each decided on its own.
@@ -117,7 +118,8 @@ class _Leaders:
             if all(graph.nodes[m].output_index in self.tangents for m in unit.members):
                 return _aligned(unit, [self.tangents[graph.nodes[m].output_index] for m in unit.members], unit_of, "tie")  # type: ignore[index]
             return None
-        if self.merge_followers and node.role == "op" and node.operands and not node.is_tuple:
+        if self.merge_followers and node.role == "op" and node.operands and not node.is_tuple \
+                and node.name not in self.problem.constrained:
             first = graph.nodes[node.operands[0]].output
             if len(node.operands) > 1 and first.shape != node.output.shape:
                 return None  # following a broadcast operand would pin the op to its placement

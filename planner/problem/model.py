@@ -121,6 +121,7 @@ class Problem:
     groups: list[Group] = field(default_factory=list)
     edge_classes: list[EdgeClass] = field(default_factory=list)
     uncovered: dict[str, str] = field(default_factory=dict)
+    constrained: set[str] = field(default_factory=set)
     shared: dict[str, str] = field(default_factory=dict)
     clusters: int = 0
     clustered_nodes: int = 0

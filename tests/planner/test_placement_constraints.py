@@ -1,0 +1,122 @@
+"""Placement constraints: pins, Dim sharding rules and MinShards are obeyed by the ILP and the
+greedy baseline; unsatisfiable ones are a PlacementConflict naming the constraints at odds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributed.tensor import Replicate, Shard
+from torch.export import Dim
+
+import planner
+from planner import ForbidShard, Mesh, MinShards, Pin, PlacementConflict, RequireShard
+from shapecore.torch import trace_for_planning
+from tests.planner.models import MLP, on_meta
+
+R, S0, S1 = Replicate(), Shard(0), Shard(1)
+
+
+@pytest.fixture(scope="module")
+def forward():
+    return trace_for_planning(on_meta(MLP, 64, 256), (torch.randn(16, 64, device="meta"),),
+                              dynamic_shapes={"x": {0: Dim("batch")}})
+
+
+@pytest.fixture(scope="module")
+def training():
+    return trace_for_planning(on_meta(MLP, 64, 256), (torch.randn(16, 64, device="meta"),),
+                              dynamic_shapes={"x": {0: Dim("batch")}}, training=True)
+
+
+def _plan(trace, mesh=(4,), **options):
+    graph = trace.exported if trace.exported is not None else trace.graph_module
+    options.setdefault("constraints", ["Eq(Mod(batch, 8), 0)"])
+    options.setdefault("batch_sizes", [64, 1024])
+    return planner.plan(graph, Mesh(mesh, ("dp", "tp")[: len(mesh)]), shape_env=trace.env, dims=trace.dim_exprs, **options)
+
+
+def _pieces(mesh: Mesh, placements) -> int:
+    return math.prod(size for size, p in zip(mesh.shape, placements) if isinstance(p, Shard))
+
+
+def test_pinned_inputs_and_parameters_take_their_placements(forward):
+    free = _plan(forward)
+    assert free.input_placements[0] == (R,) and free.param_placements["fc1.weight"] == (R,)  # what the planner picks alone
+    pinned = _plan(forward, placement_constraints=[Pin("inputs", "S(0)"), Pin("fc1.weight", "S(0)")])
+    assert pinned.input_placements[0] == (S0,)
+    assert pinned.param_placements["fc1.weight"] == (S0,)
+    assert pinned.options["placement_constraints"] == ["Pin('inputs', 'S(0)')", "Pin('fc1.weight', 'S(0)')"]
+
+
+def test_a_pin_on_one_axis_by_pattern_or_predicate_leaves_the_other_axis_free(forward):
+    plan = _plan(forward, mesh=(2, 2), placement_constraints=[
+        Pin("fc*.weight", "S(0)", axis="tp"),
+        Pin(lambda n: n.role == "output", "R,R"),
+    ])
+    assert plan.param_placements["fc1.weight"][1] == S0 and plan.param_placements["fc2.weight"][1] == S0
+    assert plan.output_placements[0] == (R, R)
+
+
+@pytest.mark.parametrize("solver", ["highs", "greedy"])
+def test_forbid_and_require_sharding_a_dim_on_an_axis(forward, solver):
+    forbidden = _plan(forward, mesh=(2, 2), solver=solver, placement_constraints=[ForbidShard("batch", axis="dp")])
+    batch = forbidden.dims["batch"]
+    assert not [p for p in forbidden.proofs if batch in p.size and "dp" in p.mesh_axes]
+    required = _plan(forward, mesh=(2, 2), solver=solver, placement_constraints=[RequireShard("batch", axis="tp"),
+                                                                                 Pin("inputs", "R,S(0)")])
+    assert required.input_placements[0] == (R, S0)
+    assert required.output_placements[0][1] == S0
+    assert any(batch in p.size and p.mesh_axes == ("tp",) for p in required.proofs)
+
+
+@pytest.mark.parametrize("solver", ["highs", "greedy"])
+def test_parameters_sharded_at_least_n_way(training, solver):
+    plan = _plan(training, mesh=(2, 2), solver=solver, placement_constraints=[MinShards(4)])
+    assert plan.param_placements and all(_pieces(plan.mesh, p) >= 4 for p in plan.param_placements.values())
+    for out, role in zip(plan.output_placements, plan.graph_outputs):  # each gradient as its parameter
+        if role is not None and role.role == "grad":
+            assert out == plan.param_placements[role.grad_of]
+
+
+def test_two_constraints_at_odds_are_named_as_a_pair(forward):
+    pin, fsdp = Pin("fc1.weight", "R"), MinShards(2)
+    with pytest.raises(PlacementConflict) as info:
+        _plan(forward, placement_constraints=[pin, fsdp])
+    assert info.value.constraints == (pin, fsdp)
+    assert "Pin('fc1.weight', 'R') and MinShards(2, 'parameters') conflict on parameter fc1.weight" in str(info.value)
+
+
+def test_a_gradient_pinned_against_its_parameter_is_a_conflict_naming_both(training):
+    weight = Pin("fc2.weight", "S(1)")
+    grad = Pin(lambda n: n.role == "grad" and n.fqn == "fc2.weight", "R")
+    with pytest.raises(PlacementConflict, match="share one decision") as info:
+        _plan(training, placement_constraints=[weight, grad])
+    assert info.value.constraints == (weight, grad)
+
+
+def test_a_pin_the_divisibility_check_forbids_names_the_pruned_strategy(forward):
+    with pytest.raises(PlacementConflict, match=r"Pin\('fc1.bias', 'S\(0\)'\) conflicts with the strategies of parameter "
+                                                r"fc1.bias .*pruned: S\(0\)") as info:
+        _plan(forward, mesh=(3,), constraints=[], batch_sizes=None, placement_constraints=[Pin("fc1.bias", "S(0)")])
+    assert "256" in str(info.value)
+
+
+@pytest.mark.parametrize("constraint, message", [
+    (Pin("fc3.weight", "R"), r"Pin\('fc3.weight', 'R'\) matches no node; .* fc1.bias"),
+    (Pin("inputs", "R,R"), r"2 placements for the 1-axis mesh"),
+    (Pin("inputs", "R", axis="tp"), r"no mesh axis named 'tp'"),
+    (ForbidShard("seq", axis=0), r"'seq' is not a Dim name \(batch\)"),
+    (MinShards(8), r"has 4 devices, fewer than 8"),
+])
+def test_bad_constraints_are_errors_naming_them(forward, constraint, message):
+    with pytest.raises(ValueError, match=message):
+        _plan(forward, placement_constraints=[constraint])
+
+
+def test_placement_constraints_must_be_constraints():
+    with pytest.raises(TypeError, match=r"placement_constraints\[0\] must be a planner.Pin"):
+        planner.PlanOptions(placement_constraints=["S(0)"])
+    with pytest.raises(ValueError, match="ways must be a positive int"):
+        MinShards(0)
