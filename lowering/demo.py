@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import re
 import statistics
 import sys
 import threading
@@ -111,16 +110,16 @@ def plan_decoder(batch_sizes: Sequence[int]) -> Any:
 
 
 def _show_plan(plan: Any) -> None:
-    _say(_dim_names(plan, str(plan)))
+    _say(str(plan))
     _say()
     symbolic = [p for p in plan.proofs if any(c.isalpha() for c in p.size)]
     static = len(plan.proofs) - len(symbolic)
     _say(f"proofs: {len(plan.proofs)} split dims, {static} of static size; the symbolic ones rely on")
-    for (obligation, status, method), count in sorted(Counter((_dim_names(plan, p.obligation), p.status, p.method)
+    for (obligation, status, method), count in sorted(Counter((plan.readable(p.obligation), p.status, p.method)
                                                               for p in symbolic).items()):
         _say(f"  {obligation}: {status} by shapecore ({method}) for {count} dim(s)")
     _say("guards (checked on every call before any collective): "
-         + ("; ".join(_dim_names(plan, g) for g in plan.guards) or "none"))
+         + ("; ".join(plan.readable(g) for g in plan.guards) or "none"))
 
 
 class _Progress:
@@ -161,7 +160,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
     if rank == 0:
         local = ", ".join(f"{s.of} = {s.multiplier}*{s.name}" for s in pm.program.symbols)
         _say("rank 0: ready in " + ", ".join(f"{k} {v:.1f} s" for k, v in pm.timings.items())
-             + f"; local symbols: {_dim_names(pm.plan, local)}")
+             + f"; local symbols: {pm.plan.readable(local)}")
     rows = []
     for batch in batch_sizes:
         inputs = tokens(batch)
@@ -181,13 +180,6 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
         if rank == 0:
             _say(f"rank 0: batch {batch} done")
     return {"rows": rows, "compile_seconds": pm.compile_seconds, "timings": pm.timings}
-
-
-def _dim_names(plan: Any, text: str) -> str:
-    """``text`` with the trace's symbols replaced by the user's Dim names (``s52`` -> ``batch``)."""
-    for dim, symbol in plan.dims.items():
-        text = re.sub(rf"\b{re.escape(symbol)}\b", dim, text)
-    return text
 
 
 def run(args: argparse.Namespace) -> int:

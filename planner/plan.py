@@ -60,6 +60,8 @@ for, so the same inputs give byte-identical JSON in separate processes. Version 
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -455,6 +457,17 @@ class SolverStats:
         return cls(**d)
 
 
+_COSTLIEST = 5
+_WIDTH = 100
+_LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=\.)")
+
+
+def _names(fqns: list[str]) -> list[str]:
+    """Parameter names, those of identical layers folded: ``layers.*.mlp.fc1.weight (x32)``."""
+    folded = Counter(_LAYER_INDEX.sub("*", fqn) for fqn in fqns)
+    return [name if n == 1 else f"{name} (x{n})" for name, n in folded.items()]
+
+
 def _placements_map(d: Mapping[str, Placements]) -> dict[str, str]:
     return {k: format_placements(v) for k, v in sorted(d.items())}
 
@@ -506,8 +519,22 @@ class Plan:
         regrets = [b.regret for b in self.batch_costs if b.regret is not None]
         return max(regrets) if regrets else None
 
-    def explain(self, node: str) -> str:
-        """Why ``node`` got its placement: its rule, cost, redistributions, proofs and runners-up."""
+    def readable(self, text: str) -> str:
+        """``text`` (a guard, an obligation, a size) with the trace's symbols written as the user's
+        ``Dim`` names: ``Eq(Mod(s72, 4), 0)`` reads ``Eq(Mod(batch, 4), 0)``."""
+        names = {symbol: dim for dim, symbol in self.dims.items() if re.fullmatch(r"[A-Za-z_]\w*", symbol)}
+        if not names:
+            return text
+        pattern = re.compile(r"\b(" + "|".join(re.escape(s) for s in sorted(names, key=len, reverse=True)) + r")\b")
+        return pattern.sub(lambda m: names[m.group(1)], text)
+
+    def explain(self, node: str | None = None) -> str:
+        """Why ``node`` got its placement: its rule, cost, redistributions, proofs and runners-up.
+
+        Without ``node``: the table of every node's placement, rule and costs.
+        """
+        if node is None:
+            return self._table()
         if node not in self.decisions:
             known = ", ".join(sorted(self.decisions)[:20])
             raise KeyError(f"no decision recorded for node {node!r}; nodes with decisions include: {known}")
@@ -536,14 +563,11 @@ class Plan:
         for p in self.pruned:
             if p.node == source:
                 lines.append(f"  pruned {p.strategy}: {p.reason}")
-        return "\n".join(lines)
+        return self.readable("\n".join(lines))
 
     # -- text -------------------------------------------------------------------------------
 
-    def __str__(self) -> str:
-        mesh = self.mesh
-        out = [f"Plan on mesh {mesh} ({self.stats.solver}: {self.stats.status}, objective {self.stats.objective:.6g} s"
-               + (f", gap {self.stats.gap:.3g}" if self.stats.gap else "") + ")"]
+    def _table(self) -> str:
         rows = [("node", "op", "placement", "rule", "compute s", "reshard in s")]
         for name, d in self.decisions.items():
             placed = self.placements.get(name)
@@ -552,22 +576,38 @@ class Plan:
             )
             rows.append((name, d.op, text, d.rule, f"{d.compute:.3g}", f"{d.incoming:.3g}" if d.incoming else ""))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            out.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+    def __str__(self) -> str:
+        """A summary: placements of parameters, inputs and outputs, redistributions, guards, costs per batch size."""
+        stats = self.stats
+        out = [f"Plan on mesh {self.mesh} ({stats.solver}: {stats.status}, {stats.graph_nodes} graph nodes, "
+               f"{stats.decision_nodes} decisions" + (f", gap {stats.gap:.3g}" if stats.gap else "") + ")"]
         if self.param_placements:
             out.append("parameters:")
+            by_placement: dict[str, list[str]] = {}
             for fqn, ps in sorted(self.param_placements.items()):
-                out.append(f"  {fqn}: {format_placements(ps)}")
-        out.append("inputs: " + "; ".join(format_placements(p) for p in self.input_placements))
-        out.append("outputs: " + "; ".join(format_placements(p) for p in self.output_placements))
+                by_placement.setdefault(format_placements(ps), []).append(fqn)
+            for text, fqns in by_placement.items():
+                names = _names(fqns)
+                out.append(f"  {text}:" + (" " + ", ".join(names) if len(", ".join(names)) <= _WIDTH else "\n    " + "\n    ".join(names)))
+        out.append("inputs: " + ", ".join(f"{k}: {format_placements(p)}" for k, p in enumerate(self.input_placements) if p is not None))
+        shown = ([(o.index, p) for o, p in zip(self.graph_outputs, self.output_placements) if o is not None and o.role == "output"]
+                 if self.graph_outputs else list(enumerate(self.output_placements)))
+        out.append("outputs: " + ", ".join(f"{k}: {format_placements(p)}" for k, p in shown if p is not None))
         if self.redistributions:
-            out.append(f"redistributions ({len(self.redistributions)}):")
-            for r in self.redistributions:
+            kinds = Counter(s.kind for r in self.redistributions for s in r.steps)
+            total = sum(r.cost for r in self.redistributions)
+            out.append(f"redistributions: {len(self.redistributions)} ("
+                       + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + f"), {total:.4g} s expected per step")
+            for r in sorted(self.redistributions, key=lambda r: -r.cost)[:_COSTLIEST]:
                 out.append(f"  {r}  {r.cost:.3g} s")
+            if len(self.redistributions) > _COSTLIEST:
+                out.append(f"  ... {len(self.redistributions) - _COSTLIEST} more (plan.redistributions)")
+        else:
+            out.append("redistributions: none")
         out.append("guards: " + ("; ".join(self.guards) if self.guards else "none"))
-        by_status: dict[str, int] = {}
-        for p in self.proofs:
-            by_status[p.status] = by_status.get(p.status, 0) + 1
+        by_status = Counter(p.status for p in self.proofs)
         out.append("sharded dims: " + (", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
                    + f"; {len(self.pruned)} strategies pruned")
         c = self.cost
@@ -579,7 +619,8 @@ class Plan:
             regret = "" if b.optimum is None else (f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum_exact
                                                    else f", optimum ≥ {b.optimum:.4g} s, regret ≤ {b.regret:.3f}")
             out.append(f"  at {point} (weight {b.weight:.3g}): {b.cost:.4g} s{regret}")
-        return "\n".join(out)
+        out.append("every node's placement: plan.explain(); why one node's: plan.explain(node)")
+        return self.readable("\n".join(out))
 
     # -- JSON -------------------------------------------------------------------------------
 

@@ -165,3 +165,15 @@ def test_plan_module_checks_its_options_before_tracing():
                              ({"constraint": ["n >= 2"]}, "did you mean 'constraints'")]:
         with pytest.raises((ValueError, TypeError), match=message):
             planner.plan_module(Untraceable(), (x,), dynamic_shapes={"x": {0: Dim("n")}}, mesh=Mesh((2,)), **options)
+
+
+def test_plans_read_with_the_users_dim_names(mlp_trace):
+    plan = _plan(mlp_trace, placement_constraints=[planner.Pin("inputs", "S(0)")], batch_sizes=[8, 64])
+    symbol = plan.dims["batch"]
+    assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract: the trace's symbols
+    assert plan.readable(plan.guards[0]) == "Eq(Mod(batch, 4), 0)"
+    summary, node = str(plan), plan.explain("x")
+    assert "guards: Eq(Mod(batch, 4), 0)" in summary and "inputs: 0: S(0)" in summary and "at batch=64" in summary
+    assert "dim 0 (size batch) split over axis0: Eq(Mod(batch, 4), 0) proved" in node
+    assert symbol not in summary + node + plan.explain()
+    assert all(name in plan.explain() for name in plan.decisions)

@@ -62,13 +62,18 @@ def test_json_version_is_checked(plan_json):
         Plan.from_json(json.dumps({"format": "something else"}))
 
 
-def test_table_and_explanations(plan_json):
+def test_summary_table_and_explanations(plan_json):
     plan = Plan.from_json(plan_json)
-    table = str(plan)
-    assert "Plan on mesh (dp=2, tp=2)" in table
-    for fqn in plan.param_placements:
-        assert fqn in table
-    assert "guards:" in table and "regret" in table
+    summary = str(plan)
+    assert "Plan on mesh (dp=2, tp=2)" in summary
+    assert "layers.*.attn.qkv.weight (x2)" in summary and "embed.weight" in summary  # identical layers folded
+    assert "guards: Eq(Mod(batch, 4), 0)" in summary and "at batch=64" in summary and "regret" in summary
+    symbol = plan.dims["batch"]
+    assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract keeps the trace's symbols
+    assert symbol not in summary.replace("_", " ").split()
+    assert len(summary.splitlines()) < len(plan.decisions)  # the per-node table is explain()'s
+    table = plan.explain()
+    assert all(name in table for name in plan.decisions)
     decided = [n for n, d in plan.decisions.items() if d.alternatives]
     assert decided
     text = plan.explain(decided[0])
