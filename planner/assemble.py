@@ -177,7 +177,8 @@ def _decisions(problem: Problem, choices: list[int], incoming: dict[str, float],
         shared = problem.shared.get(node.name) or (root if root != node.name else "")
         alternatives: tuple[Alternative, ...] = ()
         if explain and len(cands) > 1 and node.name not in problem.shared:
-            deltas = [(i, _switch_delta(problem, choices, node.name, i, current, weights, getitems)) for i in range(len(cands)) if i != current]
+            allowed = problem.allowed_candidates.get(node.name, range(len(cands)))  # placement constraints rule the others out
+            deltas = [(i, _switch_delta(problem, choices, node.name, i, current, weights, getitems)) for i in allowed if i != current]
             deltas.sort(key=lambda t: (t[1], t[0]))
             alternatives = tuple(Alternative(_describe(cands[i]), d) for i, d in deltas[:_ALTERNATIVES])
         out[node.name] = Decision(

@@ -307,7 +307,8 @@ def _describe_node(node: GraphNode) -> str:
 
 def restrict_choices(problem: Any, found: Mapping[str, tuple[int, ...]], constraints: Sequence[PlacementConstraint]) -> None:
     """Drop every choice of every group that breaks a constraint on one of its nodes
-    (``found``: :func:`constrained_nodes`); a group left with none is a :class:`PlacementConflict`."""
+    (``found``: :func:`constrained_nodes`) and record each constrained node's allowed candidates
+    (``problem.allowed_candidates``); a group left with no choice is a :class:`PlacementConflict`."""
     graph = problem.graph
     for group in problem.groups:
         allowed: dict[tuple[str, int], set[int]] = {}
@@ -316,6 +317,7 @@ def restrict_choices(problem: Any, found: Mapping[str, tuple[int, ...]], constra
             metas = [graph.operand_meta(node, k) for k in range(len(node.operands))]
             for k in found.get(name, ()):
                 ok = {i for i, c in enumerate(problem.candidates[name]) if constraints[k].allows(node, c, metas)}
+                problem.allowed_candidates[name] = problem.allowed_candidates.get(name, ok) & ok
                 allowed[(name, k)] = {c for c in range(group.choices) if problem.pick[name][c] in ok}
                 if not allowed[(name, k)]:
                     raise _alone(problem, group, node, constraints[k], ok)

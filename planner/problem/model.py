@@ -122,6 +122,7 @@ class Problem:
     edge_classes: list[EdgeClass] = field(default_factory=list)
     uncovered: dict[str, str] = field(default_factory=dict)
     constrained: set[str] = field(default_factory=set)
+    allowed_candidates: dict[str, set[int]] = field(default_factory=dict)
     shared: dict[str, str] = field(default_factory=dict)
     clusters: int = 0
     clustered_nodes: int = 0

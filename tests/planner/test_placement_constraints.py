@@ -48,6 +48,8 @@ def test_pinned_inputs_and_parameters_take_their_placements(forward):
     assert pinned.input_placements[0] == (S0,)
     assert pinned.param_placements["fc1.weight"] == (S0,)
     assert pinned.options["placement_constraints"] == ["Pin('inputs', 'S(0)')", "Pin('fc1.weight', 'S(0)')"]
+    weight = next(i.name for i in pinned.graph_inputs if i.fqn == "fc1.weight")
+    assert not pinned.decisions[weight].alternatives  # a pinned node has no runner-up to offer
 
 
 def test_a_pin_on_one_axis_by_pattern_or_predicate_leaves_the_other_axis_free(forward):
