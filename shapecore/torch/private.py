@@ -22,6 +22,7 @@ __all__ = [
     "NAMES",
     "device_mesh_without_process_group",
     "evaluate_on_symints",
+    "joint_graph_with_export_shapes",
     "make_fx_over_real_tensors",
     "op_schema",
     "register_process_group",
@@ -96,6 +97,37 @@ def evaluate_on_symints(expr: Any, values: dict[Any, Any]) -> Any:
     from torch.utils._sympy.reference import PythonReferenceAnalysis
 
     return sympy_interp(PythonReferenceAnalysis, values, expr)
+
+
+def joint_graph_with_export_shapes(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                                   dynamic_shapes: Any) -> tuple[Any, Any]:
+    """The joint forward+backward graph of ``model``, traced once over fake inputs whose sizes
+    ``dynamic_shapes`` makes symbolic exactly as ``torch.export`` does; the graph and its ShapeEnv.
+
+    torch.export's non-strict steps before and after its own trace
+    (``torch._export.non_strict_utils.make_fake_inputs`` and
+    ``produce_guards_and_solve_constraints``) around ``aot_export_joint_with_descriptors``
+    (the caller records which module made each node). A guard that narrows a ``Dim`` raises
+    torch.export's ``UserError`` (``torch._dynamo.exc``) as export does.
+    """
+    import contextlib
+
+    from torch._dynamo.exc import UserError, UserErrorType
+    from torch._export.non_strict_utils import make_fake_inputs, produce_guards_and_solve_constraints
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+    from torch.utils._sympy.value_ranges import ValueRangeError
+
+    fake_mode, fake_args, fake_kwargs, equalities, signature, dynamic_shapes = make_fake_inputs(
+        model, args, kwargs, dynamic_shapes)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(fake_mode)
+        joint = aot_export_joint_with_descriptors(stack, model, tuple(fake_args), fake_kwargs or None)
+    try:
+        produce_guards_and_solve_constraints(fake_mode, joint.graph_module, dynamic_shapes, equalities, signature)
+    except (ConstraintViolationError, ValueRangeError) as exc:
+        raise UserError(UserErrorType.CONSTRAINT_VIOLATION, str(exc)) from exc
+    return joint.graph_module, fake_mode.shape_env
 
 
 def make_fx_over_real_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,16 +8,18 @@ return the FX graph (``meta["val"]`` symbolic fake tensors), torch's ShapeEnv, s
 :func:`trace_for_planning` is the graph the planner plans and the lowering lowers: a
 ``torch.export`` trace (dynamic dims from ``dynamic_shapes`` only) decomposed to core ATen ops
 except the composite ops the planner's built-in rules understand whole (:data:`KEEP_WHOLE`:
-attention, normalizations, activations); or, for training, the exported module traced again
-into a joint forward+backward graph (``aot_export_joint_with_descriptors``), whose inputs and
-outputs carry descriptors (parameter, user input, tangent; gradient, user output). torch's
-ShapeEnv is handed to shapecore after the last trace, so every guard is included.
+attention, normalizations, activations); or, for training, the joint forward+backward graph
+(``aot_export_joint_with_descriptors``) traced once, straight from the model, over inputs made
+symbolic as ``torch.export`` makes them (the same symbols, ranges, ``Dim`` names and
+constraint checks), whose inputs and outputs carry descriptors (parameter, user input,
+tangent; gradient, user output). torch's ShapeEnv is handed to shapecore after the trace, so
+every guard is included.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -241,14 +243,40 @@ def _decompositions() -> dict[Any, Any]:
     return table
 
 
-def _joint_graph(exported: ExportedProgram, user_input_count: int) -> GraphModule:
-    """The joint forward+backward graph of ``exported``'s module, traced over its own fake inputs."""
-    from shapecore.torch.private import aot_export_joint_with_descriptors, detect_fake_mode
+@contextlib.contextmanager
+def _recording_module_stack(model: torch.nn.Module) -> Iterator[None]:
+    """Every node traced while ``model``'s submodules run records them in ``meta["nn_module_stack"]``
+    (``{key: (qualified name, class)}``, outermost first), as ``torch.export`` records them; the
+    joint trace copies a forward node's stack to its backward nodes (``fwd_nn_module_stack``)."""
+    import torch.fx.traceback as fx_traceback
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-    fake_inputs = [n.meta["val"] for n in exported.graph.nodes if n.op == "placeholder"]
-    user_inputs = fake_inputs[len(fake_inputs) - user_input_count:]
-    with contextlib.ExitStack() as stack, detect_fake_mode(fake_inputs):
-        return aot_export_joint_with_descriptors(stack, exported.module(), tuple(user_inputs)).graph_module
+    names = {id(module): name for name, module in model.named_modules()}
+
+    def enter(module: torch.nn.Module, args: Any) -> None:
+        name = names.get(id(module))
+        if name is not None:
+            stack = dict(fx_traceback.current_meta.get("nn_module_stack") or {})
+            stack[f"L__self__{name}"] = (name, f"{type(module).__module__}.{type(module).__qualname__}")
+            fx_traceback.current_meta["nn_module_stack"] = stack
+
+    def leave(module: torch.nn.Module, args: Any, output: Any) -> None:
+        name = names.get(id(module))
+        if name is not None:
+            stack = dict(fx_traceback.current_meta.get("nn_module_stack") or {})
+            stack.pop(f"L__self__{name}", None)
+            if stack:
+                fx_traceback.current_meta["nn_module_stack"] = stack
+            else:
+                fx_traceback.current_meta.pop("nn_module_stack", None)
+
+    hooks = [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        fx_traceback.current_meta.pop("nn_module_stack", None)
 
 
 @contextlib.contextmanager
@@ -277,14 +305,18 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
     and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
     """
     with _backend_neutral():
-        exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        shape_env = _trace_shape_env(exported.graph_module)
-        dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
         if training:
-            gm, planned = _joint_graph(exported, len(example_inputs)), None
+            from shapecore.torch.private import joint_graph_with_export_shapes
+
+            with _recording_module_stack(model):
+                gm, shape_env = joint_graph_with_export_shapes(model, tuple(example_inputs), {}, dynamic_shapes)
+            planned = None
         else:
+            exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+            shape_env = _trace_shape_env(exported.graph_module)
             planned = exported.run_decompositions(_decompositions())
             gm = planned.graph_module
+    dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
     return _traced(gm, shape_env, 1000, dims=_dims(dim_exprs), dim_exprs=dim_exprs, exported=planned)
 
 

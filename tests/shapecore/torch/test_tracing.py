@@ -11,7 +11,7 @@ from torch.export import Dim
 from shapecore import int_symbol, prove
 from shapecore.torch import to_torch, trace_export, trace_for_planning
 
-from .traced_models import CASES, ArangeThird
+from .traced_models import CASES, ArangeThird, export_then_joint
 
 
 def test_export_names_user_dims_and_derived_dims():
@@ -108,3 +108,48 @@ def test_the_training_trace_is_one_joint_graph_over_the_export_shapes():
     (output,) = [n for n in traced.graph_module.graph.nodes if n.op == "output"]
     assert sum(type(d).__name__ == "GradAOTOutput" for d in output.meta["desc"]) == 4
     assert set(traced.env.symbols) == {traced.dim_exprs["batch"].name}
+
+
+class _Stack(nn.Module):
+    """Two numbered blocks between an embedding and a head, like the decoders the planner clusters."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.layers = nn.ModuleList([_Block() for _ in range(2)])
+        self.head = nn.Linear(8, 16, bias=False)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = h + layer(h)
+        return self.head(h).view(-1, 4, 16)
+
+
+def _module_path(node):
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {"": ("", None)}
+    return list(stack.values())[-1][0]
+
+
+def _described(gm):
+    """Each node as the planner reads it: name, op, shape, the module that made it, descriptors."""
+    return [(n.name, n.op, str(n.target), str(getattr(n.meta.get("val"), "shape", None)), _module_path(n),
+             repr(n.meta.get("desc"))) for n in gm.graph.nodes]
+
+
+@pytest.mark.parametrize("dims", [{0: Dim("batch")}, {0: 4 * Dim("k")}], ids=["batch", "derived"])
+def test_the_training_trace_is_traced_once_and_matches_export_then_joint(dims):
+    """One joint trace straight from the model: node for node the graph export-then-joint made,
+    modules included (clustering reads them), over the same symbols and Dim names."""
+    tokens = torch.randint(0, 16, (8, 4))
+    traced = trace_for_planning(_Stack(), (tokens,), dynamic_shapes={"tokens": dims}, training=True)
+    reference = export_then_joint(_Stack(), tokens, {"tokens": dims})
+    assert _described(traced.graph_module) == _described(reference)
+    assert {_module_path(n) for n in traced.graph_module.graph.nodes} >= {"layers.0.fc", "layers.1.norm", "head"}
+    assert set(traced.dim_exprs) == {d.__name__ for d in dims.values()} | ({"k"} if "k" in str(dims) else set())
+
+
+def test_the_training_trace_raises_export_constraint_violations():
+    spec = {"x": {0: Dim("n", min=3, max=10000)}}
+    with pytest.raises(Exception, match="Constraints violated"):
+        trace_for_planning(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec, training=True)

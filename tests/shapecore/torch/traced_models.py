@@ -8,6 +8,7 @@ unless the case is about them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -329,3 +330,14 @@ def make_fx_item_mod8() -> Traced:
 @_case("make_fx")
 def make_fx_conv_net() -> Traced:
     return trace_make_fx(_conv, (torch.randn(2, 3, 12, 14),))
+
+
+def export_then_joint(model, example, dynamic_shapes):
+    """The training trace as it was made before it was traced once: torch.export, then the joint
+    graph of the exported module over export's own fake inputs."""
+    from shapecore.torch.private import aot_export_joint_with_descriptors, detect_fake_mode
+
+    exported = torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes)
+    fake = [n.meta["val"] for n in exported.graph.nodes if n.op == "placeholder"]
+    with contextlib.ExitStack() as stack, detect_fake_mode(fake):
+        return aot_export_joint_with_descriptors(stack, exported.module(), tuple(fake[-1:])).graph_module
