@@ -20,6 +20,14 @@ costs no memory. The batch is dynamic (``Eq(Mod(batch, 8), 0)``) and costed at b
     python bench/planner.py                                   # every case (minutes)
     python bench/planner.py --layers 2 --meshes 8 2x4         # a quick look
     python bench/planner.py --layers 32 --modes training --meshes 8x8 --peer-unclustered
+
+``--whole`` times whole ``plan_module(training=True, objective="regret")`` calls instead, per
+phase (trace, build, bounds, solve), wall and CPU seconds; ``--peer-autoparallel PATH`` adds
+meta-pytorch/autoparallel (a checkout at PATH, never a dependency; skipped with a message when
+absent; it needs ``pulp``) on its own ``autoparallel._testing.models.llama3`` with the same dims,
+on a fake process group, its trace, build and solve seconds beside ours:
+
+    python bench/planner.py --whole --layers 32 --meshes 8x8 2x4x8 --peer-autoparallel ../autoparallel
 """
 
 from __future__ import annotations
@@ -209,6 +217,118 @@ def run_case(graph, env, dims, mesh: Mesh, options: PlanOptions, args) -> dict:
     return row
 
 
+# -- the peer: meta-pytorch/autoparallel on its own LLaMA-3 definition ---------------------------------
+
+
+def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
+    """autoparallel (a checkout at ``path``) on its ``_testing.models.llama3`` with our dims, traced,
+    built and solved on a fake process group of ``shape``: wall and CPU seconds per phase.
+
+    Runs in a child process (:func:`_run_peer`): the fake process group, the patched CUDA queries
+    (as autoparallel's own tests patch them: an H100 node of 8; the mesh and tensors are on the
+    CPU, where this torch has no CUDA) and its config stay there.
+    """
+    sys.path.insert(0, path)
+    from unittest import mock
+
+    import torch.distributed as dist
+    from autoparallel._testing.models.llama3 import Transformer, TransformerModelArgs
+    from autoparallel.api import AutoParallel
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    props = type("Props", (), {"major": 9, "minor": 0, "name": "H100", "total_memory": 80 * 2**30,
+                               "multi_processor_count": 132})()
+    patches = [mock.patch("torch.cuda.device_count", lambda: 8),
+               mock.patch("torch.cuda.get_device_name", lambda *a, **k: "H100"),
+               mock.patch("torch.cuda.get_device_capability", lambda *a, **k: (9, 0)),
+               mock.patch("torch.cuda.get_device_properties", lambda *a, **k: props),
+               mock.patch("torch.cpu.get_device_name", lambda *a, **k: "H100", create=True)]  # its cost model's device
+    for patch in patches:
+        patch.start()
+    world = int(np.prod(shape))
+    dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=world)
+    names = {1: ("dp",), 2: ("dp", "tp"), 3: ("pp", "dp", "tp")}[len(shape)]
+    mesh = torch.distributed.device_mesh.init_device_mesh("cpu", shape, mesh_dim_names=names)
+    args = TransformerModelArgs(dim=4096, n_layers=layers, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3,
+                                multiple_of=1024, rope_theta=500000, vocab_size=128256, max_seq_len=SEQ)
+    with torch.device("meta"):
+        model = Transformer(args)
+
+    def input_fn():
+        return torch.randint(0, 128256, (64, SEQ), device="cpu")  # batch 64, as ours is costed at (among others)
+
+    clock: dict[str, float] = {}
+    original = AutoParallel.build_model_graph
+
+    def build_model_graph(self):  # the trace, timed apart from the rest of __enter__ (the build)
+        start = (time.perf_counter(), time.process_time())
+        original(self)
+        clock["trace_s"], clock["trace_cpu_s"] = time.perf_counter() - start[0], time.process_time() - start[1]
+
+    AutoParallel.build_model_graph = build_model_graph
+    start = (time.perf_counter(), time.process_time())
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    with AutoParallel(model, input_fn, mesh, policy, repeated_subgraphs=True) as autop:
+        autop.add_parameter_memory_constraint(low=None, high=None)
+        placement = (Shard(0),) + (Replicate(),) * (len(shape) - 1)
+        autop.add_input_constraints([placement])
+        autop.add_output_constraints([placement])
+        built = (time.perf_counter(), time.process_time())
+        autop.optimize_placement()
+        solved = (time.perf_counter(), time.process_time())
+    clock["build_s"] = built[0] - start[0] - clock["trace_s"]
+    clock["build_cpu_s"] = built[1] - start[1] - clock["trace_cpu_s"]
+    clock["solve_s"], clock["solve_cpu_s"] = solved[0] - built[0], solved[1] - built[1]
+    return clock
+
+
+def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
+    """:func:`_peer_seconds` in a fresh process, or why it could not run."""
+    import multiprocessing
+
+    if not os.path.isdir(os.path.join(path, "autoparallel")):
+        return f"no autoparallel checkout at {path} (git clone meta-pytorch/autoparallel there)"
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(_peer_seconds, (path, layers, shape))
+    except Exception as exc:  # the peer is not ours to fix: report what stopped it
+        return f"autoparallel failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+# -- the whole call, per phase, beside the peer ---------------------------------------------------------
+
+
+def whole_call(layers: int, mesh: Mesh, options: PlanOptions) -> dict:
+    """One ``plan_module(training=True, objective="regret")`` call: wall and CPU seconds per phase
+    (trace, build, bounds, solve, assemble, whole), the worst regret it reports, its objective."""
+    with torch.device("meta"):
+        model = Llama(layers).to(torch.bfloat16)
+        tokens = torch.randint(0, 128256, (16, SEQ))
+    marks: list[tuple[float, float, str]] = []
+
+    def progress(line: str) -> None:
+        marks.append((time.perf_counter(), time.process_time(), line))
+
+    start = (time.perf_counter(), time.process_time())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = planner.plan_module(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, mesh=mesh,
+                                   training=True, options=dataclasses.replace(options, objective="regret"),
+                                   progress=progress)
+    marks.append((time.perf_counter(), time.process_time(), "end"))
+    phases = {"tracing": "trace", "reading": "build", "building": "build", "bounding": "bounds", "solving": "solve",
+              "assembling": "assemble"}
+    row = {f"{p}{suffix}": 0.0 for p in set(phases.values()) for suffix in ("_s", "_cpu_s")}
+    for (wall, cpu, line), (wall2, cpu2, _) in zip(marks, marks[1:]):
+        phase = phases[line.split()[0]]
+        row[f"{phase}_s"] += wall2 - wall
+        row[f"{phase}_cpu_s"] += cpu2 - cpu
+    row.update(whole_s=marks[-1][0] - start[0], whole_cpu_s=marks[-1][1] - start[1],
+               reported_worst=plan.worst_regret, objective_s=plan.stats.objective)
+    return row
+
+
 def _mesh(text: str) -> Mesh:
     shape = tuple(int(p) for p in text.split("x"))
     names = {1: ("tp",), 2: ("dp", "tp"), 3: ("pp", "dp", "tp")}[len(shape)] if len(shape) <= 3 else None
@@ -224,9 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per expected-cost solve")
     parser.add_argument("--regret-time-limit", type=float, default=60.0, help="seconds for the worst-regret solve")
     parser.add_argument("--peer-unclustered", action="store_true", help="also solve without clustering and follower merging")
+    parser.add_argument("--whole", action="store_true",
+                        help="time whole plan_module(training=True, objective='regret') calls per phase instead")
+    parser.add_argument("--peer-autoparallel", metavar="PATH",
+                        help="with --whole: also run meta-pytorch/autoparallel (a checkout at PATH) on its LLaMA-3")
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
     options = PlanOptions(constraints=["Eq(Mod(batch, 8), 0)"], batch_sizes=args.batch_sizes, time_limit=args.time_limit)
+    if args.whole or args.peer_autoparallel:
+        return _main_whole(args, options)
     rows = []
     header = (f"{'mode':8} {'L':>2} {'mesh':6} {'nodes':>6} {'dec':>4} {'vars':>7} {'cons':>6} {'build':>6} {'bounds':>6} "
               f"{'exp s':>6} {'exp worst':>9} {'reg s':>6} {'plan s':>6} {'plan()':>6} {'reg worst':>9} {'≤ rep':>6} {'mm s':>6} {'mm worst':>8} "
@@ -256,6 +382,46 @@ def main(argv: list[str] | None = None) -> int:
           "mm = objective='worst-regret'; exact s = the exact per-size optima (regret='exact'); 1-size = worst regret of the "
           "plan solved at the smallest batch size alone, as a planner that sees one example size; greedy = greedy cost / "
           "ILP cost; flat s = build+solve without clustering or merging")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+def _main_whole(args, options: PlanOptions) -> int:
+    """The whole-call table (``--whole``): ours per phase, then the peer's, each wall (CPU) seconds."""
+    print(f"# load: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; seconds as wall (CPU of this process)", flush=True)
+    print(f"{'who':12} {'L':>2} {'mesh':6} {'trace':>13} {'build':>13} {'bounds':>13} {'solve':>13} {'whole':>13} "
+          f"{'worst':>6} {'objective':>10}", flush=True)
+    rows = []
+    for layers in args.layers:
+        for text in args.meshes:
+            row = whole_call(layers, _mesh(text), options)
+            row.update(who="shapecore", layers=layers, mesh=text)
+            rows.append(row)
+            cells = [f"{row[f'{p}_s']:6.1f} ({row[f'{p}_cpu_s']:4.1f})" for p in ("trace", "build", "bounds", "solve", "whole")]
+            print(f"{'shapecore':12} {layers:>2} {text:6} {' '.join(cells)} {row['reported_worst']:6.3f} "
+                  f"{row['objective_s']:10.6f}", flush=True)
+            if not args.peer_autoparallel:
+                continue
+            peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape)
+            if isinstance(peer, str):
+                print(f"# peer skipped: {peer}", flush=True)
+                continue
+            peer.update(who="autoparallel", layers=layers, mesh=text)
+            rows.append(peer)
+            whole = sum(peer[f"{p}_s"] for p in ("trace", "build", "solve"))
+            whole_cpu = sum(peer[f"{p}_cpu_s"] for p in ("trace", "build", "solve"))
+            cells = [f"{peer[f'{p}_s']:6.1f} ({peer[f'{p}_cpu_s']:4.1f})" for p in ("trace", "build")]
+            cells += [f"{'-':>13}", f"{peer['solve_s']:6.1f} ({peer['solve_cpu_s']:4.1f})", f"{whole:6.1f} ({whole_cpu:4.1f})"]
+            print(f"{'autoparallel':12} {layers:>2} {text:6} {' '.join(cells)}", flush=True)
+            print(f"# whole call, autoparallel / shapecore: {whole / row['whole_s']:.1f}x wall, "
+                  f"{whole_cpu / row['whole_cpu_s']:.1f}x CPU", flush=True)
+    print("columns: trace = the model to an FX graph; build = read it, decide divisibility, build the ILP (the peer: "
+          "its sharding optimizer and constraints); bounds = each batch size's optimum bounded below (the regret "
+          "objective's denominators); solve = the regret ILP (the peer: its ILP at its one batch size); whole = the "
+          "call. CPU = this process's CPU seconds, steadier than wall time on a loaded machine. worst = the worst "
+          "regret the plan reports")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
