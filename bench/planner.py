@@ -382,10 +382,14 @@ def main(argv: list[str] | None = None) -> int:
           "mm = objective='worst-regret'; exact s = the exact per-size optima (regret='exact'); 1-size = worst regret of the "
           "plan solved at the smallest batch size alone, as a planner that sees one example size; greedy = greedy cost / "
           "ILP cost; flat s = build+solve without clustering or merging")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    _write_json(args.json, rows)
     return 0
+
+
+def _write_json(path: str | None, rows: list[dict]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def _main_whole(args, options: PlanOptions) -> int:
@@ -422,9 +426,7 @@ def _main_whole(args, options: PlanOptions) -> int:
           "objective's denominators); solve = the regret ILP (the peer: its ILP at its one batch size); whole = the "
           "call. CPU = this process's CPU seconds, steadier than wall time on a loaded machine. worst = the worst "
           "regret the plan reports")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    _write_json(args.json, rows)
     return 0
 
 
