@@ -1,8 +1,8 @@
 """The cheap layers of the reasoner: decide a claim from ranges, residues and rewriting.
 
-:class:`CheapLayers` reads a claim (a relation or ``And``/``Or``/``Not`` of relations) under a
-:class:`~shapecore.knowledge.Knowledge` digest and answers True (it holds wherever the digest
-does), False (it holds nowhere) or None. Each relation ``lhs <rel> rhs`` is decided on
+:class:`CheapLayers` reads a claim (a relation or ``And``/``Or``/``Not`` of relations, Python's
+``and``/``or`` too) under a :class:`~shapecore.knowledge.Knowledge` digest and answers True (it
+holds wherever the digest does), False (it holds nowhere) or None. Each relation ``lhs <rel> rhs`` is decided on
 ``d = lhs - rhs``, cheapest first:
 
 * a number: compare;
@@ -24,8 +24,10 @@ from fractions import Fraction
 
 import sympy
 
+from shapecore.functions import PythonOr
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
+from shapecore.operations import SHORT_CIRCUITS
 from shapecore.ranges import ValueRange, decide_difference
 from shapecore.rewrite import Simplifier, needs_rewriting
 
@@ -58,9 +60,9 @@ class CheapLayers:
         if isinstance(claim, sympy.Not):
             inner = self.decide(claim.args[0])
             return None if inner is None else not inner
-        if isinstance(claim, (sympy.And, sympy.Or)):
+        if isinstance(claim, (sympy.And, sympy.Or, *SHORT_CIRCUITS)):  # defined: Python's and/or are And/Or
             values = [self.decide(arg) for arg in claim.args]
-            absorbing = isinstance(claim, sympy.Or)
+            absorbing = isinstance(claim, (sympy.Or, PythonOr))
             if absorbing in values:
                 return absorbing
             return None if None in values else not absorbing

@@ -2,10 +2,13 @@
 
 ``evaluate(expr, values)`` computes each operation as :mod:`shapecore.operations` defines it,
 with Python ints (``Fraction`` for rational coefficients, ``float`` inside float-valued
-functions), so its result is the ground truth every analyzer is tested against. Boolean connectives are strict: every argument is evaluated, and a zero
-divisor anywhere raises ``ZeroDivisionError`` (a float overflow, ``OverflowError``: both are
-Python's ``ArithmeticError``). :func:`holds` is the predicate the reasoner's contract is
-stated in: a claim *holds* under an assignment when it evaluates to ``True`` without error.
+functions), so its result is the ground truth every analyzer is tested against. ``And``/``Or``/
+``Not`` are strict: every argument is evaluated, and a zero divisor anywhere raises
+``ZeroDivisionError`` (a float overflow, ``OverflowError``: both are Python's
+``ArithmeticError``); Python's ``and``/``or`` (:class:`~shapecore.functions.PythonAnd`,
+:class:`~shapecore.functions.PythonOr`) stop at the first part that decides, as in Python.
+:func:`holds` is the predicate the reasoner's contract is stated in: a claim *holds* under an
+assignment when it evaluates to ``True`` without error.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from fractions import Fraction
 import sympy
 
 from shapecore.errors import ArgumentError, UnboundSymbolError
-from shapecore.operations import BY_CLASS
+from shapecore.operations import BY_CLASS, Kind
 
 __all__ = ["evaluate", "extend_assignment", "holds", "Value"]
 
@@ -67,6 +70,8 @@ def _compile(expr: sympy.Basic) -> Evaluator:
         raise TypeError(f"cannot evaluate {type(expr).__name__} in {expr}: not in shapecore's vocabulary")
     op = operation.python
     parts = tuple(_compile(arg) for arg in expr.args)
+    if operation.kind is Kind.SHORT_CIRCUIT:  # the parts go unevaluated: Python evaluates only what it reaches
+        return lambda values: op(*(functools.partial(part, values) for part in parts))
     if len(parts) == 1:
         (a,) = parts
         return lambda values: _normalize(op(a(values)))

@@ -15,6 +15,11 @@ Semantics, one per operation, exactly Python's on ``int``:
 * A zero divisor makes the expression undefined: evaluating it raises ``ZeroDivisionError``.
 * ``And``/``Or``/``Not`` (torch's ``& | ~``) are strict: every part is evaluated, so a part that
   is undefined makes the whole undefined.
+* :class:`PythonAnd`/:class:`PythonOr` are Python's ``and``/``or``: they short-circuit, so a
+  part after one that decides (``False`` for ``and``, ``True`` for ``or``) is not evaluated and
+  its zero divisors do not count (``x == 0 or 10 // x > 2`` is True at ``x = 0``). Where
+  defined their value is ``And``/``Or``'s; ``A and B`` is defined where ``A`` is and, if ``A``
+  is true, ``B`` is too. They print as Python's ``and``/``or``.
 
 Floats follow Python, not sympy. The float-valued functions torch emits (``ToFloat``,
 ``IntTrueDiv``, ``FloatTrueDiv``, ``TruncToInt``, ``FloorToInt``, ``CeilToInt``,
@@ -48,6 +53,7 @@ from typing import Any
 
 import sympy
 from sympy.core.logic import fuzzy_and
+from sympy.logic.boolalg import BooleanFunction
 from sympy.printing.precedence import PRECEDENCE
 
 __all__ = [
@@ -70,6 +76,8 @@ __all__ = [
     "FloatAdd",
     "FloatMul",
     "FloatPow",
+    "PythonAnd",
+    "PythonOr",
     "add",
     "mul",
     "power",
@@ -463,3 +471,62 @@ def power(base: sympy.Basic, exponent: sympy.Basic, evaluate: bool = True) -> sy
     if exponent.is_nonnegative is not True and not float_valued(base) and not float_valued(exponent):
         return FloatPow(base, exponent, evaluate=evaluate)
     return _chain(sympy.Pow, FloatPow, (base, exponent), evaluate)
+
+
+class _ShortCircuit(BooleanFunction):
+    """Python's ``and``/``or`` on conditions: left to right, stopping at the first part that
+    decides (``_decisive``). Arguments keep their order (unlike ``And``/``Or``): a later part
+    may be undefined exactly where an earlier one decides.
+
+    Construction applies only identities that keep value and definedness everywhere: nested
+    ones of the same kind flatten, a neutral constant part is dropped (``a and True and b`` is
+    ``a and b``), nothing after a decisive constant is kept (``a and False and b`` is
+    ``a and False``), a decisive constant first is the value, and one part is itself.
+    """
+
+    _decisive: sympy.Basic
+    _neutral: sympy.Basic
+    _word: str
+
+    @classmethod
+    def eval(cls, *args: sympy.Basic) -> sympy.Basic | None:
+        parts: list[sympy.Basic] = []
+        for arg in args:
+            for part in arg.args if type(arg) is cls else (arg,):
+                if part is cls._neutral:
+                    continue
+                parts.append(part)
+                if part is cls._decisive:
+                    break
+            if parts and parts[-1] is cls._decisive:
+                break
+        if not parts:
+            return cls._neutral
+        if len(parts) == 1 or parts[0] is cls._decisive:
+            return parts[0]
+        return None if tuple(parts) == args else cls(*parts)
+
+    def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
+        # Python's precedence: ``or`` < ``and`` < ``not`` < comparisons < ``|`` < ``&``; sympy's
+        # ``~`` (Not) always parenthesizes its operand, so only the other kind needs parentheses.
+        return f" {self._word} ".join(
+            f"({printer._print(a)})" if isinstance(a, _ShortCircuit) else printer._print(a) for a in self.args
+        )
+
+
+class PythonAnd(_ShortCircuit):
+    """Python's ``a and b and …`` on conditions: short-circuits at the first false part."""
+
+    _decisive = sympy.false
+    _neutral = sympy.true
+    _word = "and"
+    precedence = PRECEDENCE["Or"] - 2  # below sympy's And/Or/Not, which parenthesize it
+
+
+class PythonOr(_ShortCircuit):
+    """Python's ``a or b or …`` on conditions: short-circuits at the first true part."""
+
+    _decisive = sympy.true
+    _neutral = sympy.false
+    _word = "or"
+    precedence = PRECEDENCE["Or"] - 4

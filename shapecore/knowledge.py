@@ -13,6 +13,10 @@ the digest only needs to be *implied* by the facts):
 * ``a*x + b <rel> 0`` in one symbol → a bound on ``x`` (``Ne`` excludes one value);
 * ``a*Mod(p*x + q, m) + b == 0`` → the congruence ``p*x + q ≡ -b/a (mod m)`` solved for ``x``.
 
+Python's ``and``/``or`` (:data:`~shapecore.operations.SHORT_CIRCUITS`) are not digested, only
+the conjuncts of an ``and`` that have none: a short circuit may hold where a divisor in it is
+zero, so neither substituting into it nor folding it may read a zero divisor as a contradiction.
+
 Ranges are then tightened by congruences and excluded values at their ends
 (``x ≡ 0 mod 8`` and ``x >= 1`` give ``x >= 8``); a range narrowed to one value becomes a
 replacement. Everything digested is implied by the facts, so analyzers that use it are sound.
@@ -36,7 +40,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence, tighten
 from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
-from shapecore.rewrite import Simplifier, canonicalize, fold, substitute, symbols_of
+from shapecore.rewrite import Simplifier, canonicalize, fold, short_circuit, substitute, symbols_of
 
 __all__ = ["Knowledge", "Checkpoint", "creation_order"]
 
@@ -74,6 +78,25 @@ def _linear(expr: sympy.Basic) -> tuple[sympy.Symbol, Fraction, Fraction] | None
         else:
             return None
     return (x, a, b) if a else None
+
+
+def _strict_conjuncts(fact: sympy.Basic) -> list[sympy.Basic]:
+    """Parts of ``fact`` that hold wherever it does, each without Python's ``and``/``or``.
+
+    ``fact`` itself when it has none; else its conjuncts (``A and B`` holds exactly where ``A``
+    and ``B`` both do, like ``A & B``), those that have one left out: a short circuit may be
+    defined, and hold, where some of its divisors are zero, which the digest cannot express.
+    """
+    if not short_circuit(fact):
+        return [fact]
+    parts, stack = [], [fact]
+    while stack:
+        part = stack.pop()
+        if isinstance(part, (sympy.And, F.PythonAnd)):
+            stack.extend(reversed(part.args))
+        elif not short_circuit(part):
+            parts.append(part)
+    return parts
 
 
 def _ceil(value: Fraction) -> int:
@@ -214,13 +237,14 @@ class Knowledge:
         self.facts.append(fact)
         self.symbols |= symbols_of(fact) | frozenset(mentions)
         self.version += 1
-        try:
-            canonical = fold(canonicalize(fact))  # folding may drop divisions: fine for what the fact implies
-        except ZeroDivisionError:
-            self._contradict({index})
-            return index
-        for conjunct in sympy.And.make_args(canonical):
-            self._digest(conjunct, {index})
+        for part in _strict_conjuncts(fact):
+            try:
+                canonical = fold(canonicalize(part))  # folding may drop divisions: fine for what the fact implies
+            except ZeroDivisionError:
+                self._contradict({index})
+                return index
+            for conjunct in sympy.And.make_args(canonical):
+                self._digest(conjunct, {index})
         return index
 
     def provenance(self, symbols: Iterable[sympy.Symbol]) -> set[int]:

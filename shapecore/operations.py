@@ -35,6 +35,7 @@ __all__ = [
     "CALL_NAMES",
     "DIVISOR_ARGUMENTS",
     "FLOAT_FUNCTIONS",
+    "SHORT_CIRCUITS",
     "NONCANONICAL",
 ]
 
@@ -51,6 +52,10 @@ class Kind(enum.Enum):
     """Two integers to a bool; ranges and z3 decide it."""
     CONNECTIVE = "connective"
     """Bools to a bool, strict: every part is evaluated."""
+    SHORT_CIRCUIT = "short circuit"
+    """Bools to a bool, left to right, as Python's ``and``/``or``: a part after one that decides
+    is not evaluated. Its value is a connective's wherever it is defined; ``python`` takes the
+    parts unevaluated (callables), and z3 states where it is defined."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class Operation:
     cls: type[sympy.Basic]
     """The sympy class of its nodes (exactly this class: subclasses are operations of their own)."""
     python: Callable[..., Any]
-    """Its value on Python values (ints, ``Fraction``, floats, bools), raising as Python does."""
+    """Its value on Python values (ints, ``Fraction``, floats, bools), raising as Python does
+    (a :data:`Kind.SHORT_CIRCUIT` gets each part as a callable, to call only if it reaches it)."""
     kind: Kind
     arity: int | None = None
     """Number of arguments, or None for any number (at least one)."""
@@ -107,6 +113,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(sympy.And, lambda *xs: all(xs), Kind.CONNECTIVE, None, ("And",)),
     Operation(sympy.Or, lambda *xs: any(xs), Kind.CONNECTIVE, None, ("Or",)),
     Operation(sympy.Not, operator.not_, Kind.CONNECTIVE, 1, ("Not",)),
+    Operation(F.PythonAnd, lambda *parts: all(part() for part in parts), Kind.SHORT_CIRCUIT),  # written a and b
+    Operation(F.PythonOr, lambda *parts: any(part() for part in parts), Kind.SHORT_CIRCUIT),  # written a or b
     # floats
     Operation(F.ToFloat, float, Kind.FLOAT, 1, ("ToFloat",)),
     Operation(F.IntTrueDiv, operator.truediv, Kind.FLOAT, 2, ("IntTrueDiv",), _SECOND),
@@ -133,6 +141,9 @@ DIVISOR_ARGUMENTS: Mapping[type, slice] = {op.cls: op.divisors for op in OPERATI
 
 FLOAT_FUNCTIONS: tuple[type[sympy.Basic], ...] = tuple(op.cls for op in OPERATIONS if op.kind is Kind.FLOAT)
 """Functions with a float argument or result: evaluated exactly, opaque to the reasoner."""
+
+SHORT_CIRCUITS: tuple[type[sympy.Basic], ...] = tuple(op.cls for op in OPERATIONS if op.kind is Kind.SHORT_CIRCUIT)
+"""Python's ``and``/``or``: a claim with one may be defined where some of its divisors are zero."""
 
 NONCANONICAL: frozenset[type] = frozenset(op.cls for op in OPERATIONS if not op.canonical)
 """The operations :func:`shapecore.rewrite.canonicalize` rewrites away."""

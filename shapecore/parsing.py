@@ -21,12 +21,14 @@ levels, where a chain of one kind of operator (a sum, a product, ``&``, ``|``, r
 or ``-``) counts as one level however long it is, up to what Python's own parser takes (a
 chain of about 3,000 operators).
 
-Python's ``and``/``or`` (and chained comparisons) are read as ``And``/``Or``, which are strict
-like torch's ``& |``: every operand is evaluated, so a zero divisor in any makes the guard
-undefined. The one short circuit kept is Python's on a constant: an operand that is ``False``
-(``True`` for ``or``) as written decides, and what follows is not read for divisions
-(``0 == 1 and x // y > 0`` is False). A short circuit on an operand that varies
-(``x == 0 or 10 // x > 2`` at ``x = 0``) is not: there the guard is undefined.
+Python's ``and``/``or`` (and chained comparisons, ``a < b < c`` being ``a < b and b < c``)
+short-circuit, as in Python: they are :class:`~shapecore.functions.PythonAnd` and
+:class:`~shapecore.functions.PythonOr`, so ``x == 0 or 10 // x > 2`` is True at ``x = 0`` and
+``x != 0 and 10 // x > 2`` is False there. Where that is the same thing, they are the strict
+``And``/``Or`` of torch's ``& |`` (``s0 >= 2 and s0 % 8 == 0``: the second part has no
+division that the first does not; see :func:`shapecore.rewrite.strict_suffices`), which every
+analyzer reads. A part after a constant that decides (``0 == 1 and x // y > 0``) is read for
+its errors only.
 
 Folding never hides a division: sympy simplifies as it builds (``x//y - x//y`` is ``0``,
 ``Ne(2*x, 5)`` is ``True``), but like Python, an expression is undefined wherever a division
@@ -52,7 +54,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ParseError
 from shapecore.operations import CALL_NAMES, DIVISOR_ARGUMENTS, Kind
-from shapecore.rewrite import build_keeping_divisions, divisors
+from shapecore.rewrite import build_keeping_divisions, divisors, strict_suffices
 
 __all__ = ["parse", "named_symbols", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
 
@@ -303,7 +305,7 @@ class _Reader:
         raise self.error(f"unsupported operator {type(op).__name__} (bitwise operators apply to conditions only)", node)
 
     def _read_BoolOp(self, node: ast.BoolOp) -> sympy.Basic:
-        connective = sympy.And if isinstance(node.op, ast.And) else sympy.Or
+        connective = _python_and if isinstance(node.op, ast.And) else _python_or
         return self._short_circuit(connective, [lambda v=v: self._condition(v) for v in node.values])
 
     def _read_Compare(self, node: ast.Compare) -> sympy.Basic:
@@ -314,24 +316,24 @@ class _Reader:
             if build is None:
                 raise self.error(f"unsupported comparison {type(op).__name__}", node)
             parts.append(lambda build=build, left=left, right=right: self._build(build, left, right))
-        return self._short_circuit(sympy.And, parts)  # a < b < c is a < b and b < c
+        return self._short_circuit(_python_and, parts)  # a < b < c is a < b and b < c (b evaluated once)
 
-    def _short_circuit(self, connective: type, operands: list[Callable[[], sympy.Basic]]) -> sympy.Basic:
-        """Python's ``and``/``or``: an operand that is a constant ``False`` (``True`` for ``or``)
-        decides, and what follows is never evaluated, so its divisions do not count; the other
-        operands are combined strictly, as ``And``/``Or`` (see the module docstring)."""
-        decisive = sympy.false if connective is sympy.And else sympy.true
+    def _short_circuit(self, connective: Callable[..., sympy.Basic], operands: list[Callable[[], sympy.Basic]]) -> sympy.Basic:
+        """Python's ``and``/``or`` (``connective``) of ``operands``, read in turn. After an
+        operand that is a constant ``False`` (``True`` for ``or``), which decides, the rest is
+        read for its errors only, as Python compiles what it does not run: its divisions do
+        not count."""
+        decisive = sympy.false if connective is _python_and else sympy.true
         values = []
         for i, operand in enumerate(operands):
             value = operand()
+            values.append(value)
             if value is decisive:
                 kept = set(self.divisors)
                 for rest in operands[i + 1 :]:
-                    rest()  # read for its errors only, as Python compiles what it does not run
+                    rest()
                 self.divisors = kept
-                values.append(value)
                 break
-            values.append(value)
         return self._build(connective, *values)
 
     def _read_Call(self, node: ast.Call) -> sympy.Basic:
@@ -367,6 +369,19 @@ class _Reader:
         if build is F.power and args[0].is_zero and args[1].is_negative:
             raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
         return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
+
+
+def _python_and(*parts: sympy.Basic, evaluate: bool = True) -> sympy.Basic:
+    """Python's ``parts[0] and parts[1] and …``: :class:`~shapecore.functions.PythonAnd`, or the
+    strict ``And`` where that is the same (:func:`shapecore.rewrite.strict_suffices`)."""
+    build = sympy.And if strict_suffices(parts) else F.PythonAnd
+    return build(*parts, evaluate=evaluate)
+
+
+def _python_or(*parts: sympy.Basic, evaluate: bool = True) -> sympy.Basic:
+    """Python's ``parts[0] or parts[1] or …`` (see :func:`_python_and`)."""
+    build = sympy.Or if strict_suffices(parts) else F.PythonOr
+    return build(*parts, evaluate=evaluate)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -4,8 +4,9 @@
   (``Eq(Mod(s0, 8), 0)``, ``s77 >= ((s77//3))``), which :func:`shapecore.parse` reads back.
 * :func:`python_str` prints Python source with the same value under Python's semantics
   (``s0 % 8 == 0``; the strict ``And``/``Or`` as ``&``/``|`` on the parts' bools, since Python's
-  ``and``/``or`` would skip a part, and with it a division by zero), optionally with each symbol replaced by a source expression such as
-  ``x.size()[0]``. Rational coefficients print as ``Fraction(p, q)`` and float-to-int functions
+  ``and``/``or`` would skip a part, and with it a division by zero; Python's own short circuit,
+  :class:`~shapecore.functions.PythonAnd`/``PythonOr``, as ``and``/``or``), optionally with
+  each symbol replaced by a source expression such as ``x.size()[0]``. Rational coefficients print as ``Fraction(p, q)`` and float-to-int functions
   as ``math.floor(...)`` etc., so the source needs ``Fraction`` and ``math`` in scope
   (:data:`PYTHON_NAMESPACE`).
 """
@@ -19,6 +20,8 @@ from fractions import Fraction
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
+
+from shapecore.operations import SHORT_CIRCUITS
 
 __all__ = ["torch_str", "python_str", "PYTHON_NAMESPACE"]
 
@@ -159,12 +162,18 @@ class _PythonPrinter(StrPrinter):
     def _print_Or(self, expr: sympy.Basic) -> str:
         return " | ".join(f"({self._print(a)})" for a in expr.args)
 
+    def _print_PythonAnd(self, expr: sympy.Basic) -> str:  # Python's own short circuit: and is exactly it
+        return " and ".join(f"({self._print(a)})" for a in expr.args)
+
+    def _print_PythonOr(self, expr: sympy.Basic) -> str:
+        return " or ".join(f"({self._print(a)})" for a in expr.args)
+
     def _print_Not(self, expr: sympy.Basic) -> str:
         return f"not {self._operand_bool(expr.args[0])}"
 
     def _operand_bool(self, expr: sympy.Basic) -> str:
         text = self._print(expr)
-        return f"({text})" if isinstance(expr, (sympy.And, sympy.Or, sympy.Not)) else text
+        return f"({text})" if isinstance(expr, (sympy.And, sympy.Or, sympy.Not, *SHORT_CIRCUITS)) else text
 
     def _print_BooleanTrue(self, expr: sympy.Basic) -> str:
         return "True"

@@ -22,6 +22,7 @@ from fractions import Fraction
 import sympy
 
 from shapecore import functions as F
+from shapecore.operations import SHORT_CIRCUITS
 
 __all__ = ["ValueRange", "UNBOUNDED", "bound", "decide", "Bound", "is_infinite"]
 
@@ -281,9 +282,9 @@ def _decide(claim: sympy.Basic, bounder: _Bounder) -> bool | None:
     if isinstance(claim, sympy.Not):
         inner = _decide(claim.args[0], bounder)
         return None if inner is None else not inner
-    if isinstance(claim, (sympy.And, sympy.Or)):
+    if isinstance(claim, (sympy.And, sympy.Or, *SHORT_CIRCUITS)):  # values: Python's and/or are And/Or
         values = [_decide(arg, bounder) for arg in claim.args]
-        absorbing = isinstance(claim, sympy.Or)
+        absorbing = isinstance(claim, (sympy.Or, F.PythonOr))
         if absorbing in values:
             return absorbing
         return None if None in values else not absorbing

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import sympy
 
 from shapecore import functions as F
 from shapecore.modular import ModularSet, _Analyzer
-from shapecore.operations import DIVISOR_ARGUMENTS, NONCANONICAL
+from shapecore.operations import DIVISOR_ARGUMENTS, FLOAT_FUNCTIONS, NONCANONICAL, SHORT_CIRCUITS
 from shapecore.ranges import ValueRange, _Bounder, _floor_div, is_infinite
 
 __all__ = [
@@ -48,6 +48,8 @@ __all__ = [
     "substitute",
     "simplify",
     "divisors",
+    "short_circuit",
+    "strict_suffices",
     "keep_definedness",
     "build_keeping_divisions",
     "fold",
@@ -162,6 +164,33 @@ def substitute(
 def divisors(expr: sympy.Basic) -> frozenset[sympy.Basic]:
     """The non-constant divisors in ``expr``: where it may be undefined."""
     return _survey(expr)[1]
+
+
+_MAY_RAISE = frozenset(FLOAT_FUNCTIONS)  # a float operation may overflow (OverflowError) without a divisor
+
+
+def short_circuit(claim: sympy.Basic) -> bool:
+    """Whether ``claim`` has Python's ``and``/``or`` in it (:data:`shapecore.operations.SHORT_CIRCUITS`):
+    then it may be defined where some of its divisors are zero, and :func:`divisors` only says
+    where it *may* be undefined."""
+    return not _survey(claim)[0].isdisjoint(SHORT_CIRCUITS)
+
+
+def strict_suffices(parts: Sequence[sympy.Basic]) -> bool:
+    """Whether Python's ``and``/``or`` of ``parts`` is the strict ``And``/``Or`` of them (same
+    value, defined at the same points): each part after the first is defined wherever the
+    parts before it are, as it divides only by what a strict one of them (no short circuit in
+    it: it evaluates every division) divides by, and has no float operation (which may
+    overflow). The common case (``s0 >= 2 and s0 % 8 == 0``) then stays strict, for every
+    analyzer to read."""
+    seen: set[sympy.Basic] = set()  # divisors nonzero wherever the parts so far are defined
+    for i, part in enumerate(parts):
+        kinds, found, _ = _survey(part)
+        if i and (not kinds.isdisjoint(_MAY_RAISE) or not found <= seen):
+            return False
+        if kinds.isdisjoint(SHORT_CIRCUITS):
+            seen |= found
+    return True
 
 
 def build_keeping_divisions(build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:

@@ -8,9 +8,11 @@ problem is undecidable in general: when z3 gives up, a guard is kept, never drop
 
 Algorithm, cheapest first; each step keeps the set equivalent:
 
-1. **Normalize** — each guard is split into its conjuncts (``And`` holds iff every part does,
-   zero divisors included) and canonicalized; conjuncts equal up to the side they are written
-   on (``s0 >= 2`` and ``2 <= s0``) are duplicates.
+1. **Normalize** — each guard is split into its conjuncts (``And``, and Python's ``and``, hold
+   iff every part does, zero divisors included) and canonicalized; conjuncts equal up to the
+   side they are written on (``s0 >= 2`` and ``2 <= s0``) are duplicates. A conjunct with
+   Python's ``and``/``or`` still in it (``x == 0 or 10 // x > 2``) may hold where one of its
+   divisors is zero: steps 2–4 leave it as it is, and only z3 (step 5) reads it.
 2. **Digest** — every conjunct goes into one :class:`~shapecore.knowledge.Knowledge` with the
    context. Its digest (replacements ``x := e``, one range and one congruence per symbol) is
    implied by the input, so its *summary guards* may be added to the set: ``Eq(x, e)``, one
@@ -64,13 +66,13 @@ import z3
 from shapecore.budget import Budget
 from shapecore.errors import ConstraintError
 from shapecore.guard_code import compile_predicate
-from shapecore.functions import FloorDiv, Mod, int_symbol
+from shapecore.functions import FloorDiv, Mod, PythonAnd, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
 from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
-from shapecore.rewrite import canonicalize, divisors, keep_definedness, substitute, symbols_of
+from shapecore.rewrite import canonicalize, divisors, keep_definedness, short_circuit, substitute, symbols_of
 from shapecore.validation import check_ranges, guard_list
 from shapecore.group_solver import GroupSolver, minimal_unsat, ordered, unsatisfiable
 from shapecore.z3backend import Translator
@@ -235,6 +237,12 @@ class _Atom:
     fate: tuple | None = None  # ("duplicate", first), ("summary",): the summary implies it, ("open", candidate)
     rewrite: Rewrite | None = None
     learned: tuple | None = None  # what the digest knew of its symbols when it last learned it
+
+    @property
+    def opaque(self) -> bool:
+        """Python's ``and``/``or`` in it: it may hold where a divisor in it is zero, so it has no
+        ``divisors``, and only z3 (step 5), which encodes the short circuit, reads it."""
+        return short_circuit(self.expr)
 
 
 @dataclass
@@ -501,7 +509,7 @@ class _Simplification:
         self.atoms: list[_Atom] = []
         for source, guard in enumerate(guards):
             claim = as_claim(guard)
-            for conjunct in claim.args if isinstance(claim, sympy.And) else (claim,):  # make_args is a set
+            for conjunct in claim.args if isinstance(claim, (sympy.And, PythonAnd)) else (claim,):  # make_args is a set
                 self.atoms.append(self._atom(conjunct, source))
 
     def _atom(self, conjunct: sympy.Basic, source: int) -> _Atom:
@@ -509,7 +517,7 @@ class _Simplification:
             canonical = _fold_remainders(canonicalize(conjunct))
         except ZeroDivisionError:
             canonical = sympy.false
-        found = set(divisors(conjunct))
+        found = set() if short_circuit(conjunct) else set(divisors(conjunct))  # see _Atom.opaque
         for d in list(found):
             try:
                 found.add(canonicalize(d))
@@ -593,7 +601,7 @@ class _Simplification:
         (the digest may take it now that it knows more). Returns a contradiction if found."""
         layers = CheapLayers(self.knowledge)
         for atom in unique:
-            if atom.fate is not None:
+            if atom.fate is not None or atom.opaque:
                 continue
             expr, found = _substituted(atom, self.knowledge.replacements)
             verdict = False if expr is sympy.false else _cheap(layers, expr, found)
@@ -606,7 +614,7 @@ class _Simplification:
             elif verdict is False:
                 return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical) | symbols_of(expr)))
         for atom in unique:
-            if atom.fate is None:
+            if atom.fate is None and not atom.opaque:
                 state = (atom.current, self._known_about(symbols_of(atom.canonical) | symbols_of(atom.current)))
                 if state != atom.learned:  # the digest may take it now
                     self._learn(canonicalize(atom.current), atom)
@@ -680,7 +688,7 @@ class _Simplification:
                 continue
             if atom.fate is not None:
                 continue
-            expr, found = _substituted(atom, self.knowledge.replacements)
+            expr, found = (atom.canonical, atom.divisors) if atom.opaque else _substituted(atom, self.knowledge.replacements)
             if expr is sympy.false:
                 return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical)))
             cand = _Candidate(atom.current, expr, found, symbols_of(expr).union(*(symbols_of(d) for d in found)),

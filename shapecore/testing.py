@@ -75,14 +75,17 @@ def relations(names: Sequence[str] = DEFAULT_NAMES, **expr_options: object) -> s
     return st.tuples(st.sampled_from(_RELATIONS), exprs, exprs).map(lambda t: t[0](t[1], t[2]))
 
 
-def claims(names: Sequence[str] = DEFAULT_NAMES, **expr_options: object) -> st.SearchStrategy[sympy.Basic]:
-    """Relations and their ``And``/``Or``/``Not`` combinations."""
+def claims(
+    names: Sequence[str] = DEFAULT_NAMES, *, short_circuits: bool = True, **expr_options: object
+) -> st.SearchStrategy[sympy.Basic]:
+    """Relations and their ``And``/``Or``/``Not`` combinations, and (unless ``short_circuits``
+    is False) Python's short-circuiting ``and``/``or`` (:class:`~shapecore.PythonAnd`)."""
     base = relations(names, **expr_options)
+    connectives = [sympy.And, sympy.Or] + ([F.PythonAnd, F.PythonOr] if short_circuits else [])
     return st.recursive(
         base,
         lambda children: st.one_of(
-            st.tuples(children, children).map(lambda ab: sympy.And(*ab)),
-            st.tuples(children, children).map(lambda ab: sympy.Or(*ab)),
+            *(st.tuples(children, children).map(lambda ab, c=c: c(*ab)) for c in connectives),
             children.map(sympy.Not),
         ),
         max_leaves=3,

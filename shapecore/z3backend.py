@@ -10,7 +10,8 @@ Encoding (each symbol is a z3 ``Int``):
   with the same ``q`` (one per pair ``(a, b)``, so z3 sees ``a == b*(a//b) + a%b``).
   The axiom only constrains the fresh ``q``, so it is asserted once, globally.
 * Every division contributes the definedness condition ``b != 0``; a formula *holds* when it
-  is defined and true (see :func:`shapecore.evaluation.holds`).
+  is defined and true (see :func:`shapecore.evaluation.holds`). Python's short-circuiting
+  ``A and B`` (``A or B``) is defined where ``A`` is and, unless ``A`` is false (true), ``B``.
 * Rational constants are z3 reals (mixed integer/real arithmetic, exact).
 * ``CleanDiv``, ``PythonMod``, ``CeilDiv`` and ``ModularIndexing`` are encoded through the
   above node by node, without rebuilding (and so re-simplifying) the sympy tree.
@@ -36,7 +37,7 @@ import z3
 
 from shapecore import functions as F
 from shapecore.budget import Budget
-from shapecore.operations import BY_CLASS
+from shapecore.operations import BY_CLASS, SHORT_CIRCUITS
 
 __all__ = ["Translator", "Z3Session", "Z3Answer", "smtlib_script"]
 
@@ -133,6 +134,8 @@ class Translator:
                     result = result * base
                 return result, defined
             return self._opaque(expr)
+        if isinstance(expr, SHORT_CIRCUITS):
+            return self._short_circuit(expr)
         values, defined = self._args(expr)
         if expr.is_Add:
             return z3.Sum(*values), defined
@@ -152,6 +155,21 @@ class Translator:
         if isinstance(expr, sympy.Not):
             return z3.Not(values[0]), defined
         return self._opaque(expr)
+
+    def _short_circuit(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
+        """Python's ``and``/``or``: the value of ``And``/``Or``, defined where the first part is
+        and each later part is wherever the parts before it did not decide."""
+        is_and = isinstance(expr, F.PythonAnd)
+        parts = [self.term(arg) for arg in expr.args]
+        defined: tuple[z3.BoolRef, ...] = ()
+        for value, conditions in reversed(parts):
+            if defined:
+                decides = z3.Not(value) if is_and else value
+                defined = (*conditions, z3.Or(decides, z3.And(*defined)))
+            else:
+                defined = conditions
+        values = [value for value, _ in parts]
+        return (z3.And(*values) if is_and else z3.Or(*values)), defined
 
     def _composite_division(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
         """``CeilDiv(a, b) = -((-a) // b)`` and ``ModularIndexing(a, b, c) = (a // b) % c``.

@@ -44,8 +44,9 @@ class UnmappableExpressionError(ShapecoreError, TypeError):
     def __init__(self, node: sympy.Basic, expr: sympy.Basic, direction: str) -> None:
         self.node_class = type(node).__name__
         self.expr = expr
+        side = "torch's" if direction == "to torch" else "shapecore's"
         super().__init__(
-            f"cannot map {self.node_class} ({node}) in {expr} {direction}: shapecore's vocabulary has no "
+            f"cannot map {self.node_class} ({node}) in {expr} {direction}: {side} vocabulary has no "
             f"{self.node_class}; rewrite the model so the shape does not need it, or drop this guard"
         )
 

@@ -60,7 +60,7 @@ def int_texts(names: Sequence[str], *, max_leaves: int = 5) -> st.SearchStrategy
 
 
 def claim_texts(names: Sequence[str], *, max_leaves: int = 4) -> st.SearchStrategy[str]:
-    """Relations of :func:`int_texts` and their ``And``/``Or``/``Not``, as text."""
+    """Relations of :func:`int_texts` and their ``And``/``Or``/``Not`` and Python's ``and``/``or``, as text."""
     ints = int_texts(names, max_leaves=max_leaves)
     small = _small(names)
     relation = st.one_of(
@@ -73,6 +73,8 @@ def claim_texts(names: Sequence[str], *, max_leaves: int = 4) -> st.SearchStrate
         lambda children: st.one_of(
             st.tuples(children, children).map(lambda ab: f"And({ab[0]}, {ab[1]})"),
             st.tuples(children, children).map(lambda ab: f"Or({ab[0]}, {ab[1]})"),
+            st.tuples(children, children).map(lambda ab: f"({ab[0]} and {ab[1]})"),  # Python's: short circuits
+            st.tuples(children, children).map(lambda ab: f"({ab[0]} or {ab[1]})"),
             children.map(lambda a: f"Not({a})"),
         ),
         max_leaves=3,

@@ -425,6 +425,19 @@ def test_json_round_trip_is_exact_for_guards_that_print_ambiguously():
     assert ShapeEnv.from_json(text).to_json() == text
 
 
+def test_pythons_and_or_decide_where_python_does_and_round_trip():
+    env = ShapeEnv()
+    env.create_symbol(0, min=0)
+    assert env.evaluate_expr("s0 == 0 or 10 // s0 > 2") is True  # raised ZeroDivisionError
+    assert env.evaluate_expr("s0 != 0 and 10 // s0 > 2") is False
+    assert all(holds(guard, {"s0": 0}) for guard in env.guards)
+    assert [str(g) for g in env.guards] == ["Eq(s0, 0) or ((10//s0)) > 2", "~(Ne(s0, 0) and ((10//s0)) > 2)"]
+    assert env.produce_guards({"s0": "n"})[1:] == ["(n == 0) or (10 // n > 2)", "not ((n != 0) and (10 // n > 2))"]
+    text = env.to_json()
+    assert ShapeEnv.from_json(text).to_json() == text
+    assert env.check_guards({"s0": 0}) == [] and env.check_guards({"s0": 5}) != []
+
+
 def test_a_data_dependent_decision_names_its_symbol_even_when_folding_hides_it():
     env = ShapeEnv()
     env.create_symbol(1, min=1, max=1)

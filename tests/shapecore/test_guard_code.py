@@ -97,3 +97,9 @@ def test_takes_every_symbol_the_guard_text_names():
 def test_a_strict_or_does_not_skip_a_division_by_zero():
     check = compile_guards(["Or(Eq(x, 0), 10 // x > 2)"])
     assert check(x=3) is None and check(x=0) is not None  # holds() says undefined at x = 0
+
+
+def test_pythons_or_skips_a_division_it_never_reaches():
+    check = compile_guards(["x == 0 or 10 // x > 2", "x != 0 and 10 // x > 2 or x == 0"])
+    assert check(x=0) is None and check(x=3) is None and check(x=5) is check.guards[0]
+    assert " or " in check.source and " and " in check.source  # Python's own and/or: exactly their meaning

@@ -13,6 +13,7 @@ from shapecore import ArgumentError, ModularSet, ParseError, Proof, Reasoner, Va
 from shapecore.modular import tighten
 from shapecore.parsing import named_symbols
 from shapecore.testing import claims, fact_sets, int_exprs
+from shapecore.z3backend import Translator
 
 from . import oracle
 from .folding_text import claim_texts, float_texts
@@ -231,6 +232,40 @@ def test_a_claim_undefined_somewhere_the_facts_allow_is_not_proved(claim):
     proof = prove(claim)
     assert proof.refuted and proof.counterexample["y"] == 0
     assert prove(claim, facts=["y >= 1"]).proved
+
+
+SHORT_CIRCUITS = [
+    # Python's and/or stop at the part that decides: x == 0 decides before 10 // x divides by it
+    ("x == 0 or 10 // x > 2", [], {"x": (0, 3)}, "proved", None),  # was refuted at x = 0
+    ("x != 0 and 10 // x > 2", [], {"x": (0, 3)}, "refuted", {"x": 0}),  # False there, not undefined
+    ("not (x != 0 and 10 // x > 2)", [], {"x": (0, 0)}, "proved", None),
+    ("-3 <= x // y <= 3 or y == 0", [], {"y": (0, 4)}, "refuted", None),  # Python evaluates x // y first
+    # a fact with or holds where its second part would divide by zero
+    ("10 // x > 0", ["x == 0 or 10 // x > 2"], {"x": (0, 3)}, "refuted", {"x": 0}),  # was proved
+    ("x > 5", ["Eq(y, 0)", "y == 0 or x // y > 0"], {}, "refuted", None),  # was a contradiction: proved
+    ("x >= 1", ["x != 0 and 10 // x > 2"], {}, "proved", None),  # and: both parts hold
+    # the cheap layers read it where every divisor is nonzero
+    ("x > 0 and 12 // x >= 1", [], {"x": (1, 12)}, "proved", None),
+]
+
+
+@pytest.mark.parametrize("claim, facts, ranges, status, counterexample", SHORT_CIRCUITS,
+                         ids=[f"{c} | {f}" for c, f, *_ in SHORT_CIRCUITS])
+def test_pythons_and_or_short_circuit(claim, facts, ranges, status, counterexample):
+    proof = prove(claim, facts=facts, ranges=ranges)
+    assert proof.status == status, str(proof)
+    if counterexample is not None:
+        assert dict(proof.counterexample) == counterexample
+
+
+def test_z3_encodes_where_a_short_circuit_is_defined():
+    tr = Translator(z3.Context())
+    solver = z3.Solver(ctx=tr.ctx)
+    x = tr.symbol("x")
+    solver.add(*tr.axioms, x == 0, tr.holds(parse("x == 0 or 10 // x > 2")), z3.Not(tr.holds(parse("x != 0 and 10 // x > 2"))))
+    assert solver.check() == z3.sat  # holds at x = 0, and the and is defined (False) there
+    solver.add(tr.holds(parse("Not(x != 0 and 10 // x > 2)")))
+    assert solver.check() == z3.sat
 
 
 def test_a_counterexample_binds_every_symbol_the_claim_names():

@@ -194,6 +194,23 @@ def test_a_division_folded_away_is_not_dropped():
         assert all(holds(parse(g), point) for g in guards) == all(holds(g, point) for g in result.guards), point
 
 
+@pytest.mark.parametrize("guards", [
+    ["x == 0 or 10 // x > 2"],
+    ["x != 0 and 10 // x > 2", "x >= -3"],  # and: its parts are conjuncts
+    ["(s0 > (-8))", "(((s1*3) != s1) or (3 < ((s0*(-5)) // s0)))"],  # bench/fuzz.py case 1563
+    ["not (y == 0 or x // y > 1)", "x == 0 or y // x > 0"],
+    ["Eq(y, 0)", "y == 0 or x // y > 0"],  # a replacement that zeroes a divisor the or never reaches
+])
+def test_pythons_and_or_keep_the_guards_equivalent(guards):
+    box = {"x": (-4, 4), "y": (-3, 3), "s0": (-7, 3), "s1": (2, 9)}
+    names = sorted(set().union(*(oracle.formula(g).symbols for g in guards)))
+    result = simplify(guards, ranges={n: box[n] for n in names})
+    for values in itertools.product(*(range(box[n][0], box[n][1] + 1) for n in names)):
+        point = dict(zip(names, values))
+        expected = all(oracle.holds(formula(g), point) for g in guards)
+        assert all(holds(g, point) for g in result.guards) == expected, (point, result.guards)
+
+
 def test_contradictory_facts_are_an_error():
     with pytest.raises(ConstraintError, match="contradict"):
         simplify(["s0 >= 1"], facts=["s0 > 3"], ranges={"s0": (0, 2)})
