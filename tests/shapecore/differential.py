@@ -20,9 +20,6 @@ Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small 
   that holds there rejected, a claim false at the hints proved after a rejected fact, a round
   trip that changes the document. Wrong answers after a ``ConstraintError`` (which promises
   that nothing was recorded) say so.
-
-Where Python's ``and``/``or`` or a chained comparison is what makes an answer wrong (shapecore
-reads them strictly, like ``And``/``Or``), the problem says ``wrong (Python's short circuit)``.
 """
 
 from __future__ import annotations
@@ -157,30 +154,18 @@ def check_prove(query: ProveQuery, *, timeout_ms: int) -> Outcome:
         return _exception_outcome("prove", error, seconds, reproduction)
     outcome = Outcome("prove", proof.status, seconds, reproduction=reproduction)
 
-    def judge(strict: bool) -> tuple[str | None, str]:
-        given = [formula(f, strict=strict) for f in (*facts, *range_facts)]
-        claim = formula(claim_text, strict=strict)
-        if proof.status == "proved":
-            problem = _first_disagreement(claim, True, satisfying(given, query.box))
-            if problem is not None:
-                point, got = problem
-                how = "is undefined (zero divisor)" if got is ZeroDivisionError else "is False"
-                return f"wrong: proved, but the claim {how} at a point satisfying the facts", f"{claim_text} at {point}: {got!r}"
-        elif proof.status == "refuted":
-            return _bad_counterexample(proof.counterexample, claim, given)
-        return None, ""
-
-    outcome.problem, outcome.detail = _short_circuit_aware(judge, [claim_text, *facts])
+    given = [formula(f) for f in (*facts, *range_facts)]
+    claim = formula(claim_text)
+    if proof.status == "proved":
+        problem = _first_disagreement(claim, True, satisfying(given, query.box))
+        if problem is not None:
+            point, got = problem
+            how = "is undefined (zero divisor)" if got is ZeroDivisionError else "is False"
+            outcome.problem = f"wrong: proved, but the claim {how} at a point satisfying the facts"
+            outcome.detail = f"{claim_text} at {point}: {got!r}"
+    elif proof.status == "refuted":
+        outcome.problem, outcome.detail = _bad_counterexample(proof.counterexample, claim, given)
     return outcome
-
-
-def _short_circuit_aware(judge: Callable[[bool], tuple[str | None, str]], texts: Sequence[str]) -> tuple[str | None, str]:
-    """``judge`` under Python's semantics; a wrong answer that is right once ``and``/``or``/chained
-    comparisons are read strictly (as shapecore reads them) says so in its problem."""
-    problem, detail = judge(False)
-    if problem is not None and any(formula(t).short_circuits for t in texts) and judge(True)[0] is None:
-        problem = problem.replace("wrong: ", "wrong (Python's short circuit): ", 1)
-    return problem, detail
 
 
 def _bad_counterexample(counterexample, claim: Formula, facts: Sequence[Formula]) -> tuple[str | None, str]:
@@ -256,23 +241,21 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
     outcome = Outcome("simplify", "contradiction" if result.contradiction else "simplified", seconds,
                       reproduction=reproduction)
 
-    def judge(strict: bool) -> tuple[str | None, str]:
-        given = [formula(f, strict=strict) for f in query.facts]
-        inputs = [formula(g, strict=strict) for g in query.guards]
-        try:
-            simplified = [formula(g) for g in outputs]
-            for point in satisfying(given, query.box):
-                before, after = all(holds(g, point) for g in inputs), all(holds(g, point) for g in simplified)
-                if before != after:
-                    undefined = any(value_at(g, point) is ZeroDivisionError for g in (*inputs, *simplified))
-                    return (f"wrong: simplify's guards are not equivalent to its input"
-                            f"{' (a guard is undefined at the point)' if undefined else ''}",
-                            f"at {point} the input {'holds' if before else 'fails'} but {outputs} {'hold' if after else 'fail'}")
-        except (OracleError, NameError) as exc:
-            return "wrong: simplify's output is not a guard over the input's symbols", f"{outputs}: {exc}"
-        return None, ""
-
-    outcome.problem, outcome.detail = _short_circuit_aware(judge, [*query.guards, *query.facts])
+    inputs = [formula(g) for g in query.guards]
+    try:
+        simplified = [formula(g) for g in outputs]
+        for point in satisfying(context, query.box):
+            before, after = all(holds(g, point) for g in inputs), all(holds(g, point) for g in simplified)
+            if before != after:
+                undefined = any(value_at(g, point) is ZeroDivisionError for g in (*inputs, *simplified))
+                outcome.problem = (f"wrong: simplify's guards are not equivalent to its input"
+                                   f"{' (a guard is undefined at the point)' if undefined else ''}")
+                outcome.detail = (f"at {point} the input {'holds' if before else 'fails'} "
+                                  f"but {outputs} {'hold' if after else 'fail'}")
+                break
+    except (OracleError, NameError) as exc:
+        outcome.problem = "wrong: simplify's output is not a guard over the input's symbols"
+        outcome.detail = f"{outputs}: {exc}"
     return outcome
 
 
@@ -335,8 +318,7 @@ def env_query(choose: Chooser) -> EnvQuery:
             symbols.append(EnvSymbol(f"u{unbacked}", lo, hi, None))
             unbacked += 1
     query = EnvQuery(tuple(symbols), ())
-    # Python's and/or and chained comparisons are the prove and simplify queries' business.
-    writer = GuardWriter(choose, query.box, random_style(choose), short_circuits=False)
+    writer = GuardWriter(choose, query.box, random_style(choose))
     steps = []
     for _ in range(choose.integer(1, 8)):
         verb = pick(choose, ("evaluate_expr", "evaluate_expr", "add_fact", "statically_known_true", "round_trip"))

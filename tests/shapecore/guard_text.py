@@ -79,11 +79,10 @@ class GuardWriter:
     the box.
     """
 
-    def __init__(self, choose: Chooser, box: Box, style: str, *, short_circuits: bool = True) -> None:
+    def __init__(self, choose: Chooser, box: Box, style: str) -> None:
         self.choose = choose
         self.box = box
         self.style = style
-        self.short_circuits = short_circuits
 
     def _torch(self) -> bool:
         return self.style == "torch" or (self.style == "mixed" and chance(self.choose, 50))
@@ -169,7 +168,7 @@ class GuardWriter:
             if name in ("Eq", "Ne") or chance(c, 40):
                 return f"{name}({left}, {right})"
             return f"({left} {op} {right})"
-        if self.short_circuits and chance(c, 10):  # a chained comparison: Python's short circuit
+        if chance(c, 10):  # a chained comparison: Python's short circuit
             op2 = pick(c, _RELATIONS)[1]
             return f"({left} {op} {right} {op2} {self.expr(depth)})"
         return f"({left} {op} {right})"
@@ -189,7 +188,7 @@ class GuardWriter:
         name, symbol, word = ("And", "&", "and") if kind == 1 else ("Or", "|", "or")
         if self._torch() and chance(c, 50):
             return f"{name}({', '.join(parts)})"
-        if self.short_circuits and not self._torch() and chance(c, 15):  # Python's keyword: a short circuit
+        if not self._torch() and chance(c, 15):  # Python's keyword: a short circuit
             return "(" + f" {word} ".join(parts) + ")"
         return "(" + f" {symbol} ".join(parts) + ")"
 

@@ -88,30 +88,12 @@ _NAMESPACE = {"__builtins__": {}, **_HELPERS}
 class _Rewrite(ast.NodeTransformer):
     """Vocabulary calls to the helpers above, ``~`` to ``Not``, ``/ k`` to ``Fraction``."""
 
-    def __init__(self, strict: bool) -> None:
-        self.strict = strict
+    def __init__(self) -> None:
         self.symbols: set[str] = set()
         self.divisors: list[str] = []
-        self.short_circuits = False
 
     def _call(self, name: str, args: list[ast.AST], node: ast.AST) -> ast.AST:
         return ast.copy_location(ast.Call(ast.Name(f"__oracle_{name}", ast.Load()), args, []), node)
-
-    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
-        self.short_circuits = True
-        if self.strict:
-            return self._call("And" if isinstance(node.op, ast.And) else "Or", [self.visit(v) for v in node.values], node)
-        return self.generic_visit(node)
-
-    def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        if len(node.ops) == 1:
-            return self.generic_visit(node)
-        self.short_circuits = True
-        if not self.strict:
-            return self.generic_visit(node)
-        operands = [self.visit(x) for x in (node.left, *node.comparators)]
-        pairs = [ast.Compare(a, [op], [b]) for op, a, b in zip(node.ops, operands, operands[1:])]
-        return self._call("And", pairs, node)
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in ("True", "False"):
@@ -162,7 +144,6 @@ class Formula:
     text: str
     symbols: frozenset[str]
     divisors: tuple[str, ...]  # the text of every divisor in it
-    short_circuits: bool  # uses Python's and/or or a chained comparison
     code: object
 
     def __call__(self, point: Mapping[str, int]) -> object:
@@ -170,21 +151,15 @@ class Formula:
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def formula(text: str, *, strict: bool = False) -> Formula:
-    """``text`` compiled by the oracle (cached); raises :class:`OracleError` outside the vocabulary.
-
-    ``strict`` evaluates Python's ``and``/``or`` and chained comparisons like ``And``/``Or``
-    (every operand, no short circuit): how shapecore reads them today, for telling that
-    difference apart from other wrong answers.
-    """
+def formula(text: str) -> Formula:
+    """``text`` compiled by the oracle (cached); raises :class:`OracleError` outside the vocabulary."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise OracleError(f"not Python syntax: {text!r}") from exc
-    rewrite = _Rewrite(strict)
+    rewrite = _Rewrite()
     tree = ast.fix_missing_locations(rewrite.visit(tree))
-    return Formula(text, frozenset(rewrite.symbols), tuple(rewrite.divisors), rewrite.short_circuits,
-                   compile(tree, "<oracle>", "eval"))
+    return Formula(text, frozenset(rewrite.symbols), tuple(rewrite.divisors), compile(tree, "<oracle>", "eval"))
 
 
 def holds(claim: Formula, point: Mapping[str, int]) -> bool:
