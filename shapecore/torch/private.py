@@ -49,6 +49,8 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
                      "a torch.compile backend that sees AOTAutograd's ATen graphs (trace_compile)"),
     "aot_export_joint_with_descriptors": ("torch._functorch.aot_autograd", "aot_export_joint_with_descriptors",
                                           "the joint forward+backward graph, inputs and outputs described"),
+    "default_partition": ("torch._functorch.partitioners", "default_partition",
+                          "a lowered joint graph split into forward and backward programs (saving, not recomputing)"),
     "OpOverload": ("torch._ops", "OpOverload", "the class of an ATen operator overload (a node's target)"),
     # -- pytrees (the inputs and outputs of a call)
     "tree_flatten": ("torch.utils._pytree", "tree_flatten", "a call's inputs or outputs as leaves and a spec"),
