@@ -119,6 +119,16 @@ def _named_state(model: Any) -> dict[str, tuple[str, Any]]:
         model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
 
 
+def _on_model_device(model: nn.Module, example_inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The example inputs on the meta device when the model is there (so it traces without
+    allocating a weight), else as given."""
+    from shapecore.torch.private import tree_map
+
+    if not any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        return tuple(example_inputs)
+    return tuple(tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, tuple(example_inputs)))
+
+
 def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], list[str]]:
     """Names of the positional arguments (from ``forward``'s signature) and of each flattened input."""
     import inspect
@@ -203,7 +213,7 @@ class ParallelModule(nn.Module):
         self.groups = mesh_groups(self.mesh)
         self.global_outputs = global_outputs
         traced = _together("tracing", lambda: trace_for_planning(
-            model, example_inputs, dynamic_shapes=dynamic_shapes, training=training))
+            model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training))
         gm, exported, self.env = traced.graph_module, traced.exported, traced.env
         self._hidden = (model, gm)  # not submodules: their tensors are not this module's
         dims = {**traced.dim_exprs, **plan_options.pop("dims", {})}

@@ -57,6 +57,7 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
     "tree_unflatten": ("torch.utils._pytree", "tree_unflatten", "leaves back into a call's structure"),
     "tree_structure": ("torch.utils._pytree", "tree_structure", "the spec of a call's inputs, to compare calls"),
     "tree_leaves": ("torch.utils._pytree", "tree_leaves", "a call's inputs as leaves"),
+    "tree_map": ("torch.utils._pytree", "tree_map", "a call's example inputs moved to the meta device"),
     "tree_flatten_with_path": ("torch.utils._pytree", "tree_flatten_with_path", "leaves with their paths, to name them"),
     "keystr": ("torch.utils._pytree", "keystr", "a leaf's path as text (``[0]['x']``)"),
     # -- DTensor's sharding rules (planner.strategies.dtensor)

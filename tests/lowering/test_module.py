@@ -7,6 +7,7 @@ mesh shapes. Tiny models on 2 (and 4) gloo ranks.
 
 import copy
 import functools
+import math
 
 import pytest
 import torch
@@ -84,9 +85,10 @@ def _decoder(rank):
     return result
 
 
-def _mlp(mesh, budget, *, global_outputs=False):
+def _mlp(mesh, budget, *, global_outputs=False, device="cpu"):
     torch.manual_seed(0)
-    model = MLP()
+    with torch.device(device):
+        model = MLP()
     pm = parallelize(model, (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
                      constraints=["Eq(Mod(batch, 4), 0)"], memory_budget=budget, global_outputs=global_outputs)
     return model, pm
@@ -132,15 +134,36 @@ def test_a_training_module_trains_like_one_device():
         assert r["compiles_after"] == 1
 
 
+def _pieces(p):
+    """How many pieces the placements of DTensor ``p`` cut it into."""
+    return math.prod(p.device_mesh.shape[axis] for axis, q in enumerate(p.placements) if q.is_shard())
+
+
+def _from_meta(rank):
+    """A model built on the meta device: only this rank's pieces are allocated, init_weights fills
+    them as one device would, and the module computes what that device does."""
+    _, pm = _mlp((2, 2), 30_000, device="meta")
+    pm.init_weights(_init, seed=3)
+    model = MLP()
+    torch.manual_seed(3)
+    model.apply(_init)
+    x = torch.randn(8, 32)
+    expected = dict(model.named_parameters())
+    return {"pieces": all(p.to_local().numel() * _pieces(p) == p.numel() for p in pm.parameters()),
+            "weights": {n: _close(p.full_tensor(), expected[n].detach()) for n, p in pm.named_parameters()},
+            "output": _close(pm(x).full_tensor().detach(), model(x).detach())}
+
+
 def _both(rank):
-    return {"accumulate": _accumulate(rank), "init": _initialized(rank)}
+    return {"accumulate": _accumulate(rank), "init": _initialized(rank), "meta": _from_meta(rank)}
 
 
-def test_gradients_accumulate_and_init_weights_is_the_one_device_init():
+def test_gradients_accumulate_init_weights_is_the_one_device_init_and_meta_models_allocate_pieces():
     for r in launch(_both, 4, timeout=600):
         assert r["accumulate"]["plain"]
         assert all(r["accumulate"]["grads"].values()), r["accumulate"]["grads"]
         assert all(r["init"].values()), r["init"]
+        assert r["meta"]["pieces"] and all(r["meta"]["weights"].values()) and r["meta"]["output"], r["meta"]
 
 
 def _save(path, rank):
