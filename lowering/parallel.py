@@ -492,7 +492,7 @@ class ParallelModule(nn.Module):
             broken.append(failed)
         if self.dynamic:
             warnings.warn(f"compiling again for {dict(values)}: the compiled program assumes "
-                          f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=4)
+                          f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=5)
         variant = self._compile_first(values)  # every rank gets here with the same values: safe to communicate
         self._variants.append(variant)
         return variant

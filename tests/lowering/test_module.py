@@ -18,7 +18,7 @@ from torch.distributed.tensor.experimental import implicit_replication
 from torch.export import Dim
 from torch.nn import functional as F
 
-from lowering import launch, parallelize
+from lowering import GuardViolation, launch, parallelize
 from lowering.examples import MLP, Decoder
 
 pytestmark = pytest.mark.slow  # gloo ranks
@@ -82,6 +82,11 @@ def _decoder(rank):
     result["no_grad"] = (not quiet.requires_grad, _close(quiet.full_tensor(), expected))
     result["eval"] = (not evaluated.requires_grad, _close(evaluated.full_tensor(), expected))
     result["compiles_after"] = pm.compile_count
+    try:  # an odd batch does not split: refused on every rank before any collective
+        pm(_tokens(3, 0)[0])
+        result["odd_batch"] = None
+    except GuardViolation as error:
+        result["odd_batch"] = error.guard
     return result
 
 
@@ -132,6 +137,7 @@ def test_a_training_module_trains_like_one_device():
         assert r["compiles"] == 1
         assert r["no_grad"] == (True, True) and r["eval"] == (True, True)
         assert r["compiles_after"] == 1
+        assert r["odd_batch"] is not None
 
 
 def _pieces(p):
