@@ -12,6 +12,10 @@ shapecore proves from the ranges alone. They are returned as
 :attr:`CompiledProgram.guards`, over the local symbol names; the caller checks them on every
 call and compiles again when they fail (Dynamo would do the same through its guards).
 ``values=`` compiles a program specialized to fixed local symbol values instead.
+
+A training program comes :func:`~lowering.partition.partition`-ed: its forward and its
+backward are compiled (each once, over the same symbols, so one set of guards covers both);
+:attr:`CompiledProgram.run` runs the forward, :attr:`CompiledProgram.backward` the backward.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import sympy
 
 from lowering.lower import LocalProgram
+from lowering.partition import Partitioned, example_values
 
 __all__ = ["CompiledProgram", "compile_program"]
 
@@ -33,13 +38,15 @@ class CompiledProgram:
     """A compiled local program: ``run(symbol_values, tensors)`` returns the flat outputs.
 
     ``guards`` (over the local symbol names) must hold for ``run`` to be valid; a program
-    specialized to ``values`` has the guards ``Eq(b, value)``.
+    specialized to ``values`` has the guards ``Eq(b, value)``. A partitioned program's ``run``
+    is its forward (user outputs, then saved values) and ``backward(inputs)`` its backward.
     """
 
     run: Callable[[Sequence[int], Sequence[Any]], list[Any]]
     guards: tuple[sympy.Basic, ...]
     seconds: float
     values: Mapping[str, int] | None = None
+    backward: Callable[[Sequence[Any]], list[Any]] | None = None
 
     def __post_init__(self) -> None:
         from shapecore import compile_guards
@@ -74,36 +81,55 @@ def _assumptions(program: LocalProgram) -> tuple[sympy.Basic, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def _static_inputs(program: LocalProgram, values: Mapping[str, int]) -> list[Any]:
+def _at(program: LocalProgram, values: Mapping[str, int], example: Sequence[Any]) -> list[Any]:
+    """``example`` (a graph's traced inputs) with every local symbol set to its value in ``values``:
+    ints for SymInts, fake tensors of the evaluated sizes and strides for tensors."""
     import torch
 
-    from shapecore import evaluate
     from shapecore.torch.private import FakeTensorMode
 
+    names = program.torch_symbols.names
+
+    def number(n: Any) -> int:
+        if not isinstance(n, torch.SymInt):
+            return int(n)
+        expr = n.node.expr
+        return int(expr.xreplace({s: values[names[s.name]] for s in expr.free_symbols}))
+
     with FakeTensorMode():
-        tensors = [torch.empty([int(evaluate(e, values)) for e in i.local_shape], dtype=i.dtype) for i in program.inputs]
-        coordinate = torch.empty(program.plan.mesh.ndim, dtype=torch.int64)
-    return [values[s.name] for s in program.symbols] + tensors + [coordinate]
+        return [torch.empty_strided([number(n) for n in x.shape], [number(n) for n in x.stride()], dtype=x.dtype)
+                if isinstance(x, torch.Tensor) else number(x) for x in example]
 
 
-def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None) -> CompiledProgram:
-    """Compile ``program`` with Inductor: dynamic in the local symbols, or specialized to ``values``."""
+def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None,
+                    partitioned: Partitioned | None = None) -> CompiledProgram:
+    """Compile ``program`` with Inductor (its forward and backward when ``partitioned``): dynamic in
+    the local symbols, or specialized to ``values``."""
     from shapecore import int_symbol
     from shapecore.torch.private import compile_fx
 
+    def compiled(gm: Any, example: Sequence[Any]) -> Any:
+        return compile_fx(gm, list(example) if values is None else _at(program, values, example))
+
     start = time.perf_counter()
+    if partitioned is None:
+        forward, backward = compiled(program.graph_module, program.example_inputs), None
+    else:
+        forward = compiled(partitioned.forward, example_values(partitioned.forward))
+        backward = compiled(partitioned.backward, example_values(partitioned.backward))
     if values is None:
-        compiled = compile_fx(program.graph_module, list(program.example_inputs))
         guards = _assumptions(program)
     else:
-        compiled = compile_fx(program.graph_module, _static_inputs(program, values))
         guards = tuple(sympy.Eq(int_symbol(name), value) for name, value in sorted(values.items()))
     seconds = time.perf_counter() - start
 
     coordinate = program.coordinate
 
     def run(symbol_values: Sequence[int], tensors: Sequence[Any]) -> list[Any]:
-        return list(compiled(*symbol_values, *tensors, coordinate))
+        return list(forward(*symbol_values, *tensors, coordinate))
 
-    return CompiledProgram(run, guards, seconds, dict(values) if values is not None else None)
+    def run_backward(inputs: Sequence[Any]) -> list[Any]:
+        return list(backward(*inputs))
 
+    return CompiledProgram(run, guards, seconds, dict(values) if values is not None else None,
+                           None if backward is None else run_backward)

@@ -17,6 +17,8 @@ node goes through these steps, one class each:
    ``arange`` split across ranks starts at this rank's offset; ``view`` becomes ``reshape``,
    because a local tensor's strides can differ from the traced global one's (a split head
    dim, say) where its values cannot.
+   A model traced on the meta device (its weights never allocated) has its factory ops'
+   ``device=meta`` replaced by the mesh's device.
 4. **Scalars** (:meth:`_Replay._global_scalar`): a SymInt read off a tensor (``sym_size``,
    ``sym_numel``, ``sym_stride``) is the *global* value written over the local symbols
    (``s0 = 4*b0``); SymInt arithmetic on it stays global, so scalars computed from sizes keep
@@ -495,6 +497,8 @@ class _Replay:
             return values[arg]
 
         args, kwargs = map_arg((node.args, node.kwargs), fetch)
+        if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type == "meta":
+            kwargs = {**kwargs, "device": torch.device(self.groups.device_mesh.device_type)}  # traced on meta
         target, args, adjust = self.arguments.localize(node, list(args), symint, coordinate)
         if node.target in _WHOLE_DIM and operands:
             self.checks.whole_dims(node, args, kwargs, operands)

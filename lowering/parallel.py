@@ -1,4 +1,4 @@
-"""``parallelize``: a model planned, lowered and compiled once for this rank.
+"""``parallelize``: a model planned, lowered and compiled once for this rank, as a ``torch.nn.Module``.
 
 ``ParallelModule(model, example_inputs, dynamic_shapes=..., mesh=...)`` runs on every rank
 (under ``torchrun``, :func:`lowering.launch`, or any launcher that initializes the default
@@ -9,30 +9,37 @@ process group):
    graph), so the graph lowered is the graph planned;
 2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
    error is raised on every rank); ``plan=`` skips planning;
-3. :func:`~lowering.lower.lower` the plan, cut the parameters into this rank's pieces (the
-   plan's :attr:`~planner.Plan.graph_inputs` say which graph input is which parameter, user
-   input or tangent, its :attr:`~planner.Plan.graph_outputs` which output is which gradient);
-4. compile once with Inductor, the local symbols dynamic. When every rank would compile the
-   same graph text, rank 0 compiles first and the others load its result from Inductor's
-   cache.
+3. :func:`~lowering.lower.lower` the plan, and register the model's parameters and buffers
+   (:mod:`lowering.state`) as DTensors on the plan's mesh, placed as the plan places them,
+   under the model's own names: ``parameters()``, ``named_parameters()`` and ``state_dict()``
+   are what an optimizer and ``torch.distributed.checkpoint`` take; a tied parameter
+   (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) is one parameter with one
+   gradient. A training program is split (:mod:`lowering.partition`) into a forward and a
+   backward program;
+4. compile once with Inductor (a training program's forward and backward), the local symbols
+   dynamic. When every rank would compile the same graph text, rank 0 compiles first and the
+   others load its result from Inductor's cache.
 
 A call takes the *global* user inputs: plain tensors (every rank passes the same ones) or
 DTensors placed as the plan wants (:meth:`ParallelModule.shard_inputs` makes them, cutting
 ahead of the call). It runs the :class:`~lowering.entry.EntryCheck` on the global sizes (one
 agreement step across ranks, then the guards and the even splits: a batch that does not split
 raises on every rank, and nothing is computed on a truncated one), then cuts this rank's
-pieces and runs the compiled program. A plain tensor is always taken for the global input: a
-rank's own piece goes in as a DTensor, which carries the global shape the check needs (so
-``pm(*pm.shard_inputs(x))``, the two-step form, keeps working). A call the compiled program's own
-assumptions (:attr:`~lowering.compile.CompiledProgram.guards`) do not cover gets a program
-specialized to its sizes, compiled then and kept: :attr:`ParallelModule.compile_count`
-counts every compile, so "one compile for every batch size" is observable.
+pieces and runs the compiled program. It returns DTensors placed as the plan places the
+outputs (``full_tensor()`` is the global value; combining them with plain tensors, such as
+labels, needs DTensor's ``implicit_replication()``), or global tensors with
+``global_outputs=True``. A call the compiled program's own assumptions
+(:attr:`~lowering.compile.CompiledProgram.guards`) do not cover gets a program specialized to
+its sizes, compiled then and kept: :attr:`ParallelModule.compile_count` counts every compile,
+so "one compile for every batch size" is observable.
 
-Training (``training=True``): a call returns ``(outputs, grads)``, ``grads`` mapping each
-parameter's name to this rank's piece of its gradient for the tangents ``ones_like(output)``
-(the gradient of ``sum(outputs)``); :meth:`ParallelModule.gather_grads` reassembles them.
-A tied parameter (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) is one tensor
-with one placement and one gradient, under the name ``model.named_parameters()`` gives it.
+Training (``training=True``): in training mode with grad enabled, a call runs the forward
+program inside an autograd function whose backward runs the backward program on the
+gradients of the outputs, so any loss computed from the outputs backpropagates; parameter
+gradients arrive as DTensors placed like their parameters, and accumulate over calls.
+``eval()`` or ``torch.no_grad()`` run the forward program only (the traced computation is
+the same: dropout or batch statistics are fixed when tracing). :meth:`ParallelModule.init_weights`
+initializes the weights as ``model.apply(fn)`` would on one device, keeping this rank's pieces.
 """
 
 from __future__ import annotations
@@ -41,14 +48,21 @@ import hashlib
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from lowering.collectives import apply_steps, gather_steps, local_shard
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from lowering.collectives import local_shard
 from lowering.compile import CompiledProgram, compile_program
 from lowering.entry import EntryCheck, InputSpec
 from lowering.errors import LoweringError
 from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
+from lowering.partition import Partitioned, partition
+from lowering.state import contiguous_strides, init_weights, register_state
 from planner import Plan, as_mesh
 
 __all__ = ["ParallelModule", "parallelize"]
@@ -94,12 +108,6 @@ def _together(what: str, make: Callable[[], Any]) -> Any:
     return result
 
 
-def _replicated(n: int) -> tuple[Any, ...]:
-    from torch.distributed.tensor import Replicate
-
-    return (Replicate(),) * n
-
-
 def _named_state(model: Any) -> dict[str, tuple[str, Any]]:
     """Every name of each parameter and buffer -> (the name ``named_parameters()`` /
     ``named_buffers()`` list it under, the tensor). A tied parameter has several names; torch
@@ -109,6 +117,16 @@ def _named_state(model: Any) -> dict[str, tuple[str, Any]]:
     first: dict[int, str] = {}
     return {name: (first.setdefault(id(t), name), t) for name, t in chain(
         model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
+
+
+def _on_model_device(model: nn.Module, example_inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The example inputs on the meta device when the model is there (so it traces without
+    allocating a weight), else as given."""
+    from shapecore.torch.private import tree_map
+
+    if not any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        return tuple(example_inputs)
+    return tuple(tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, tuple(example_inputs)))
 
 
 def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], list[str]]:
@@ -127,22 +145,65 @@ def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], l
     return arguments, [arguments[path[0].idx] + keystr(path[1:]) for path, _ in leaves]
 
 
-class ParallelModule:
-    """A model's local program on this rank; call it with the global inputs (or DTensors of them).
+@dataclass
+class _Call:
+    """What one call runs: the compiled variant, the local symbol values, the program's tensors."""
 
-    ``plan_options`` go to :func:`planner.plan` (``constraints``, ``batch_sizes``,
-    ``hardware``, ``divisibility`` …); ``plan`` skips planning; ``dynamic=False`` compiles a
-    program specialized to each distinct set of sizes instead (the peer for benchmarks);
-    ``progress`` is called with the name of each construction phase as it starts.
+    variant: CompiledProgram
+    values: dict[str, int]
+    symbol_values: list[int]
+    tensors: list[Any]
+    """The forward program's tensor inputs (a training program's tangents left out)."""
+    trainable: list[str]
+    """Names of the parameters handed to autograd (in :class:`_Step`'s argument order)."""
+
+
+class _Step(torch.autograd.Function):
+    """A training call: the forward program now, the backward program when autograd reaches the
+    outputs with the gradients of whatever loss was computed from them. Its arguments are the
+    module and the call, then the DTensor parameters whose gradients it returns; it returns the
+    local pieces of the user outputs."""
+
+    @staticmethod
+    def forward(ctx: Any, module: ParallelModule, call: _Call, *parameters: Any) -> Any:
+        assert module.partitioned is not None
+        outputs = call.variant.run(call.symbol_values, call.tensors)
+        count = module.partitioned.user_outputs
+        ctx.module, ctx.call, ctx.saved = module, call, outputs[count:]
+        return tuple(outputs[:count])
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        module, call = ctx.module, ctx.call
+        partitioned, backward = module.partitioned, call.variant.backward
+        assert partitioned is not None and backward is not None
+        tangents = module._tangents(grads, call.values)
+        inputs = [ctx.saved[k] if kind == "saved" else tangents[k] for kind, k in partitioned.backward_inputs]
+        ctx.saved = None
+        return (None, None, *module._parameter_grads(backward(inputs), call.trainable))
+
+
+class ParallelModule(nn.Module):
+    """A model planned, lowered and compiled for this rank, as a module whose parameters and buffers
+    are DTensors (see the module docstring).
+
+    ``training=True`` traces the joint forward+backward graph, so a loss computed from the
+    outputs backpropagates into the parameters; ``global_outputs=True`` returns plain global
+    tensors instead of DTensors. ``plan_options`` go to :func:`planner.plan` (``constraints``,
+    ``batch_sizes``, ``hardware``, ``memory_budget`` …); ``plan`` skips planning;
+    ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
+    peer for benchmarks); ``progress`` is called with the name of each construction phase as
+    it starts.
     """
 
-    def __init__(self, model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
-                 training: bool = False, plan: Plan | None = None, dynamic: bool = True,
-                 progress: Callable[[str], None] | None = None, **plan_options: Any) -> None:
+    def __init__(self, model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
+                 training: bool = False, global_outputs: bool = False, plan: Plan | None = None,
+                 dynamic: bool = True, progress: Callable[[str], None] | None = None, **plan_options: Any) -> None:
         import planner
         from shapecore.torch import trace_for_planning
         from shapecore.torch.private import tree_structure
 
+        super().__init__()
         self.timings: dict[str, float] = {}
         """Seconds per construction phase on this rank: trace, plan, lower, compile."""
         self._progress = progress or (lambda phase: None)
@@ -150,11 +211,11 @@ class ParallelModule:
         clock = time.perf_counter()
         self.mesh = as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
-        self.training = training
+        self.global_outputs = global_outputs
         traced = _together("tracing", lambda: trace_for_planning(
-            model, example_inputs, dynamic_shapes=dynamic_shapes, training=training))
+            model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training))
         gm, exported, self.env = traced.graph_module, traced.exported, traced.env
-        self.graph_module = gm
+        self._hidden = (model, gm)  # not submodules: their tensors are not this module's
         dims = {**traced.dim_exprs, **plan_options.pop("dims", {})}
         clock = self._phase("trace", clock)
         if plan is None:
@@ -166,14 +227,20 @@ class ParallelModule:
         self.program: LocalProgram = _together("lowering", lambda: lower(gm, plan, groups=self.groups))
         self._out_spec = exported.call_spec.out_spec if exported is not None else None
         state = _named_state(model)
+        _together("placing the parameters", lambda: register_state(self, model, plan.param_placements, self.groups))
         self._feed = self._feeds(state)
         self._grad_names = self._gradient_names(state)
+        self._output_shapes = self._global_output_shapes(gm)
+        self.partitioned: Partitioned | None = None
+        if training:
+            self.partitioned = _together("splitting forward and backward", self._partition)
         arguments, leaves = _leaf_names(model, example_inputs)
         self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self.program.env, self._display_names(dims),
                                 structure=tree_structure(tuple(example_inputs)), arguments=arguments,
                                 device_mesh=self.groups.device_mesh)
         self.dynamic = dynamic
         self._variants: list[CompiledProgram] = []
+        self.train(training)
         clock = self._phase("lower", clock)
         if dynamic:
             self._variants.append(self._compile_first())
@@ -191,24 +258,20 @@ class ParallelModule:
     # -- construction -------------------------------------------------------------------------------
 
     def _feeds(self, state: Mapping[str, tuple[str, Any]]) -> list[tuple[str, Any]]:
-        """Per program input: ("tensor", this rank's piece), ("input", index) or ("tangent", output index)."""
-        import torch
-
+        """Per program input: ("parameter" or "buffer", its own name), ("input", index) or ("tangent", output index)."""
         roles = {i.name: i for i in self.plan.graph_inputs}
+        parameters = {name for name, _ in self.named_parameters()}
         feeds: list[tuple[str, Any]] = []
         for local_input in self.program.inputs:
             graph_input = roles.get(local_input.name)
             if graph_input is None:
                 raise LoweringError(f"the plan does not say what feeds graph input {local_input.name}; "
                                     "was it made for this graph?")
-            if graph_input.role == "input":
-                feeds.append(("input", graph_input.index))
-            elif graph_input.role == "tangent":
-                feeds.append(("tangent", local_input))
+            if graph_input.role in ("input", "tangent"):
+                feeds.append((graph_input.role, graph_input.index))
             elif graph_input.fqn in state:
-                with torch.no_grad():
-                    piece = local_shard(state[graph_input.fqn][1].detach(), local_input.placements, self.groups)
-                    feeds.append(("tensor", piece))
+                own = state[graph_input.fqn][0]
+                feeds.append(("parameter" if own in parameters else "buffer", own))
             else:
                 raise LoweringError(f"graph input {local_input.name} ({graph_input.role} {graph_input.fqn}) is neither a "
                                     "user input, a tangent, nor a parameter or buffer of the model")
@@ -224,6 +287,29 @@ class ParallelModule:
                                     "a tied parameter must be read through one graph input")
             names[fqn] = own
         return names
+
+    def _global_output_shapes(self, gm: Any) -> list[tuple[Any, ...]]:
+        """Each user output's global shape, over the trace's symbols."""
+        from torch.fx import Node
+
+        from shapecore.torch import size_expr
+        from shapecore.torch.private import tree_leaves
+
+        leaves = [x for x in tree_leaves(gm.graph.output_node().args[0])]
+        shapes = []
+        for k in self._user_outputs():
+            value = leaves[k].meta["val"] if isinstance(leaves[k], Node) else None
+            if not isinstance(value, torch.Tensor):
+                raise LoweringError(f"user output {k} of the traced graph is not a tensor")
+            shapes.append(tuple(size_expr(n) if isinstance(n, torch.SymInt) else n for n in value.shape))
+        return shapes
+
+    def _partition(self) -> Partitioned:
+        user = self._user_outputs()
+        if user != list(range(len(user))):
+            raise LoweringError("the joint graph's user outputs are not its first outputs; it cannot be split")
+        tangents = {k for k, (kind, _) in enumerate(self._feed) if kind == "tangent"}
+        return partition(self.program, len(user), tangents)
 
     def _specs(self, leaves: Sequence[str]) -> list[InputSpec]:
         count = len(self.plan.input_placements)
@@ -256,24 +342,50 @@ class ParallelModule:
         codes: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(codes, code)
         shared, rank = len(set(codes)) == 1, dist.get_rank()
-        first = _together("compiling", lambda: compile_program(self.program, values=values)
-                          if rank == 0 or not shared else None)
+
+        def compile_here() -> CompiledProgram:
+            return compile_program(self.program, values=values, partitioned=self.partitioned)
+
+        first = _together("compiling", lambda: compile_here() if rank == 0 or not shared else None)
         if not shared:
             return first
-        rest = _together("compiling", lambda: None if rank == 0 else compile_program(self.program, values=values))
+        rest = _together("compiling", lambda: None if rank == 0 else compile_here())
         return first if rank == 0 else rest
 
     # -- properties ------------------------------------------------------------------------------
 
     @property
+    def graph_module(self) -> Any:
+        """The traced global graph (the joint forward+backward graph when built for training)."""
+        return self._hidden[1]
+
+    @property
     def compile_count(self) -> int:
-        """How many programs Inductor compiled on this rank (1 while every call fits the first)."""
+        """How many programs Inductor compiled on this rank (1 while every call fits the first; a
+        training program's forward and backward count as one)."""
         return len(self._variants)
 
     @property
     def compile_seconds(self) -> float:
         """Seconds spent compiling on this rank."""
         return sum(v.seconds for v in self._variants)
+
+    # -- weights ----------------------------------------------------------------------------------
+
+    def init_weights(self, fn: Callable[[nn.Module], None], *, seed: int | None = None) -> None:
+        """Initialize every parameter and buffer with ``fn(module)``, called on each module of the
+        original model as ``model.apply(fn)`` calls it (children first), each module's own
+        tensors whole (CPU tensors, one module's at a time); this rank keeps its pieces.
+
+        With ``seed`` (``torch.manual_seed(seed)`` first, the global RNG left as it was) or the
+        same RNG state on every rank, the global tensors equal what ``model.apply(fn)`` gives on
+        one device. Call it on every rank.
+        """
+        model = self._hidden[0]
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            init_weights(self, model, fn, self.groups)
 
     # -- inputs and outputs -----------------------------------------------------------------------
 
@@ -294,9 +406,6 @@ class ParallelModule:
         return tuple(tree_unflatten([self._distribute(x, s) for x, s in zip(flat, self.entry.specs)], spec))
 
     def _distribute(self, x: Any, spec: InputSpec) -> Any:
-        import torch
-        from torch.distributed.tensor import DTensor
-
         if (spec.placements is None or not isinstance(x, torch.Tensor) or isinstance(x, DTensor)
                 or x.dim() != len(spec.global_shape)
                 or any(n % self.mesh.shard_factor(spec.placements, d) for d, n in enumerate(x.shape))):
@@ -306,32 +415,9 @@ class ParallelModule:
 
     def _piece(self, x: Any, spec: InputSpec) -> Any:
         """This rank's piece of a checked input (a global tensor, or a DTensor placed as the plan wants)."""
-        from torch.distributed.tensor import DTensor
-
         if isinstance(x, DTensor):
             return x.to_local()
         return x if spec.placements is None else local_shard(x, spec.placements, self.groups)
-
-    def _gather(self, x: Any, placements: Any, what: str) -> Any:
-        if placements is None:
-            return x
-        return apply_steps(x, gather_steps(placements), placements, _replicated(len(placements)), self.groups, where=what)
-
-    def gather_outputs(self, local_outputs: Any) -> Any:
-        """The global outputs, reassembled on every rank from the ranks' local outputs (a collective)."""
-        from shapecore.torch.private import tree_flatten, tree_unflatten
-
-        flat, spec = tree_flatten(local_outputs)
-        outputs = self._user_outputs()
-        if len(flat) != len(outputs):
-            raise TypeError(f"got {len(flat)} outputs, the program has {len(outputs)}")
-        full = [self._gather(x, self.plan.output_placements[k], f"gathering output {k}") for x, k in zip(flat, outputs)]
-        return tree_unflatten(full, spec)
-
-    def gather_grads(self, local_grads: Mapping[str, Any]) -> dict[str, Any]:
-        """Full gradients on every rank from each rank's pieces (training; a collective)."""
-        placements = {self._grad_names[fqn]: self.plan.output_placements[k] for k, fqn in self._grad_outputs()}
-        return {fqn: self._gather(g, placements[fqn], f"gathering the gradient of {fqn}") for fqn, g in local_grads.items()}
 
     def _user_outputs(self) -> list[int]:
         """Positions of the user outputs among the program's outputs."""
@@ -341,6 +427,59 @@ class ParallelModule:
         """(position among the program's outputs, parameter name in the graph) of each gradient."""
         return [(k, o.grad_of) for k, o in enumerate(self.plan.graph_outputs)
                 if o is not None and o.role == "grad" and o.grad_of is not None]
+
+    def _wrap(self, local: Sequence[Any], global_values: Mapping[str, int]) -> Any:
+        """The user outputs as DTensors of their global shapes (or global tensors), in the traced structure."""
+        from shapecore import evaluate
+        from shapecore.torch.private import tree_unflatten
+
+        wrapped = []
+        for piece, k, shape in zip(local, self._user_outputs(), self._output_shapes):
+            size = torch.Size(int(evaluate(e, global_values)) if not isinstance(e, int) else e for e in shape)
+            out = DTensor.from_local(piece, self.groups.device_mesh, self.plan.output_placements[k], run_check=False,
+                                     shape=size, stride=contiguous_strides(size))
+            wrapped.append(out.full_tensor() if self.global_outputs else out)
+        if self._out_spec is not None:
+            return tree_unflatten(wrapped, self._out_spec)
+        return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
+
+    # -- autograd -------------------------------------------------------------------------------
+
+    def _tangents(self, grads: Sequence[Any], values: Mapping[str, int]) -> list[Any]:
+        """The backward program's tangents (in input order) from the gradients of the user outputs'
+        local pieces (None: the loss did not use that output)."""
+        from shapecore import evaluate
+
+        tangents = []
+        for (kind, index), local_input in zip(self._feed, self.program.inputs):
+            if kind != "tangent":
+                continue
+            grad, placed = grads[index], tuple(self.plan.output_placements[self._user_outputs()[index]])
+            if grad is None:
+                shape = [int(evaluate(e, values)) for e in local_input.local_shape]
+                tangents.append(torch.zeros(shape, dtype=local_input.dtype))
+                continue
+            if placed != tuple(local_input.placements):
+                grad = DTensor.from_local(grad, self.groups.device_mesh, placed, run_check=False).redistribute(
+                    self.groups.device_mesh, local_input.placements).to_local()
+            tangents.append(grad.contiguous())
+        return tangents
+
+    def _parameter_grads(self, outputs: Sequence[Any], trainable: Sequence[str]) -> list[Any]:
+        """The gradients of the ``trainable`` parameters as DTensors placed like them, from the
+        backward program's outputs (the joint program's outputs after the user outputs)."""
+        assert self.partitioned is not None
+        offset = self.partitioned.user_outputs
+        by_name = {self._grad_names[fqn]: k for k, fqn in self._grad_outputs()}
+        grads = []
+        for name in trainable:
+            parameter, k = self.get_parameter(name), by_name[name]
+            grad = DTensor.from_local(outputs[k - offset], self.groups.device_mesh, self.plan.output_placements[k],
+                                      run_check=False, shape=parameter.shape, stride=parameter.stride())
+            if tuple(grad.placements) != tuple(parameter.placements):
+                grad = grad.redistribute(self.groups.device_mesh, parameter.placements)
+            grads.append(grad)
+        return grads
 
     # -- calling -----------------------------------------------------------------------------------
 
@@ -353,43 +492,50 @@ class ParallelModule:
             broken.append(failed)
         if self.dynamic:
             warnings.warn(f"compiling again for {dict(values)}: the compiled program assumes "
-                          f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=3)
+                          f"{', '.join(map(str, dict.fromkeys(broken)))}", stacklevel=5)
         variant = self._compile_first(values)  # every rank gets here with the same values: safe to communicate
         self._variants.append(variant)
         return variant
 
-    def _tangent(self, local_input: Any, global_values: Mapping[str, int]) -> Any:
-        import torch
-
-        from shapecore import evaluate
-
-        shape = [int(evaluate(e, global_values)) for e in local_input.global_shape]
-        return local_shard(torch.ones(shape, dtype=local_input.dtype), local_input.placements, self.groups)
-
-    def __call__(self, *inputs: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
         """Run on the global ``inputs`` (plain tensors, the same on every rank, or DTensors placed as
-        the plan wants); checked on every rank before any collective."""
-        from shapecore.torch.private import tree_leaves, tree_unflatten
+        the plan wants); checked on every rank before any collective. Returns DTensors placed as
+        the plan places the outputs (global tensors with ``global_outputs=True``). Built for
+        training, in training mode and with grad enabled, the outputs carry autograd: a loss's
+        ``backward()`` runs the backward program and accumulates the parameters' gradients."""
+        from shapecore.torch.private import tree_leaves
 
         global_values = self.entry.check(inputs)
         pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
         values = self.program.localizer.local_values(global_values)
         variant = self._variant(values)
+        trainable: list[str] = []
         tensors = []
-        for kind, what in self._feed:
-            tensors.append(what if kind == "tensor" else pieces[what] if kind == "input" else
-                           self._tangent(what, global_values))
-        outputs = variant.run([values[s.name] for s in self.program.symbols], tensors)
-        user = [outputs[k] for k in self._user_outputs()]
-        result = tree_unflatten(user, self._out_spec) if self._out_spec is not None else (
-            user[0] if len(user) == 1 else tuple(user))
-        if not self.training:
-            return result
-        grads = {self._grad_names[fqn]: outputs[k] for k, fqn in self._grad_outputs()}
-        return result, grads
+        with torch.no_grad():
+            for kind, what in self._feed:
+                if kind == "input":
+                    tensors.append(pieces[what])
+                elif kind == "parameter":
+                    parameter = self.get_parameter(what)
+                    tensors.append(parameter.to_local())
+                    if parameter.requires_grad and what in self._grad_names.values():
+                        trainable.append(what)
+                elif kind == "buffer":
+                    tensors.append(self.get_buffer(what).to_local())
+        symbol_values = [values[s.name] for s in self.program.symbols]
+        if self.partitioned is None:
+            outputs = variant.run(symbol_values, tensors)
+            return self._wrap([outputs[k] for k in self._user_outputs()], global_values)
+        if self.training and torch.is_grad_enabled() and trainable:
+            call = _Call(variant, values, symbol_values, tensors, trainable)
+            local = _Step.apply(self, call, *(self.get_parameter(name) for name in trainable))
+        else:
+            local = variant.run(symbol_values, tensors)[:self.partitioned.user_outputs]
+        return self._wrap(local, global_values)
 
 
-def parallelize(model: Any, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
-                **plan_options: Any) -> ParallelModule:
-    """Trace, plan, lower and compile ``model`` for this rank (call it on every rank)."""
-    return ParallelModule(model, example_inputs, dynamic_shapes=dynamic_shapes, mesh=mesh, **plan_options)
+def parallelize(model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
+                **options: Any) -> ParallelModule:
+    """Trace, plan, lower and compile ``model`` for this rank (call it on every rank); ``options``
+    as :class:`ParallelModule` takes them (``training``, ``global_outputs``, ``plan``, plan options)."""
+    return ParallelModule(model, example_inputs, dynamic_shapes=dynamic_shapes, mesh=mesh, **options)

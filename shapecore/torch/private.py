@@ -49,12 +49,15 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
                      "a torch.compile backend that sees AOTAutograd's ATen graphs (trace_compile)"),
     "aot_export_joint_with_descriptors": ("torch._functorch.aot_autograd", "aot_export_joint_with_descriptors",
                                           "the joint forward+backward graph, inputs and outputs described"),
+    "default_partition": ("torch._functorch.partitioners", "default_partition",
+                          "a lowered joint graph split into forward and backward programs (saving, not recomputing)"),
     "OpOverload": ("torch._ops", "OpOverload", "the class of an ATen operator overload (a node's target)"),
     # -- pytrees (the inputs and outputs of a call)
     "tree_flatten": ("torch.utils._pytree", "tree_flatten", "a call's inputs or outputs as leaves and a spec"),
     "tree_unflatten": ("torch.utils._pytree", "tree_unflatten", "leaves back into a call's structure"),
     "tree_structure": ("torch.utils._pytree", "tree_structure", "the spec of a call's inputs, to compare calls"),
     "tree_leaves": ("torch.utils._pytree", "tree_leaves", "a call's inputs as leaves"),
+    "tree_map": ("torch.utils._pytree", "tree_map", "a call's example inputs moved to the meta device"),
     "tree_flatten_with_path": ("torch.utils._pytree", "tree_flatten_with_path", "leaves with their paths, to name them"),
     "keystr": ("torch.utils._pytree", "keystr", "a leaf's path as text (``[0]['x']``)"),
     # -- DTensor's sharding rules (planner.strategies.dtensor)

@@ -117,7 +117,7 @@ def _scenario(rank, name, mesh, options, batches, extra):
         x = make(b)
         expected = model(x)
         for out in (pm(*pm.shard_inputs(x)), pm(x)):  # DTensors cut ahead, or the global tensor
-            result["errors"].append(_relative_error(pm.gather_outputs(out), expected))
+            result["errors"].append(_relative_error(out.full_tensor(), expected))
         result["compiles"].append(pm.compile_count)
     if "refused" in extra:  # batch sizes that break a guard or do not split: refused, nothing compiled
         result["refused"] = {b: _refusal(lambda: pm(*pm.shard_inputs(make(b)))) for b in extra["refused"]}
@@ -125,13 +125,13 @@ def _scenario(rank, name, mesh, options, batches, extra):
     if "bad_inputs" in extra:
         result["bad_inputs"] = {key: _refusal(call) for key, call in _bad_inputs(rank, pm, make).items()}
         x = make(batches[-1])
-        result["after_bad_inputs"] = _relative_error(pm.gather_outputs(pm(x)), model(x))  # every rank still in step
+        result["after_bad_inputs"] = _relative_error(pm(x).full_tensor(), model(x))  # every rank still in step
     if "recompile" in extra:
         with pytest.warns(UserWarning, match="compiling again"):
             x = make(extra["recompile"])
-            out = pm.gather_outputs(pm(*pm.shard_inputs(x)))
+            out = pm(*pm.shard_inputs(x)).full_tensor()
         result["recompiled"] = (pm.compile_count, _relative_error(out, model(x)))
-        out = pm.gather_outputs(pm(*pm.shard_inputs(make(batches[-1]))))  # the first program still serves
+        out = pm(*pm.shard_inputs(make(batches[-1]))).full_tensor()  # the first program still serves
         result["after"] = pm.compile_count
     return result
 

@@ -24,7 +24,7 @@ def main(path: str) -> None:
     errors = []
     for batch in (3, 8, 13):
         x = torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch))
-        out = pm.gather_outputs(pm(*pm.shard_inputs(x)))
+        out = pm(*pm.shard_inputs(x)).full_tensor()
         errors.append(float((out - model(x)).abs().max() / model(x).abs().max()))
     if dist.get_rank() == 0:
         with open(path, "w") as f:

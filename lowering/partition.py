@@ -1,0 +1,118 @@
+"""A lowered joint graph split into a forward and a backward program.
+
+The local program of a training plan (:func:`~lowering.lower.lower` of a joint
+forward+backward graph) computes the user outputs and the parameter gradients in one graph,
+for tangents given up front. A training step needs the two halves apart: the forward program
+runs in the call and returns the user outputs and what the backward needs (the saved
+activations), the backward program runs when autograd reaches the outputs, with the
+gradients of whatever loss the user computed as its tangents.
+
+:func:`partition` does the split with AOTAutograd's own partitioner (``default_partition``:
+it saves what the forward computed, recomputing nothing). The forward is the dataflow cone
+of the user outputs: the lowering emits an output's redistribution where the output node is,
+after the backward, so those nodes are moved ahead first (every rank moves the same ones, so
+collectives keep one order on every rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lowering.errors import LoweringError
+
+if TYPE_CHECKING:
+    from torch.fx import GraphModule, Node
+
+    from lowering.lower import LocalProgram
+
+__all__ = ["Partitioned", "partition"]
+
+
+@dataclass(frozen=True)
+class Partitioned:
+    """The two programs of a joint local program.
+
+    ``forward(*symbols, *tensors, coordinate)`` takes the joint program's inputs without the
+    tangents and returns the ``user_outputs`` user outputs, then the saved values;
+    ``backward`` takes, per input, ``("saved", k)`` (the forward's saved value ``k``) or
+    ``("tangent", k)`` (the joint program's tangent ``k``, in input order) as
+    :attr:`backward_inputs` lists, and returns the joint program's remaining outputs (the
+    gradients) in order.
+    """
+
+    forward: GraphModule
+    backward: GraphModule
+    user_outputs: int
+    tangent_inputs: tuple[int, ...]
+    """Positions of the tangents among the joint program's tensor inputs."""
+    backward_inputs: tuple[tuple[str, int], ...]
+
+
+def _cone(outputs: list[Node]) -> set[Node]:
+    found: set[Node] = set()
+    stack = list(outputs)
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(node.all_input_nodes)
+    return found
+
+
+def _forward_first(gm: GraphModule, user_outputs: int, tangents: set[int]) -> GraphModule:
+    """A copy of ``gm`` with the cone of the first ``user_outputs`` outputs ahead of every other
+    computation, tagged as forward, and the tangent placeholders (``tangents``: their positions
+    among all inputs) named as the partitioner expects."""
+    import torch.fx
+    from torch.fx.node import Node, map_arg
+
+    nodes = list(gm.graph.nodes)
+    output = gm.graph.output_node()
+    leaves = list(output.args[0])
+    forward = _cone([x for x in leaves[:user_outputs] if isinstance(x, Node)])
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    order = placeholders + [n for n in nodes if n.op not in ("placeholder", "output") and n in forward] + [
+        n for n in nodes if n.op not in ("placeholder", "output") and n not in forward]
+    tangent_names = {placeholders[k]: f"tangents_{count}" for count, k in enumerate(sorted(tangents), start=1)}
+    graph = torch.fx.Graph()
+    copies: dict[Node, Node] = {}
+    for node in order:
+        if node in tangent_names:
+            copies[node] = graph.placeholder(tangent_names[node])
+            copies[node].meta = dict(node.meta)
+        else:
+            copies[node] = graph.node_copy(node, lambda n: copies[n])
+        if node in forward and node.op != "placeholder":
+            copies[node].meta["partitioner_tag"] = "is_forward"
+    graph.output(map_arg(output.args[0], lambda n: copies[n]))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def partition(program: LocalProgram, user_outputs: int, tangents: set[int]) -> Partitioned:
+    """Split ``program`` (a joint graph whose first ``user_outputs`` outputs are the user outputs)
+    into forward and backward; ``tangents``: positions of the tangents among its tensor inputs."""
+    from shapecore.torch.private import default_partition
+
+    symbols = len(program.symbols)
+    joint = _forward_first(program.graph_module, user_outputs, {symbols + k for k in tangents})
+    forward, backward = default_partition(joint, program.example_inputs, num_fwd_outputs=user_outputs)
+    saved = [n.name for n in forward.graph.output_node().args[0][user_outputs:]]
+    tangent_order = {f"tangents_{count}": count - 1 for count in range(1, len(tangents) + 1)}
+    inputs: list[tuple[str, int]] = []
+    for node in backward.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        if node.name in tangent_order:
+            inputs.append(("tangent", tangent_order[node.name]))
+        elif node.name in saved:
+            inputs.append(("saved", saved.index(node.name)))
+        else:
+            raise LoweringError(f"the backward program reads {node.name}, which the forward neither saves nor is a "
+                                "tangent; the joint graph cannot be split")
+    return Partitioned(forward, backward, user_outputs, tuple(sorted(tangents)), tuple(inputs))
+
+
+def example_values(gm: GraphModule) -> list[Any]:
+    """The traced values of ``gm``'s placeholders (fake tensors, SymInts), in order."""
+    return [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
