@@ -127,7 +127,7 @@ _SIZE_ARGUMENT = {  # op -> index of its size argument (the output's shape)
     _aten.view.default: 1, _aten.reshape.default: 1, _aten._unsafe_view.default: 1, _aten.expand.default: 1,
     _aten.new_zeros.default: 1, _aten.new_ones.default: 1, _aten.new_empty.default: 1, _aten.new_full.default: 1,
     _aten.zeros.default: 0, _aten.ones.default: 0, _aten.full.default: 0, _aten.empty.memory_format: 0,
-    _aten.empty_strided.default: 0,
+    _aten.empty_strided.default: 0, _aten.slice_backward.default: 1, _aten.select_backward.default: 1,
 }
 _WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be split
     _aten.cat.default: (1,), _aten.split.Tensor: (2,), _aten.split_with_sizes.default: (2,), _aten.chunk.default: (2,),

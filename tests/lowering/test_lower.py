@@ -109,3 +109,47 @@ def test_a_plan_the_lowering_cannot_honour_is_refused_with_the_node_named(placem
     import functools
 
     assert launch(functools.partial(_broken, placements=placements, moves=moves, match=match), 2, timeout=120) == [True, True]
+
+
+class _Slices(nn.Module):
+    """Slices and selects off the batch dim: their backward ops take the gradient's full size as an argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y[:, 2:] * y.select(1, 0).unsqueeze(1)
+
+
+_DATA_PARALLEL = {  # _Slices' joint graph, the batch split: weights whole, their gradients summed across ranks
+    **dict.fromkeys(["primals_1", "primals_2", "t"], "R"),
+    **dict.fromkeys(["primals_3", "tangents_1", "addmm", "slice_1", "slice_2", "select", "unsqueeze", "mul_10", "mul_13",
+                     "mul_14", "sum_1", "squeeze", "select_backward", "slice_backward", "slice_backward_1", "add_17"], "S(0)"),
+    "t_1": "S(1)", **dict.fromkeys(["mm", "t_2", "sum_2", "view", "t_3"], "P")}
+_SUM_GRADIENTS = [("output", k, name, "P", "R", [(0, "all_reduce", "P", "R")]) for k, name in ((1, "t_3"), (2, "view"))]
+
+
+def _sliced_training(rank):
+    from shapecore.torch import trace_for_planning
+
+    torch.manual_seed(0)
+    model = _Slices()
+    gm = trace_for_planning(model, (torch.randn(4, 8),), dynamic_shapes=({0: 2 * Dim("k")},), training=True).graph_module
+    plan = handmade_plan(gm, Mesh((2,), ("dp",)), _DATA_PARALLEL, redistributions=_SUM_GRADIENTS,
+                         output_placements=["S(0)", "R", "R"])
+    program = lower(gm, plan)
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(6))
+    full = {"primals_1": model.fc.weight.detach(), "primals_2": model.fc.bias.detach(), "primals_3": x,
+            "tangents_1": torch.ones(6, 6)}
+    tensors = [local_shard(full[i.name], i.placements, program.groups) for i in program.inputs]
+    values = program.localizer.local_values({program.symbols[0].of: 3})
+    _, weight_grad, bias_grad = program([values[s.name] for s in program.symbols], tensors)[:3]
+    model(x).sum().backward()
+    return float((weight_grad - model.fc.weight.grad).abs().max()), float((bias_grad - model.fc.bias.grad).abs().max())
+
+
+def test_slice_and_select_backward_allocate_the_local_gradient_when_the_batch_is_split():
+    for errors in launch(_sliced_training, 2, timeout=120):
+        assert max(errors) < 1e-5, errors
