@@ -342,7 +342,18 @@ def _slice(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     dim = _dim(_kwarg(node, 1, "dim", 0), ndim)
     rules = [_replicate_all(node), AxisRule((P,), (P,), "partial")]
     rules.extend(AxisRule((Shard(d),), (Shard(d),), f"S{d}") for d in range(ndim) if d != dim)
+    if _whole(node, graph, dim):  # ``x[:, None]`` slices dim 0 whole: an alias, which any split keeps
+        rules.append(AxisRule((Shard(dim),), (Shard(dim),), f"S{dim}"))
     return rules
+
+
+def _whole(node: GraphNode, graph: PlanGraph, dim: int) -> bool:
+    """Whether a step-1 ``slice`` (or its backward) keeps all of dim ``dim``: the sliced
+    tensor's size there is the whole tensor's, symbolically."""
+    name = _packet(node.target)
+    if name not in ("slice", "slice_backward") or _kwarg(node, 4 if name == "slice" else 5, "step", 1) != 1:
+        return False
+    return sympy.expand(node.output.shape[dim] - graph.operand_meta(node, 0).shape[dim]) == 0
 
 
 @_rule("slice_backward", "select_backward")
@@ -356,6 +367,8 @@ def _slice_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
             continue
         src = d if grad.ndim == ndim or d < dim else d - 1  # select removed ``dim`` from the gradient
         rules.append(AxisRule((Shard(d),), (Shard(src),), f"S{d}"))
+    if _whole(node, graph, dim):
+        rules.append(AxisRule((Shard(dim),), (Shard(dim),), f"S{dim}"))
     return rules
 
 

@@ -31,6 +31,31 @@ class Attention(nn.Module):
         return self.out(o.transpose(1, 2).reshape(b, s, d))
 
 
+class GroupedQueryAttention(nn.Module):
+    """Qwen2/Mistral-style attention: ``kv_heads < heads``, keys and values repeated per group
+    (``repeat_kv``: ``x[:, :, None].expand(...).reshape(...)``)."""
+
+    def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+
+    def _repeat(self, x: torch.Tensor) -> torch.Tensor:
+        b, kv, s, d = x.shape
+        return x[:, :, None].expand(b, kv, self.heads // kv, s, d).reshape(b, self.heads, s, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self._repeat(self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2))
+        v = self._repeat(self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(o.transpose(1, 2).reshape(b, s, d))
+
+
 class Block(nn.Module):
     def __init__(self, dim: int, heads: int, hidden: int) -> None:
         super().__init__()

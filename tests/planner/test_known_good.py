@@ -11,7 +11,7 @@ from torch.export import Dim
 
 import planner
 from planner import HARDWARE_PRESETS, Mesh
-from tests.planner.models import MLP, Attention, Tokens, on_meta
+from tests.planner.models import MLP, Attention, GroupedQueryAttention, Tokens, on_meta
 
 R = Replicate()
 
@@ -46,6 +46,21 @@ def test_two_dimensional_mesh_is_batch_on_dp_and_megatron_on_tp():
     assert plan.input_placements == ((Shard(0), R),)
     assert plan.param_placements["fc1.weight"] == (R, Shard(0))
     assert plan.param_placements["fc2.weight"] == (R, Shard(1))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_grouped_query_attention_is_batch_split_with_no_all_to_all(training):
+    # repeat_kv slices the batch dim whole (``k[:, :, None]``); with no batch strategy for that
+    # slice (nor its backward) the plan took two all_to_alls per repeat to route around it
+    model = on_meta(GroupedQueryAttention, 512, 8, 2)
+    x = torch.randn(8, 128, 512, device="meta")
+    plan = planner.plan_module(model, (x,), dynamic_shapes={"x": {0: Dim("batch")}}, mesh=Mesh((4,), ("dp",)),
+                               training=training, constraints=["Eq(Mod(batch, 8), 0)"], batch_sizes=[512])
+    repeats = [name for name, d in plan.decisions.items() if d.op.startswith("aten.slice")]
+    assert len(repeats) == (4 if training else 2) and all(plan.placements[name] == (Shard(0),) for name in repeats)
+    assert not [r for r in plan.redistributions if "all_to_all" in r.collectives]
+    if not training:  # data parallel: nothing to communicate
+        assert plan.input_placements == ((Shard(0),),) and plan.cost.communication == 0
 
 
 def _attention_plan(heads, tp=4, batch=2):
