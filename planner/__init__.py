@@ -8,7 +8,8 @@
   how they plan is a :class:`PlanOptions` (or its fields as keywords);
 * :class:`Mesh` (:meth:`Mesh.shard_factor`) and :func:`as_mesh`; placements as text
   (:func:`format_placements`, :func:`parse_placements`);
-* :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`;
+* :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`; :func:`calibrate` measures
+  one on the live process group (saved and loaded as JSON: :meth:`Hardware.save`, :meth:`Hardware.load`);
 * placement constraints (``PlanOptions.placement_constraints``): :class:`Pin`,
   :class:`ForbidShard`, :class:`RequireShard`, :class:`MinShards`, targets seen as
   :class:`NodeInfo`; an unsatisfiable set raises :class:`PlacementConflict`;
@@ -18,7 +19,8 @@
 """
 
 from planner.api import plan, plan_module
-from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LocalTensor
+from planner.calibrate import calibrate
+from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LinkCost, LocalTensor
 from planner.graph import tensor_operands
 from planner.mesh import Mesh, as_mesh
 from planner.options import PlanOptions
@@ -57,6 +59,7 @@ __all__ = [
     "GraphInput",
     "GraphOutput",
     "Hardware",
+    "LinkCost",
     "LocalTensor",
     "MemoryBreakdown",
     "MinShards",
@@ -75,6 +78,7 @@ __all__ = [
     "Strategy",
     "StrategyProvider",
     "as_mesh",
+    "calibrate",
     "expand",
     "format_placements",
     "parse_placements",

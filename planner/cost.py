@@ -9,7 +9,9 @@ planner minimizes its expectation. The default :class:`AlphaBetaCostModel`:
   ``all_reduce`` ``2(n-1)·a + 2(n-1)/n · S/B``; ``all_to_all`` ``(n-1)·a + (n-1)/n · S/B``;
   a local ``chunk`` or ``to_partial`` is free. ``out``/``in``/``S`` are local bytes per device.
   Mesh axes are laid out innermost-last: the last axes whose sizes multiply to at most
-  ``devices_per_node`` use the intra-node link, the others the inter-node link.
+  ``devices_per_node`` use the intra-node link, the others the inter-node link. A
+  :class:`Hardware` measured by :func:`planner.calibrate` carries its own figures per mesh axis
+  and collective (:class:`LinkCost`); they replace the link's on a mesh of the shape measured.
 * **compute** — roofline on local shapes: ``max(flops / peak, bytes moved / memory bandwidth)``,
   with flops of matrix products, attention and convolution counted exactly and one flop per
   output element otherwise; views and layout ops are free.
@@ -18,15 +20,19 @@ planner minimizes its expectation. The default :class:`AlphaBetaCostModel`:
 
 :class:`Hardware` holds the constants; ``"h100-nvlink"`` (8 GPUs per NVLink node, InfiniBand
 between nodes), ``"h100-ib"`` (every axis over InfiniBand) and ``"cpu-gloo"`` (TCP loopback)
-are presets; pass a ``Hardware`` for other machines.
+are presets; pass a ``Hardware`` for other machines, or measure one with
+:func:`planner.calibrate` (``Hardware.save``/``Hardware.load`` keep it as JSON).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,12 +40,32 @@ from planner.graph import GraphNode
 from planner.mesh import Mesh
 from planner.plan import CollectiveKind
 
-__all__ = ["Hardware", "HARDWARE_PRESETS", "resolve_hardware", "LocalTensor", "CostModel", "AlphaBetaCostModel", "FREE_OPS"]
+__all__ = ["Hardware", "LinkCost", "HARDWARE_PRESETS", "resolve_hardware", "LocalTensor", "CostModel", "AlphaBetaCostModel", "FREE_OPS"]
+
+
+HARDWARE_FORMAT = "planner.Hardware"
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """Measured alpha-beta figures of collective ``kind`` on mesh axis ``axis`` (of ``size`` ranks):
+    ``latency`` seconds per hop, ``bandwidth`` bytes/s per device, as the cost model's formulas use them."""
+
+    axis: int
+    size: int
+    kind: CollectiveKind
+    latency: float
+    bandwidth: float
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """Per-device constants: peak FLOP/s (16-bit and 32-bit), memory bandwidth and size, links."""
+    """Per-device constants: peak FLOP/s (16-bit and 32-bit), memory bandwidth and size, links.
+
+    ``mesh_shape`` and ``links`` are set by :func:`planner.calibrate`: the mesh it measured and
+    one :class:`LinkCost` per (mesh axis, collective); on a mesh of that shape they price the
+    collectives, on any other the intra/inter-node figures do.
+    """
 
     name: str
     flops: float
@@ -51,6 +77,53 @@ class Hardware:
     inter_bandwidth: float
     inter_latency: float
     devices_per_node: int
+    mesh_shape: tuple[int, ...] | None = None
+    links: tuple[LinkCost, ...] = ()
+
+    def link(self, mesh_shape: Sequence[int], axis: int, kind: str) -> LinkCost | None:
+        """The measured figures of ``kind`` on ``axis`` when measured on a mesh of ``mesh_shape``, else None."""
+        if self.mesh_shape is None or tuple(mesh_shape) != self.mesh_shape:
+            return None
+        return next((c for c in self.links if c.axis == axis and c.kind == kind), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON values; :meth:`from_dict` gives back an equal ``Hardware`` (floats round-trip exactly)."""
+        data = dataclasses.asdict(self)
+        data["mesh_shape"] = None if self.mesh_shape is None else list(self.mesh_shape)
+        return {"format": HARDWARE_FORMAT, **data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
+        if data.get("format") != HARDWARE_FORMAT:
+            raise ValueError(f"not a hardware document (format {data.get('format')!r}, expected {HARDWARE_FORMAT!r})")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = sorted(names - set(data))
+        if missing:
+            raise ValueError(f"hardware document lacks {', '.join(missing)}")
+        fields = {k: data[k] for k in names}
+        fields["mesh_shape"] = None if data["mesh_shape"] is None else tuple(data["mesh_shape"])
+        fields["links"] = tuple(LinkCost(**link) for link in data["links"])
+        return cls(**fields)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Hardware:
+        return cls.from_dict(json.loads(text))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_json` to ``path`` (through a temporary file: never half-written)."""
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(self.to_json())
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Hardware:
+        """A ``Hardware`` saved by :meth:`save`."""
+        with open(path) as f:
+            return cls.from_json(f.read())
 
 
 HARDWARE_PRESETS: dict[str, Hardware] = {
@@ -136,7 +209,8 @@ class AlphaBetaCostModel:
         n = self.mesh.shape[axis]
         if kind in ("chunk", "to_partial") or n == 1:
             return np.zeros_like(before)
-        latency, bandwidth = self._links[axis]
+        measured = self.hardware.link(self.mesh.shape, axis, kind)
+        latency, bandwidth = (measured.latency, measured.bandwidth) if measured else self._links[axis]
         ring = (n - 1) / n
         if kind == "all_gather":
             return (n - 1) * latency + ring * after / bandwidth
