@@ -21,8 +21,11 @@ ranks (a 1-D mesh), the script
    measured costs.
 
 The machine is shared with other work: measured times are comparable only inside one run.
+At the default sizes a step is milliseconds of fixed per-call work (the entry check's
+agreement step, Python) that no plan changes and the cost model does not price: ``--scale``
+makes the models wider, so the plans' own costs weigh more.
 
-    python bench/plan_quality.py                          # 3 models x {2, 4} ranks (a few minutes)
+    python bench/plan_quality.py                          # 3 models x {2, 4} ranks (20 minutes on 2 busy cores)
     python bench/plan_quality.py --worlds 2 --models mlp  # a quick look
     python bench/plan_quality.py --rounds 30 --runners-up 5 --scale 2
 """
