@@ -14,7 +14,7 @@ kind               placement       local operation on the axis's group
 ``to_partial``     ``R → P``       kept on coordinate 0, zeros elsewhere (local)
 =================  ==============  ================================================
 
-The same functions run eagerly (``gather_outputs``) and under tracing (``lower``): traced, each
+The same functions run eagerly (``gather_steps``, the tests) and under tracing (``lower``): traced, each
 collective is a ``_c10d_functional`` op followed by ``wait_tensor``, which Inductor lowers.
 
 Nesting follows DTensor (and :mod:`planner.mesh`): when several axes shard one dim, the
