@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from shapecore import functions as F
 from shapecore.decide import LAYERS, CheapLayers
 from shapecore.evaluation import evaluate, holds
-from shapecore.knowledge import Knowledge
 from shapecore.testing import claims, fact_sets
+
+from .digests import knowledge_of
 
 NAMES = ("s0", "s1")
 BOX = [dict(zip(NAMES, point)) for point in itertools.product(range(-12, 41), repeat=len(NAMES))]
@@ -18,18 +19,11 @@ SMALL = {"max_leaves": 3, "constants": (-8, 8), "divisors": (-4, 8)}
 x, y = F.int_symbol("x"), F.int_symbol("y")
 
 
-def _knowledge(facts):
-    knowledge = Knowledge()
-    for fact in facts:
-        knowledge.add(fact)
-    return knowledge
-
-
 @pytest.mark.parametrize("rewrite", [True, False])
 @settings(max_examples=40, deadline=None)
 @given(facts=fact_sets(NAMES, max_size=3, **SMALL), claim=claims(NAMES, **SMALL))
 def test_a_verdict_is_the_claims_value_at_every_point_where_the_facts_hold(rewrite, facts, claim):
-    verdict = CheapLayers(_knowledge(facts), rewrite=rewrite).decide(claim)
+    verdict = CheapLayers(knowledge_of(facts), rewrite=rewrite).decide(claim)
     if verdict is None:
         return
     for point in BOX:
@@ -52,6 +46,6 @@ def test_a_verdict_is_the_claims_value_at_every_point_where_the_facts_hold(rewri
     ],
 )
 def test_verdict_and_the_layer_it_needed(facts, claim, verdict, layer):
-    layers = CheapLayers(_knowledge(facts))
+    layers = CheapLayers(knowledge_of(facts))
     assert layers.decide(claim) is verdict
     assert LAYERS[layers.layer] == layer

@@ -6,27 +6,21 @@ from hypothesis import strategies as st
 
 from shapecore import functions as F
 from shapecore.evaluation import evaluate, holds
-from shapecore.knowledge import Knowledge
 from shapecore.rewrite import symbols_of
 from shapecore.search import bind_all, find_counterexample, satisfies
 from shapecore.testing import assignments, claims, fact_sets
+
+from .digests import knowledge_of
 
 NAMES = ("s0", "s1", "s2")
 SMALL = {"max_leaves": 3, "constants": (-8, 8), "divisors": (-4, 8)}
 x, y = F.int_symbol("x"), F.int_symbol("y")
 
 
-def _knowledge(facts):
-    knowledge = Knowledge()
-    for fact in facts:
-        knowledge.add(fact)
-    return knowledge
-
-
 @settings(max_examples=60, deadline=None)
 @given(facts=fact_sets(NAMES, max_size=3, **SMALL), claim=claims(NAMES, **SMALL), hints=assignments(NAMES))
 def test_a_returned_point_satisfies_the_facts_and_refutes_the_claim(facts, claim, hints):
-    point = find_counterexample(claim, _knowledge(facts), hints, budget=64)
+    point = find_counterexample(claim, knowledge_of(facts), hints, budget=64)
     if point is not None:
         assert satisfies(facts, point), point
         assert not holds(claim, point), point
@@ -39,17 +33,17 @@ def test_hints_at_a_counterexample_are_found(facts, claim, hints):
     if holds(claim, hints):
         claim = sympy.Not(claim)
     assume(not holds(claim, hints))  # rare: the claim divides by zero at the hints
-    assert find_counterexample(claim, _knowledge(facts), hints, budget=1) is not None
+    assert find_counterexample(claim, knowledge_of(facts), hints, budget=1) is not None
 
 
 def test_no_point_is_returned_for_a_claim_the_facts_imply():
-    knowledge = _knowledge([sympy.Eq(F.Mod(x, 8), 0), sympy.Ge(x, 8)])
+    knowledge = knowledge_of([sympy.Eq(F.Mod(x, 8), 0), sympy.Ge(x, 8)])
     assert find_counterexample(sympy.Eq(F.Mod(x, 4), 0), knowledge) is None
     assert find_counterexample(sympy.Gt(x, 7), knowledge) is None
 
 
 def test_candidates_respect_range_and_residue():
-    knowledge = _knowledge([sympy.Eq(F.Mod(x, 8), 3), sympy.Ge(x, 100), sympy.Le(x, 200)])
+    knowledge = knowledge_of([sympy.Eq(F.Mod(x, 8), 3), sympy.Ge(x, 100), sympy.Le(x, 200)])
     point = find_counterexample(sympy.Ne(x, 107), knowledge)
     assert point == {"x": 107}
 
@@ -63,7 +57,7 @@ def test_satisfies_is_false_where_a_fact_divides_by_zero():
 @settings(max_examples=40, deadline=None)
 @given(facts=fact_sets(NAMES, max_size=3, **SMALL), given_values=st.dictionaries(st.sampled_from(NAMES), st.integers(-5, 5)))
 def test_bind_all_binds_every_symbol_and_keeps_the_given_values(facts, given_values):
-    knowledge = _knowledge(facts)
+    knowledge = knowledge_of(facts)
     symbols = knowledge.symbols | {F.int_symbol(n) for n in NAMES}
     bound = bind_all(given_values, symbols, knowledge)
     assert bound.items() >= given_values.items()
