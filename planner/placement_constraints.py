@@ -22,6 +22,7 @@ constraint (the pair), or the node's own strategies (with why the one it needs w
 
 from __future__ import annotations
 
+import abc
 import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -108,7 +109,7 @@ def _axis_index(mesh: Mesh, axis: str | int, constraint: PlacementConstraint) ->
         raise ValueError(f"{constraint}: no mesh axis named {axis!r}; the mesh is {mesh}") from None
 
 
-class PlacementConstraint:
+class PlacementConstraint(abc.ABC):
     """Base of the constraints: which nodes it applies to, and whether a candidate obeys it."""
 
     targeted = True
@@ -117,11 +118,13 @@ class PlacementConstraint:
     def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic]) -> None:
         """Resolve mesh axes and Dim names (an error naming the constraint when one is unknown)."""
 
+    @abc.abstractmethod
     def applies_to(self, info: NodeInfo) -> bool:
-        raise NotImplementedError
+        """Whether the constraint speaks about the node ``info`` describes."""
 
+    @abc.abstractmethod
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
-        raise NotImplementedError
+        """Whether ``candidate`` (a strategy for ``node``) obeys the constraint."""
 
     def _matches(self, target: Target, info: NodeInfo) -> bool:
         if callable(target):

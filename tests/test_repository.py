@@ -5,7 +5,7 @@ import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# A checkout's neighbour (the design notes and corpus once lived in ../shared) or a home or
+# A directory beside the checkout (where the design notes and corpus once lived) or a home or
 # work directory of the machine the code was written on: none exists on a user's machine.
 MACHINE_PATH = re.compile(r"\.\./shared\b|(?<![\w.])/(?:work|home|Users|root)/")
 
