@@ -38,28 +38,26 @@ from shapecore.torch import trace_for_planning
 
 __all__ = ["plan", "plan_module", "prepare", "Prepared"]
 
-def _scope(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> tuple[ShapeEnv, list[sympy.Basic]]:
-    """A private copy of ``shape_env`` holding the constraints (translated to trace symbols)."""
+def _constraint_facts(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> list[sympy.Basic]:
+    """The user's constraints translated to trace symbols, each checked to name only known symbols."""
     if not isinstance(shape_env, ShapeEnv):
         raise TypeError(
             f"shape_env must be a shapecore.ShapeEnv (from shapecore.torch.from_torch), got {type(shape_env).__name__}"
         )
-    scope = ShapeEnv.from_json(shape_env.to_json())
     translation = {sympy.Symbol(name, integer=True): (sympy.Symbol(v, integer=True) if isinstance(v, str) else v)
                    for name, v in dims.items()}
     facts = []
     for text in constraints:
         expr = parse(text) if isinstance(text, str) else text
         fact = expr.xreplace(translation)
-        unknown = sorted(s.name for s in fact.free_symbols if s.name not in scope.symbols)
+        unknown = sorted(s.name for s in fact.free_symbols if s.name not in shape_env.symbols)
         if unknown:
             raise ValueError(
                 f"constraint {text!r} mentions {', '.join(unknown)}: not a Dim name ({', '.join(dims) or 'none given'}) "
-                f"nor a symbol of the trace ({', '.join(scope.symbols) or 'none'})"
+                f"nor a symbol of the trace ({', '.join(shape_env.symbols) or 'none'})"
             )
-        scope.add_fact(fact)
         facts.append(fact)
-    return scope, facts
+    return facts
 
 
 def _batch_symbol(graph: PlanGraph, env: ShapeEnv) -> str | None:
@@ -109,18 +107,21 @@ def prepare(
         exported, gm = gm, gm.graph_module
     dims = dict(dims or {})
     graph = read_graph(gm, exported=exported)
-    env, facts = _scope(shape_env, options.constraints, dims)
-    graph.hints = env.hints
-    checker = Divisibility(env, options.divisibility)
-    symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape for s in size.free_symbols})
-    named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
-    points = BatchPoints.build(options.batch_sizes, env, symbols, named, _batch_symbol(graph, env), facts,
-                               origins=range_origins or {})
-    model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
-    problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
-                            cluster=options.cluster, merge_followers=options.merge_followers,
-                            replicate_outputs=options.replicate_outputs,
-                            placement_constraints=options.placement_constraints, dims=dims)
+    facts = _constraint_facts(shape_env, options.constraints, dims)
+    with shape_env.assuming(facts):  # the caller's env is left exactly as it was
+        graph.hints = shape_env.hints
+        checker = Divisibility(shape_env, options.divisibility)
+        symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape
+                          for s in size.free_symbols})
+        named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
+        points = BatchPoints.build(options.batch_sizes, shape_env, symbols, named, _batch_symbol(graph, shape_env), facts,
+                                   origins=range_origins or {})
+        model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
+        problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
+                                cluster=options.cluster, merge_followers=options.merge_followers,
+                                replicate_outputs=options.replicate_outputs,
+                                placement_constraints=options.placement_constraints, dims=dims)
+        checker.detach()
     return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start)
 
 

@@ -13,7 +13,9 @@ applies the policy:
   cost model; the lowering must then handle uneven shards.
 
 Answers are cached per ``(size, m)``; the reasoner caches per fact-set version, so one plan
-queries one scope.
+queries one scope. Once the problem is built, :meth:`Divisibility.detach` keeps the verdicts and
+lets go of the scope (the planner decides every candidate while building, inside
+``env.assuming(constraints)``, so the caller's env is never copied nor changed).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Divisibility:
     def __init__(self, env: ShapeEnv, policy: Policy) -> None:
         if policy not in POLICIES:
             raise ValueError(f"divisibility must be one of {POLICIES}, got {policy!r}")
-        self.env = env
+        self.env: ShapeEnv | None = env
         self.policy = policy
         self._cache: dict[tuple[sympy.Basic, int], Verdict] = {}
 
@@ -66,6 +68,10 @@ class Divisibility:
             found = self._cache[key] = self._decide(size, m)
         return found
 
+    def detach(self) -> None:
+        """Keep the verdicts decided so far and let go of the env (its fact scope is about to end)."""
+        self.env = None
+
     def _decide(self, size: sympy.Basic, m: int) -> Verdict:
         claim = sympy.Eq(Mod(size, m), 0)
         obligation = f"Eq(Mod({size}, {m}), 0)"
@@ -76,6 +82,11 @@ class Divisibility:
                 return Verdict(obligation, True, "proved", "static")
             why = f"{obligation} is false: {size} is not a multiple of {m}"
             return Verdict(obligation, self.policy == "uneven", "uneven" if self.policy == "uneven" else "refuted", "static", why)
+        if self.env is None:
+            raise LookupError(
+                f"the obligation {obligation} was not decided while the problem was built, and its fact scope "
+                "has ended; decide every symbolic candidate before detach()"
+            )
         proof = self.env.prove(claim)
         if proof.proved:
             return Verdict(obligation, True, "proved", proof.method)

@@ -37,6 +37,13 @@ def test_constraints_are_translated_to_trace_symbols(mlp_trace):
     assert len(plan.input_placements) == 1 and len(plan.output_placements) == 1
 
 
+def test_planning_under_constraints_leaves_the_callers_env_as_it_was(mlp_trace):
+    before = mlp_trace.env.to_json()
+    plan = _plan(mlp_trace, constraints=["Eq(Mod(batch, 8), 0)"], batch_sizes=[8, 64])
+    assert plan.guards and mlp_trace.env.to_json() == before
+    assert not mlp_trace.env.statically_known_true(f"Eq(Mod({plan.dims['batch']}, 8), 0)")
+
+
 def test_weighted_batch_sizes(mlp_trace):
     plan = _plan(mlp_trace, batch_sizes={8: 3, 4096: 1})
     assert [b.weight for b in plan.batch_costs] == pytest.approx([0.75, 0.25])

@@ -99,3 +99,12 @@ def test_proved_means_every_allowed_value_divides(k, j, m):
         for bv in range(2 ** (k % 4), 64, 2 ** (k % 4)):
             for sv in range(2 ** (j % 3), 32, 2 ** (j % 3)):
                 assert (bv * sv) % m == 0
+
+
+def test_a_detached_checker_keeps_its_verdicts_and_refuses_new_symbolic_ones():
+    checker = Divisibility(_env("Eq(Mod(b, 4), 0)"), "prove")
+    decided = checker.check(b, 4)
+    checker.detach()
+    assert checker.check(b, 4) == decided and checker.check(int_symbol("s") * 0 + 12, 4).allowed
+    with pytest.raises(LookupError, match=r"Eq\(Mod\(b, 8\), 0\) was not decided"):
+        checker.check(b, 8)
