@@ -479,106 +479,55 @@ class _SingleSymbol:
             solver.pop()
 
 
-# -- the simplification ------------------------------------------------------------------------
+# -- step 2: the digest --------------------------------------------------------------------------
 
 
-class _Simplification:
-    """One run of :func:`simplify`: the steps of the module docstring, in :meth:`run`.
+class _Digest:
+    """Step 2 of the module docstring: one :class:`Knowledge` of the context and the conjuncts,
+    with the input conjunct behind every fact it learned (``None`` for the context's)."""
 
-    Steps 1 to 3 and 5's candidates are its own; step 4 is :class:`_SingleSymbol`'s, step 5's
-    groups come from :func:`_connected_groups`, and :class:`_Report` writes the result.
-    """
-
-    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
-        self.budget = Budget(timeout_ms)
-        self.context_facts: list[sympy.Basic] = []
-        for name, (lo, hi) in sorted((ranges or {}).items()):
-            x = int_symbol(name)
-            if lo is not None:
-                self.context_facts.append(sympy.Ge(x, lo))
-            if hi is not None:
-                self.context_facts.append(sympy.Le(x, hi))
-        self.context_facts += [as_claim(f) for f in facts]
-        self.single = _SingleSymbol(self.budget)
-        self.context = Knowledge()
-        for fact in self.context_facts:
-            self.context.add(fact)
-        if self.context.contradiction is not None:
-            culprits = ", ".join(str(self.context.facts[i]) for i in self.context.contradiction)
-            raise ConstraintError(f"the facts and ranges contradict each other ({culprits}); nothing to simplify under them")
-        self.atoms: list[_Atom] = []
-        for source, guard in enumerate(guards):
-            claim = as_claim(guard)
-            for conjunct in claim.args if isinstance(claim, (sympy.And, PythonAnd)) else (claim,):  # make_args is a set
-                self.atoms.append(self._atom(conjunct, source))
-
-    def _atom(self, conjunct: sympy.Basic, source: int) -> _Atom:
-        try:
-            canonical = _fold_remainders(canonicalize(conjunct))
-        except ZeroDivisionError:
-            canonical = sympy.false
-        found = set() if short_circuit(conjunct) else set(divisors(conjunct))  # see _Atom.opaque
-        for d in list(found):
-            try:
-                found.add(canonicalize(d))
-            except ZeroDivisionError:
-                found.add(sympy.S.Zero)
-        return _Atom(len(self.atoms), source, conjunct, canonical, frozenset(found), conjunct)
-
-    # -- main -------------------------------------------------------------------------------
-
-    def run(self) -> Simplified:
-        unique = _dedupe(self.atoms)
+    def __init__(self, context_facts: Sequence[sympy.Basic]) -> None:
         self.knowledge = Knowledge()
         self.owner: list[_Atom | None] = []
-        for fact in self.context_facts:
-            self._learn(fact, None)
-        for atom in unique:
-            self._learn(atom.canonical, atom)
-            atom.learned = (atom.current, self._known_about(symbols_of(atom.canonical)))
-        for _ in range(_ROUNDS):
-            if self.knowledge.contradiction is not None:
-                return self._contradiction(self._owners(self.knowledge.contradiction))
-            before = self._digest_state()
-            contradiction = self._decide_round(unique)
-            if contradiction is not None:
-                return self._contradiction(contradiction)
-            if self._digest_state() == before:
-                break
-        if self.knowledge.contradiction is not None:
-            return self._contradiction(self._owners(self.knowledge.contradiction))
-        summary = self._summary()
-        contradiction = self._settle_with_z3(unique, summary)
-        if contradiction is not None:
-            return self._contradiction(contradiction)
-        return _Report(self.atoms, self.candidates, self.summary_candidates, self.knowledge, self.context,
-                       self.context_facts, self.bounds, self.budget).result()
+        for fact in context_facts:
+            self.learn(fact, None)
 
-    def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
-        return _contradiction_result(self.atoms, culprits, self.context_facts, self.budget)
-
-    def _learn(self, fact: sympy.Basic, atom: _Atom | None) -> None:
+    def learn(self, fact: sympy.Basic, atom: _Atom | None) -> None:
         self.knowledge.add(fact)
         self.owner.append(atom)
 
-    def _owners(self, indices: Iterable[int]) -> list[_Atom]:
+    def owners(self, indices: Iterable[int]) -> list[_Atom]:
+        """The input conjuncts behind the facts at ``indices``, in input order."""
         found = {self.owner[i].index: self.owner[i] for i in indices if self.owner[i] is not None}
         return [found[k] for k in sorted(found)]
 
-    def _digest_state(self) -> tuple:
+    def culprits(self) -> list[_Atom] | None:
+        """The conjuncts behind the knowledge's contradiction, if it has one."""
+        k = self.knowledge
+        return None if k.contradiction is None else self.owners(k.contradiction)
+
+    def behind(self, atom: _Atom, symbols: Iterable[sympy.Symbol]) -> list[_Atom]:
+        """``atom`` and the conjuncts behind what is known of ``symbols``: a contradiction's culprits."""
+        return [atom] + self.owners(self.knowledge.provenance(symbols))
+
+    def state(self) -> tuple:
         k = self.knowledge
         return (dict(k.replacements), dict(k.ranges), dict(k.congruences))
 
-    def _summary(self) -> dict[object, tuple[sympy.Basic, list[_Atom]]]:
-        """Step 2's summary guards by key (``("=", x)``, ``("range", x)``, ``("mod", x)``), with
-        the input conjuncts they were derived from: what the digest knows beyond the context."""
-        k, c = self.knowledge, self.context
-        mentioned = set().union(*(symbols_of(a.canonical) for a in self.atoms)) if self.atoms else set()
+    def known_about(self, symbols: Iterable[sympy.Symbol]) -> tuple:
+        k = self.knowledge
+        return tuple((k.replacements.get(x), k.ranges.get(x), k.congruences.get(x)) for x in sorted(symbols, key=str))
+
+    def summary(self, atoms: Sequence[_Atom], context: Knowledge) -> dict[object, tuple[sympy.Basic, list[_Atom]]]:
+        """The summary guards by key (``("=", x)``, ``("range", x)``, ``("mod", x)``), with the
+        input conjuncts they were derived from: what the digest knows beyond the ``context``."""
+        k, c = self.knowledge, context
+        mentioned = set().union(*(symbols_of(a.canonical) for a in atoms)) if atoms else set()
         summary: dict[object, tuple[sympy.Basic, list[_Atom]]] = {}
         for x, e in k.replacements.items():
             if x in c.replacements or (x not in mentioned and not (symbols_of(e) & mentioned)):
                 continue
-            summary[("=", x)] = (sympy.Eq(x, e), self._owners(k.provenance([x])))
+            summary[("=", x)] = (sympy.Eq(x, e), self.owners(k.provenance([x])))
         for x, r in k.ranges.items():
             if x in k.replacements or x in c.replacements:
                 continue
@@ -587,89 +536,104 @@ class _Simplification:
             lo = _finite(r.lo) if r.lo > given.lo else None
             hi = _finite(r.hi) if r.hi < given.hi else None
             if lo is not None or hi is not None:
-                summary[("range", x)] = (_range_guard(x, lo, hi), self._owners(k.provenance([x])))
+                summary[("range", x)] = (_range_guard(x, lo, hi), self.owners(k.provenance([x])))
             if residues.coeff > 1:
                 known = c.congruences.get(x)
                 if known is None or known.coeff % residues.coeff or known.base % residues.coeff != residues.base:
-                    summary[("mod", x)] = (sympy.Eq(Mod(x, residues.coeff), residues.base), self._owners(k.provenance([x])))
+                    summary[("mod", x)] = (sympy.Eq(Mod(x, residues.coeff), residues.base), self.owners(k.provenance([x])))
         return summary
 
-    # -- cheap layers -----------------------------------------------------------------------
 
-    def _decide_round(self, unique: list[_Atom]) -> list[_Atom] | None:
-        """Settle what the cheap layers and single-symbol evaluation can; learn the rest again
-        (the digest may take it now that it knows more). Returns a contradiction if found."""
-        layers = CheapLayers(self.knowledge)
-        for atom in unique:
-            if atom.fate is not None or atom.opaque:
-                continue
-            expr, found = _substituted(atom, self.knowledge.replacements)
-            verdict = False if expr is sympy.false else _cheap(layers, expr, found)
-            if verdict is None and isinstance(expr, sympy.Or):
-                self._prune_alternatives(atom, expr, found, layers)
-            elif verdict is None:
-                verdict = {"summary": True, "never": False}.get(self._try_rewrite(atom, expr, found))  # type: ignore[arg-type]
-            if verdict is True:
-                atom.fate = ("summary",)
-            elif verdict is False:
-                return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical) | symbols_of(expr)))
-        for atom in unique:
-            if atom.fate is None and not atom.opaque:
-                state = (atom.current, self._known_about(symbols_of(atom.canonical) | symbols_of(atom.current)))
-                if state != atom.learned:  # the digest may take it now
-                    self._learn(canonicalize(atom.current), atom)
-                    atom.learned = state
+# -- step 3 (and 4): one round of cheap decisions ---------------------------------------------------
+
+
+def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom]) -> list[_Atom] | None:
+    """Step 3 of the module docstring, with step 4 on what it cannot settle: settle what the
+    cheap layers and single-symbol evaluation can; learn the rest again (the digest may take it
+    now that it knows more). Returns a contradiction's culprits if one is found."""
+    layers = CheapLayers(digest.knowledge)
+    for atom in unique:
+        if atom.fate is not None or atom.opaque:
+            continue
+        expr, found = _substituted(atom, digest.knowledge.replacements)
+        verdict = False if expr is sympy.false else _cheap(layers, expr, found)
+        if verdict is None and isinstance(expr, sympy.Or):
+            _prune_alternatives(atom, expr, found, layers)
+        elif verdict is None:
+            verdict = {"summary": True, "never": False}.get(_try_rewrite(single, digest.knowledge, atom, expr, found))  # type: ignore[arg-type]
+        if verdict is True:
+            atom.fate = ("summary",)
+        elif verdict is False:
+            return digest.behind(atom, symbols_of(atom.canonical) | symbols_of(expr))
+    for atom in unique:
+        if atom.fate is None and not atom.opaque:
+            state = (atom.current, digest.known_about(symbols_of(atom.canonical) | symbols_of(atom.current)))
+            if state != atom.learned:  # the digest may take it now
+                digest.learn(canonicalize(atom.current), atom)
+                atom.learned = state
+    return None
+
+
+def _prune_alternatives(atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic], layers: CheapLayers) -> None:
+    """Drop the alternatives of an ``Or`` that never hold where the summary does.
+
+    ``A | B`` is ``B`` wherever ``A`` is false, as long as ``A`` is defined there (strict
+    evaluation: a zero divisor in ``A`` makes the whole guard fail), so only alternatives
+    without a symbolic divisor go. ``(s0 < 2) | (s1 > 5)`` under ``s0 >= 2`` is ``s1 > 5``.
+    ``expr`` is the conjunct with the replacements substituted, which may have folded
+    away divisions of the conjunct as written; ``found`` (its divisors, substituted) come
+    back as conditions.
+    """
+    if atom.rewrite is not None:
+        return
+    kept = []
+    for alternative in expr.args:
+        try:
+            never = not divisors(alternative) and layers.decide(alternative) is False
+        except ZeroDivisionError:
+            never = False
+        if not never:
+            kept.append(alternative)
+    if kept and len(kept) < len(expr.args):
+        to = keep_definedness(sympy.Or(*kept), found)
+        atom.rewrite = Rewrite(atom.expr, to, "the other alternatives never hold where the other guards do")
+        atom.current = to
+
+
+def _try_rewrite(single: _SingleSymbol, knowledge: Knowledge, atom: _Atom, expr: sympy.Basic,
+                 found: frozenset[sympy.Basic]) -> str | None:
+    """Step 4 on one conjunct (:class:`_SingleSymbol`): ``"summary"`` (holds on every
+    admissible value), ``"never"`` (on none) or None (rewritten, then recorded, or left)."""
+    if atom.rewrite is not None:
         return None
+    verdict = single.settle(knowledge, expr, found)
+    if isinstance(verdict, Rewrite):
+        atom.rewrite = Rewrite(atom.expr, verdict.to, verdict.why)
+        atom.current = verdict.to
+        return None
+    return verdict
 
-    def _prune_alternatives(self, atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic],
-                            layers: CheapLayers) -> None:
-        """Drop the alternatives of an ``Or`` that never hold where the summary does.
 
-        ``A | B`` is ``B`` wherever ``A`` is false, as long as ``A`` is defined there (strict
-        evaluation: a zero divisor in ``A`` makes the whole guard fail), so only alternatives
-        without a symbolic divisor go. ``(s0 < 2) | (s1 > 5)`` under ``s0 >= 2`` is ``s1 > 5``.
-        ``expr`` is the conjunct with the replacements substituted, which may have folded
-        away divisions of the conjunct as written; ``found`` (its divisors, substituted) come
-        back as conditions.
-        """
-        if atom.rewrite is not None:
-            return
-        kept = []
-        for alternative in expr.args:
-            try:
-                never = not divisors(alternative) and layers.decide(alternative) is False
-            except ZeroDivisionError:
-                never = False
-            if not never:
-                kept.append(alternative)
-        if kept and len(kept) < len(expr.args):
-            to = keep_definedness(sympy.Or(*kept), found)
-            atom.rewrite = Rewrite(atom.expr, to, "the other alternatives never hold where the other guards do")
-            atom.current = to
+# -- step 5: z3 on groups ----------------------------------------------------------------------------
 
-    def _known_about(self, symbols: Iterable[sympy.Symbol]) -> tuple:
-        k = self.knowledge
-        return tuple((k.replacements.get(x), k.ranges.get(x), k.congruences.get(x)) for x in sorted(symbols, key=str))
 
-    def _try_rewrite(self, atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic]) -> str | None:
-        """Step 4 on one conjunct (:class:`_SingleSymbol`): ``"summary"`` (holds on every
-        admissible value), ``"never"`` (on none) or None (rewritten, then recorded, or left)."""
-        if atom.rewrite is not None:
-            return None
-        verdict = self.single.settle(self.knowledge, expr, found)
-        if isinstance(verdict, Rewrite):
-            atom.rewrite = Rewrite(atom.expr, verdict.to, verdict.why)
-            atom.current = verdict.to
-            return None
-        return verdict
+class _GroupSettling:
+    """Step 5 of the module docstring: the remaining conjuncts and summary guards as candidates,
+    grouped by shared symbols, each group settled by its own :class:`GroupSolver`.
 
-    # -- z3 on groups -----------------------------------------------------------------------
+    Afterwards ``candidates`` (each kept or not), ``summary_candidates`` (by summary key) and
+    ``bounds`` (the ranges the groups' models show for open sides) are what :class:`_Report` reads.
+    """
 
-    def _settle_with_z3(self, unique: list[_Atom], summary: dict) -> list[_Atom] | None:
-        """Drop the members each group's others imply; returns a contradiction if one is found."""
+    def __init__(self, digest: _Digest, atoms: list[_Atom], context_facts: list[sympy.Basic], budget: Budget) -> None:
+        self.digest, self.atoms, self.context_facts, self.budget = digest, atoms, context_facts, budget
         self.candidates: list[_Candidate] = []
         self.summary_candidates: dict[object, _Candidate] = {}
         self.bounds: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
+
+    def settle(self, unique: list[_Atom], summary: dict) -> list[_Atom] | None:
+        """Drop the members each group's others imply; returns a contradiction if one is found."""
+        knowledge = self.digest.knowledge
         by_key = {}
         for key, (guard, sources) in summary.items():
             cand = _Candidate(guard, guard, frozenset(), symbols_of(guard), None, droppable=key[0] != "=",
@@ -677,7 +641,7 @@ class _Simplification:
             self.candidates.append(cand)
             self.summary_candidates[key] = cand
             by_key[_relation_key(canonicalize(guard))] = cand
-        self._match_conjunctions(unique)
+        self._match_conjunctions()
         for atom in unique:
             if atom.fate is not None and atom.fate[0] != "summary":
                 continue
@@ -688,9 +652,9 @@ class _Simplification:
                 continue
             if atom.fate is not None:
                 continue
-            expr, found = (atom.canonical, atom.divisors) if atom.opaque else _substituted(atom, self.knowledge.replacements)
+            expr, found = (atom.canonical, atom.divisors) if atom.opaque else _substituted(atom, knowledge.replacements)
             if expr is sympy.false:
-                return [atom] + self._owners(self.knowledge.provenance(symbols_of(atom.canonical)))
+                return self.digest.behind(atom, symbols_of(atom.canonical))
             cand = _Candidate(atom.current, expr, found, symbols_of(expr).union(*(symbols_of(d) for d in found)),
                               atom, droppable=True, order=atom.index)
             self.candidates.append(cand)
@@ -702,7 +666,7 @@ class _Simplification:
                 return contradiction
         return None
 
-    def _match_conjunctions(self, unique: list[_Atom]) -> None:
+    def _match_conjunctions(self) -> None:
         """An input guard whose conjuncts are exactly a two-sided range guard's is that guard."""
         ranges = {
             frozenset(_relation_key(a) for a in cand.expr.args): cand
@@ -723,10 +687,11 @@ class _Simplification:
 
     def _settle_group(self, group: list[_Candidate], related: list[sympy.Basic], budget: Budget) -> list[_Atom] | None:
         """Drop, most complex first, each member of the group that the others imply."""
-        solver = GroupSolver(group, related, self.knowledge.replacements, budget)
+        knowledge = self.digest.knowledge
+        solver = GroupSolver(group, related, knowledge.replacements, budget)
         status, core = solver.model_of_all()
         if status == "unsat":
-            return self._atoms_behind(group[j] for j in core)
+            return _atoms_behind(group[j] for j in core)
         order = sorted(
             (i for i, c in enumerate(group) if c.droppable),
             key=lambda i: (group[i].sources is not None, -_complexity(group[i].expr), -group[i].order),
@@ -736,17 +701,93 @@ class _Simplification:
             if implied_by is not None:
                 group[i].kept = False
                 group[i].implied_by = [group[j] for j in implied_by]
-        open_sides = {x: (_admissible(self.knowledge, x)[0].lo, _admissible(self.knowledge, x)[0].hi) for x in solver.touching if x.is_integer}
+        open_sides = {x: (_admissible(knowledge, x)[0].lo, _admissible(knowledge, x)[0].hi) for x in solver.touching if x.is_integer}
         self.bounds.update(solver.bounds({x: sides for x, sides in open_sides.items() if math.inf in map(abs, sides)}))
         return None
 
-    def _atoms_behind(self, candidates: Iterable[_Candidate]) -> list[_Atom]:
-        """The input conjuncts behind some candidates (a summary guard's are its sources)."""
-        found: dict[int, _Atom] = {}
-        for cand in candidates:
-            for atom in ([cand.atom] if cand.atom is not None else []) + list(cand.sources or ()):
-                found[atom.index] = atom
-        return [found[k] for k in sorted(found)]
+
+def _atoms_behind(candidates: Iterable[_Candidate]) -> list[_Atom]:
+    """The input conjuncts behind some candidates (a summary guard's are its sources)."""
+    found: dict[int, _Atom] = {}
+    for cand in candidates:
+        for atom in ([cand.atom] if cand.atom is not None else []) + list(cand.sources or ()):
+            found[atom.index] = atom
+    return [found[k] for k in sorted(found)]
+
+
+# -- the simplification ------------------------------------------------------------------------
+
+
+class _Simplification:
+    """One run of :func:`simplify`: step 1 of the module docstring here, the others in order in
+    :meth:`run` (:class:`_Digest`, :func:`_decide_round` with :class:`_SingleSymbol`,
+    :class:`_GroupSettling`), and :class:`_Report` writes the result."""
+
+    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
+        self.budget = Budget(timeout_ms)
+        self.context_facts: list[sympy.Basic] = []
+        for name, (lo, hi) in sorted((ranges or {}).items()):
+            x = int_symbol(name)
+            if lo is not None:
+                self.context_facts.append(sympy.Ge(x, lo))
+            if hi is not None:
+                self.context_facts.append(sympy.Le(x, hi))
+        self.context_facts += [as_claim(f) for f in facts]
+        self.context = Knowledge()
+        for fact in self.context_facts:
+            self.context.add(fact)
+        if self.context.contradiction is not None:
+            culprits = ", ".join(str(self.context.facts[i]) for i in self.context.contradiction)
+            raise ConstraintError(f"the facts and ranges contradict each other ({culprits}); nothing to simplify under them")
+        self.atoms: list[_Atom] = []
+        for source, guard in enumerate(guards):
+            claim = as_claim(guard)
+            for conjunct in claim.args if isinstance(claim, (sympy.And, PythonAnd)) else (claim,):  # make_args is a set
+                self.atoms.append(self._atom(conjunct, source))
+
+    def _atom(self, conjunct: sympy.Basic, source: int) -> _Atom:
+        """Step 1 on one conjunct: canonical form and divisors."""
+        try:
+            canonical = _fold_remainders(canonicalize(conjunct))
+        except ZeroDivisionError:
+            canonical = sympy.false
+        found = set() if short_circuit(conjunct) else set(divisors(conjunct))  # see _Atom.opaque
+        for d in list(found):
+            try:
+                found.add(canonicalize(d))
+            except ZeroDivisionError:
+                found.add(sympy.S.Zero)
+        return _Atom(len(self.atoms), source, conjunct, canonical, frozenset(found), conjunct)
+
+    def run(self) -> Simplified:
+        unique = _dedupe(self.atoms)
+        digest = _Digest(self.context_facts)
+        for atom in unique:
+            digest.learn(atom.canonical, atom)
+            atom.learned = (atom.current, digest.known_about(symbols_of(atom.canonical)))
+        single = _SingleSymbol(self.budget)
+        for _ in range(_ROUNDS):
+            culprits = digest.culprits()
+            if culprits is not None:
+                return self._contradiction(culprits)
+            before = digest.state()
+            culprits = _decide_round(digest, single, unique)
+            if culprits is not None:
+                return self._contradiction(culprits)
+            if digest.state() == before:
+                break
+        culprits = digest.culprits()
+        if culprits is not None:
+            return self._contradiction(culprits)
+        groups = _GroupSettling(digest, self.atoms, self.context_facts, self.budget)
+        culprits = groups.settle(unique, digest.summary(self.atoms, self.context))
+        if culprits is not None:
+            return self._contradiction(culprits)
+        return _Report(self.atoms, groups.candidates, groups.summary_candidates, digest.knowledge, self.context,
+                       self.context_facts, groups.bounds, self.budget).result()
+
+    def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
+        return _contradiction_result(self.atoms, culprits, self.context_facts, self.budget)
 
 
 # -- results ------------------------------------------------------------------------------------
