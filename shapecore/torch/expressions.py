@@ -3,17 +3,18 @@
 Never through text:
 
 * torch's ``FloorDiv CleanDiv CeilDiv Mod PythonMod ModularIndexing Max Min ToFloat IntTrueDiv
-  FloatTrueDiv TruncToInt FloorToInt CeilToInt RoundToInt TruncToFloat`` map to the shapecore
+  FloatTrueDiv TruncToInt FloorToInt CeilToInt RoundToInt TruncToFloat FloatPow`` map to the shapecore
   classes of the same name; ``PowByNatural`` maps to ``Pow``, ``Identity(x)`` to ``x``; sympy's
   ``Add Mul Pow Mod Max Min``, numbers, relations and ``And Or Not`` map to themselves.
   Values are preserved wherever torch defines them (torch's ``Mod`` is defined only for a
   nonnegative dividend and positive divisor, where it equals Python's ``%``). sympy's ``Add``,
   ``Mul`` and ``Pow`` with a float operand become shapecore's ``FloatAdd``, ``FloatMul`` and
   ``FloatPow`` (Python's float operations, one at a time, in the order of the arguments), and
-  back (``FloatPow`` to torch's).
+  back (``FloatPow`` to torch's, whose ``float(base) ** float(exp)`` it equals on its float
+  arguments).
 * Symbols keep their names: an integer symbol becomes ``int_symbol(name)``, torch's float
   symbols ``zf*``/``zuf*`` become ``float_symbol(name)``.
-* Anything else (``Where``, ``LShift``, ``FloatPow``, ``OpaqueUnaryFn_*``, ``int_oo`` …) is
+* Anything else (``Where``, ``LShift``, ``OpaqueUnaryFn_*``, ``int_oo`` …) is
   rejected with :class:`UnmappableExpressionError`, naming the class and the expression.
 
 :func:`size_expr` reads a traced size (an int or a ``SymInt``) as a shapecore expression;
@@ -105,6 +106,7 @@ def _from_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
             T.CeilToInt: F.CeilToInt,
             T.RoundToInt: F.RoundToInt,
             T.TruncToFloat: F.TruncToFloat,
+            T.FloatPow: F.FloatPow,
         }
     )
     return table

@@ -74,6 +74,16 @@ def test_float_arithmetic_maps_to_pythons_and_back():
     assert map_expr(S0 * 2 + 1) == 2 * int_symbol("s0") + 1, "exact arithmetic stays sympy's"
 
 
+def test_float_pow_maps_to_pythons_and_back_with_torchs_values():
+    torch_expr = T.FloatPow(T.ToFloat(S0), T.FloatTrueDiv(T.ToFloat(S1), sympy.Float(-2.0)))
+    ours = map_expr(torch_expr)
+    assert isinstance(ours, F.FloatPow), "printed as Python's a**b, which guard code evaluates"
+    for a, b in [(2, 1), (3, 4), (9, 3), (1, 40)]:
+        torch_value = float(torch_expr.xreplace({S0: a, S1: b}))
+        assert evaluate(ours, {"s0": a, "s1": b}) == torch_value
+    assert to_torch(ours) == torch_expr
+
+
 def test_mod_goes_back_as_torch_mod_only_for_a_positive_divisor():
     u0, u1 = int_symbol("u0"), int_symbol("u1")
     assert type(to_torch(F.Mod(u0, 8))) is T.Mod
@@ -123,7 +133,6 @@ UNMAPPABLE = [
     (sympy.Eq(T.Where(sympy.Gt(S0, 2), S0, S1) + 1, S1), "Where"),
     (sympy.Eq(T.RoundDecimal(T.ToFloat(S0), 2), 1), "RoundDecimal"),
     (sympy.Lt(T.OpaqueUnaryFn_sqrt(S0), 4), "OpaqueUnaryFn_sqrt"),
-    (sympy.Lt(T.FloatPow(T.ToFloat(S0), T.ToFloat(S1)), 4), "FloatPow"),
     (sympy.Eq(T.BitwiseFn_bitwise_and(S0, S1), 0), "BitwiseFn_bitwise_and"),
     (sympy.Le(S0 + 1, int_oo, evaluate=False), "IntInfinity"),
 ]
