@@ -263,6 +263,8 @@ class ModularIndexing(sympy.Function):
             raise ZeroDivisionError(f"division by zero in ModularIndexing({base}, {divisor}, {modulus})")
         if all(isinstance(x, sympy.Integer) for x in (base, divisor, modulus)):
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        if modulus == 1 and isinstance(divisor, sympy.Integer):  # like Mod(x, 1) and torch's; no divisor erased
+            return sympy.S.Zero
         return None
 
 
