@@ -63,8 +63,11 @@ def test_undefined_claims_never_hold():
     assert prove("FloorDiv(s0, s1) <= s0", ranges={"s0": (0, None), "s1": (1, None)}).status == "proved"
     proof = prove("FloorDiv(s0, s1) <= s0", ranges={"s0": (0, None)})
     assert proof.status == "refuted" and proof.counterexample["s1"] == 0
-    always_zero = F.ModularIndexing(sympy.Symbol("s1", integer=True), 1, 1)  # canonicalizes to 0
-    assert prove(sympy.Eq(F.FloorDiv(sympy.Symbol("s0", integer=True), always_zero), 0)).status == "refuted"
+    s0, s1, s2 = (sympy.Symbol(n, integer=True) for n in ("s0", "s1", "s2"))
+    zero_where_defined = F.ModularIndexing(s1, s2, 1)  # kept as written: s2 may be 0
+    assert prove(sympy.Eq(F.FloorDiv(s0, zero_where_defined), 0)).status == "refuted"
+    with pytest.raises(ZeroDivisionError):  # a divisor that is 0 as written is refused when built
+        F.FloorDiv(s0, F.ModularIndexing(s1, 1, 1))
 
 
 def test_facts_that_contradict_prove_everything_and_say_so():
