@@ -39,7 +39,7 @@ from lowering.mesh_groups import MeshGroups
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Step", "StepLike", "apply_step", "apply_steps", "gather_steps", "local_shard"]
+__all__ = ["Step", "StepLike", "all_reduce_over", "apply_step", "apply_steps", "gather_steps", "local_shard"]
 
 Placements = tuple[Placement, ...]
 
@@ -200,6 +200,15 @@ def apply_steps(x: torch.Tensor, steps: Sequence[StepLike], src: Placements, dst
         x, state = apply_step(x, step, state, groups, where, coordinate)
     if state != tuple(dst):
         raise LoweringError(f"{where}: the steps end at {state}, not at the target {tuple(dst)}")
+    return x
+
+
+def all_reduce_over(x: torch.Tensor, axes: Sequence[int], groups: MeshGroups) -> torch.Tensor:
+    """``x`` summed over the ranks of the given mesh axes (an op's own collective, not a placement change)."""
+    from shapecore.torch.private import functional_collectives as funcol
+
+    for axis in axes:
+        x = _ready(funcol.all_reduce(x, "sum", groups.group_name(axis)))
     return x
 
 

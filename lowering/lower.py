@@ -23,7 +23,9 @@ node goes through these steps, one class each:
    ``sym_numel``, ``sym_stride``) is the *global* value written over the local symbols
    (``s0 = 4*b0``); SymInt arithmetic on it stays global, so scalars computed from sizes keep
    their meaning.
-5. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
+5. **Batch statistics**: a training batch norm whose input the plan splits on the batch
+   computes its statistics across the ranks (:mod:`lowering.sync_norm`).
+6. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
    are refused when the plan splits that dim, and every node's local shape is checked against
    its plan placement, so a plan the lowering cannot honour is a
    :class:`~lowering.errors.LoweringError` here, never a wrong number later.
@@ -48,10 +50,11 @@ import sympy
 import torch
 from torch.distributed.tensor import Shard
 
-from lowering.collectives import apply_steps, local_shard
+from lowering.collectives import all_reduce_over, apply_steps, local_shard
 from lowering.errors import LoweringError
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
+from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
 from planner import Mesh, Plan, Redistribution
 from shapecore import ShapeEnv, prove
 from shapecore.torch import TorchSymbols, from_torch, graph_shape_env, size_expr, to_symint, to_torch_symbols
@@ -350,7 +353,7 @@ class _ShapeArguments:
                 lambda local: local + (piece * length * step).to(local.dtype))
 
 
-# -- 5. checks ---------------------------------------------------------------------------------------
+# -- 6. checks ---------------------------------------------------------------------------------------
 
 
 class _Checks:
@@ -502,9 +505,22 @@ class _Replay:
         target, args, adjust = self.arguments.localize(node, list(args), symint, coordinate)
         if node.target in _WHOLE_DIM and operands:
             self.checks.whole_dims(node, args, kwargs, operands)
-        result = adjust(target(*args, **kwargs))
+        axes = self._synced_axes(node, args, operands)
+        if axes:
+            result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
+        else:
+            result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
         return result
+
+    def _synced_axes(self, node: Node, args: list[Any], operands: list[Node]) -> tuple[int, ...]:
+        """Mesh axes a batch norm with batch statistics must all-reduce them over: those that split
+        its input on a dim other than the channels (the planner's ``batch_sync``)."""
+        training = SYNCED_BATCH_NORMS.get(node.target)
+        if training is None or not args[training]:
+            return ()
+        placements = self.redistributor.placements(node.name, 0, operands[0]) or ()
+        return tuple(a for a, p in enumerate(placements) if isinstance(p, Shard) and p.dim != 1)
 
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
         """Step 4: a SymInt of the trace is its global value over the local symbols."""

@@ -5,7 +5,8 @@ or an output may take any non-partial placement (only ``Replicate`` for a user o
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
 covers is replicated (and listed in ``Problem.uncovered``). A proposal survives when every
 sharded dim of its outputs and operands passes the divisibility policy; it is then priced
-(compute seconds, bytes per device) at every batch point. Nodes with equal signatures
+(compute seconds, with the collectives the op itself performs, and bytes per device) at
+every batch point. Nodes with equal signatures
 (:func:`~planner.clustering.node_signature`) share one list.
 """
 
@@ -146,6 +147,9 @@ def _priced(problem: Problem, node: GraphNode, strategy: Strategy, provider: str
     locals_in = [problem.local(m, p) for m, p in zip(operand_metas, ins)]
     cost_model = problem.cost_model
     compute = cost_model.compute_seconds(node, locals_in, locals_out) if node.role == "op" else np.zeros(len(problem.points))
+    for axis, numel in strategy.all_reduces:  # collectives inside the op (batch norm's synced statistics)
+        size = np.full(len(problem.points), float(numel * locals_in[0].itemsize))
+        compute = compute + cost_model.collective_seconds("all_reduce", axis, size, size)
     memory = cost_model.memory_bytes(node, locals_out, training=problem.training, saved=saved)
     return Candidate(strategy, provider, outs, ins, compute, memory)
 

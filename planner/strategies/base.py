@@ -11,6 +11,10 @@ rows of the left operand, get rows of the output". :func:`expand` turns per-axis
 mesh strategies by choosing one rule per axis (the cartesian product, as DTensor does), so a
 provider writes 1-D rules and gets every mesh for free. Whether a sharded dim divides evenly
 is not a provider's concern: the planner checks every ``Shard`` against shapecore afterwards.
+
+A strategy may need collectives inside the op itself (batch norm split on the batch reduces
+its statistics over the ranks that hold the batch): ``all_reduces`` lists them as (mesh axis,
+elements reduced), and the planner prices them like any other collective.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class Strategy:
     outputs: tuple[Placements | None, ...]
     inputs: tuple[Placements, ...]
     rule: str = ""
+    all_reduces: tuple[tuple[int, int], ...] = ()
+    """(mesh axis, elements) of each all-reduce the op itself performs under this strategy."""
 
     def __str__(self) -> str:
         outs = " | ".join(format_placements(p) for p in self.outputs)
@@ -48,6 +54,8 @@ class AxisRule:
     outputs: tuple[Placement | None, ...]
     inputs: tuple[Placement, ...]
     name: str
+    all_reduces: tuple[int, ...] = ()
+    """Elements of each all-reduce the op performs over this axis under the rule."""
 
 
 @runtime_checkable
@@ -78,5 +86,6 @@ def expand(rules: Sequence[AxisRule], mesh: Mesh) -> list[Strategy]:
         if key in seen:
             continue
         seen.add(key)
-        result.append(Strategy(outputs, inputs, "/".join(r.name for r in combo)))
+        reduces = tuple((axis, n) for axis, r in enumerate(combo) for n in r.all_reduces)
+        result.append(Strategy(outputs, inputs, "/".join(r.name for r in combo), reduces))
     return result

@@ -13,9 +13,17 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
   replicated tensor stay partial;
 * ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
-  ``rms_norm``/``_fused_rms_norm`` and their backwards; ``embedding`` and its backward; ``sum``/``mean``;
+  ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
+  backward; ``sum``/``mean``;
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
   (batch and heads); ``convolution`` and its backward; factory ops.
+
+Batch norm (``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
+``native_batch_norm_backward``) splits channels (statistics and affine parameters split with
+them), or, with running statistics (eval), any other dim with no communication. Computing
+batch statistics (training), it may split the batch when it all-reduces the statistics over
+the ranks that hold the batch (``batch_sync``, exact; the lowering emits the all-reduces, the
+planner prices them); the DTensor rule offers only channels or replicate.
 
 An op none of these match is left to the next provider.
 """
@@ -473,6 +481,66 @@ def _rms_norm_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | No
     normalized = len(_args(node)[2])
     # operands: grad_out, input, rstd, [weight]
     return _norm_rules(node, graph, x, normalized, [0, 1, 2], grads_partial=True)
+
+
+# -- batch normalization ------------------------------------------------------------------------
+
+
+def _channel_placement(m: TensorMeta | None, x: TensorMeta) -> Placement | None:
+    """A per-channel tensor (``[C]``) splits with the channels; anything else (empty stats) stays whole."""
+    if m is None:
+        return None
+    return Shard(0) if m.ndim == 1 and sympy.expand(m.shape[0] - x.shape[1]) == 0 else R
+
+
+def _batch_norm_rules(node: GraphNode, graph: PlanGraph, x_operands: int, synced: bool) -> list[AxisRule]:
+    """Batch-norm rules; the first ``x_operands`` operands are ``x``-shaped, the rest per-channel.
+
+    ``synced``: the op computes batch statistics, so only the batch dim may split and the rule
+    all-reduces them (``C + 1`` and ``C`` elements forward, ``2C + 1`` backward); otherwise any
+    non-channel dim splits freely and per-channel outputs (weight gradients) become partial.
+    """
+    metas = _metas(node, graph)
+    x = metas[0]
+    rules = [_replicate_all(node)]
+    if x.ndim < 2:
+        return rules
+    inputs = tuple(Shard(1) if k < x_operands else _channel_placement(m, x) for k, m in enumerate(metas))
+    outputs = tuple(Shard(1) if m is not None and m.ndim == x.ndim else _channel_placement(m, x) for m in node.outputs)
+    rules.append(AxisRule(outputs, inputs, "channels"))  # type: ignore[arg-type]
+    channels = x.shape[1]
+    for d in range(x.ndim):
+        if d == 1 or (synced and d != 0):
+            continue
+        inputs = tuple(Shard(d) if k < x_operands else R for k in range(len(metas)))
+        if synced:
+            if not channels.is_Integer:
+                continue
+            outputs = tuple(None if m is None else (Shard(d) if m.ndim == x.ndim else R) for m in node.outputs)
+            c = int(channels)
+            reduces = (c + 1, c) if x_operands == 1 else (2 * c + 1,)
+            rules.append(AxisRule(outputs, inputs, "batch_sync", reduces))  # type: ignore[arg-type]
+        else:
+            outputs = tuple(None if m is None else (Shard(d) if m.ndim == x.ndim else (P if x_operands == 2 else R))
+                            for m in node.outputs)
+            rules.append(AxisRule(outputs, inputs, f"S{d}"))  # type: ignore[arg-type]
+    return rules
+
+
+@_rule("_native_batch_norm_legit_no_training")
+def _batch_norm_eval(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    return _batch_norm_rules(node, graph, 1, synced=False)
+
+
+@_rule("_native_batch_norm_legit_functional")
+def _batch_norm_functional(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    return _batch_norm_rules(node, graph, 1, synced=bool(_args(node)[5]))
+
+
+@_rule("native_batch_norm_backward")
+def _batch_norm_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    # operands: grad_out, input, then per-channel weight, running stats, saved stats (those present)
+    return _batch_norm_rules(node, graph, 2, synced=bool(_args(node)[7]))
 
 
 # -- embedding ----------------------------------------------------------------------------------

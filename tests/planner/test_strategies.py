@@ -49,6 +49,8 @@ def _check_all(fn, args, provider, *, ops=None, mesh=None) -> int:
         for m in [mesh] if mesh else MESHES:
             strategies = provider.strategies(node, graph, m) or []
             for s in strategies:
+                if s.all_reduces:  # the op's own collectives: tests/lowering/test_sync_norm.py runs them
+                    continue
                 outputs = values[fx_node.name] if isinstance(values[fx_node.name], (tuple, list)) else (values[fx_node.name],)
                 if not all(divides(values[o.name], p, m.shape) for o, p in zip(operands, s.inputs)):
                     continue
@@ -83,6 +85,8 @@ CASES = {
     "slicing": (lambda x: x[:, 2:4] + x[:, 0:2] * x[:, 0:2].select(2, 1).unsqueeze(2), (_r(4, 4, 8),)),
     "attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), (_r(4, 4, 8, 4, dtype=torch.float32),) * 3),
     "conv": (lambda x, w, b: F.conv2d(x, w, b, padding=1), (_r(4, 4, 4, 4), _r(4, 4, 3, 3), _r(4))),
+    "batch_norm_eval": (lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=False),
+                        (_r(4, 4, 2, 2), _r(4), _r(4), _r(4), _r(4).abs() + 0.5)),
 }
 
 
@@ -119,6 +123,20 @@ def test_dtensor_provider_declines_what_it_does_not_know():
     graph = read_graph(gm)
     placeholder = next(n for n in graph if n.role == "input")
     assert DTensorProvider().strategies(placeholder, graph, Mesh((2,))) is None
+
+
+def test_batch_norm_with_batch_statistics_splits_the_batch_only_with_its_all_reduces_priced():
+    def step(x, w, b, m, v):
+        return torch.ops.aten._native_batch_norm_legit_functional(x, w, b, m, v, True, 0.1, 1e-5)
+
+    gm, _ = _trace(step, _r(4, 6, 2, 2), _r(6), _r(6), _r(6), _r(6).abs())
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.role == "op" and "batch_norm" in n.target)
+    strategies = BuiltinProvider().strategies(node, graph, Mesh((2, 2)))
+    split_batch = [s for s in strategies if any(p == Shard(0) for p in s.inputs[0])]
+    assert split_batch and all(s.all_reduces for s in split_batch)
+    assert {s.all_reduces for s in split_batch} >= {((0, 7), (0, 6)), ((0, 7), (0, 6), (1, 7), (1, 6))}
+    assert not any(p in (Shard(2), Shard(3)) for s in strategies for p in s.inputs[0])  # spatial dims need the stats too
 
 
 def test_expand_takes_one_rule_per_axis():
