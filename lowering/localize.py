@@ -73,6 +73,10 @@ class Localizer:
         self._locals = [int_symbol(s.name) for s in self.symbols]
         self.inexact: dict[str, str] = {}
 
+    def defines(self, expr: sympy.Basic) -> bool:
+        """Whether every symbol of ``expr`` has a local symbol (a data-dependent one has none)."""
+        return {s.name for s in expr.free_symbols} <= self.by_global.keys()
+
     def value(self, expr: sympy.Basic) -> sympy.Basic:
         """The global value ``expr`` written over the local symbols."""
         unknown = {s.name for s in expr.free_symbols} - set(self.by_global)

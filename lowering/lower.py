@@ -228,7 +228,7 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
     shapes = _GlobalShapes()
     env = from_torch(torch_env if torch_env is not None else TorchShapeEnv(), facts=plan.guards)
     sharded = _sharded_symbols(gm, plan, shapes)
-    multipliers = {name: 1 for name in _all_symbols(gm, shapes)}
+    multipliers = {name: 1 for name in _all_symbols(gm, shapes) if env.symbols[name].kind != "unbacked"}
     multipliers.update(choose_multipliers(env, sharded, plan.mesh.size))
     localizer = Localizer(make_symbols(multipliers, env.hints))
     replay = _Replay(gm, plan, localizer, groups, shapes)
@@ -252,11 +252,21 @@ class _LocalShapes:
     def __init__(self, shapes: _GlobalShapes, localizer: Localizer, mesh: Mesh) -> None:
         self.shapes, self.localizer, self.mesh = shapes, localizer, mesh
 
-    def shape(self, value: Any, placements: Sequence[Any] | None) -> tuple[sympy.Basic, ...]:
+    def shape(self, value: Any, placements: Sequence[Any] | None) -> tuple[sympy.Basic | None, ...]:
+        """The local shape; ``None`` for a data-dependent dim (whole: the planner never splits one
+        without a proof), whose size only the running program knows."""
         shape = self.shapes.shape(value)
-        if placements is None:
-            return tuple(self.localizer.value(e) for e in shape)
-        return tuple(self.localizer.extent(e, self.mesh.shard_factor(placements, d)) for d, e in enumerate(shape))
+        factors = [1] * len(shape) if placements is None else [self.mesh.shard_factor(placements, d) for d in range(len(shape))]
+        local: list[sympy.Basic | None] = []
+        for e, k in zip(shape, factors):
+            if not self.localizer.defines(e):
+                if k != 1:
+                    raise LoweringError(f"the plan splits a dim of data-dependent size {e} {k} ways; only whole "
+                                        "data-dependent dims can be lowered")
+                local.append(None)
+            else:
+                local.append(self.localizer.value(e) if placements is None else self.localizer.extent(e, k))
+        return tuple(local)
 
 
 # -- 2. operands -------------------------------------------------------------------------------------
@@ -404,7 +414,7 @@ class _Checks:
             raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
         expected = self.local.shape(value, placements)
         actual = tuple(self.symbols.expr(s) for s in local.shape)
-        if len(actual) != len(expected) or any(not _same(a, e) for a, e in zip(actual, expected)):
+        if len(actual) != len(expected) or any(e is not None and not _same(a, e) for a, e in zip(actual, expected)):
             raise LoweringError(
                 f"node {name}: the local result has shape {list(actual)} but placement "
                 f"{', '.join(map(str, placements))} of global shape {list(self.shapes.shape(value))} needs "
@@ -489,7 +499,11 @@ class _Replay:
         from torch.fx.node import map_arg
 
         if node.target in _READS_SIZE:
-            return self._global_scalar(node, node.meta.get("val"), symint)
+            value = node.meta.get("val")
+            if isinstance(value, torch.SymInt) and not self.localizer.defines(self.shapes.expr(value)):
+                # a data-dependent size of a whole dim: the local tensor's own
+                return node.target(values[node.args[0]], *node.args[1:])
+            return self._global_scalar(node, value, symint)
         operands: list[Node] = []
 
         def fetch(arg: Node) -> Any:

@@ -115,7 +115,7 @@ def prepare(
                           for s in size.free_symbols})
         named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
         points = BatchPoints.build(options.batch_sizes, shape_env, symbols, named, _batch_symbol(graph, shape_env), facts,
-                                   origins=range_origins or {})
+                                   origins=range_origins or {}, unbacked_sizes=options.unbacked_sizes)
         model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
         problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
                                 cluster=options.cluster, merge_followers=options.merge_followers,

@@ -153,7 +153,7 @@ def assemble_plan(
         divisibility=problem.divisibility.policy,
         graph_inputs=input_roles(graph),
         graph_outputs=output_roles(graph),
-        options=options.to_dict(),
+        options={**options.to_dict(), "unbacked_sizes": dict(points.unbacked or {})},  # the expectations used
     )
 
 

@@ -9,7 +9,11 @@ A plan is costed not at one example size but at a distribution of sizes: ``batch
 * a sequence of mappings (or ``(mapping, weight)`` pairs) — values by symbol or ``Dim`` name.
 
 Symbols a point does not name keep their hint; symbols defined through the trace's
-replacements (``s77 := 4*s26``) follow their definition. Weights are normalized to sum to 1,
+replacements (``s77 := 4*s26``) follow their definition. A data-dependent (unbacked) size
+(``nonzero``, masking, routing) has no hint: it takes the expectation the user gives for it
+(``PlanOptions.unbacked_sizes``: an int or an expression over Dim names and symbols), else one
+a fact equates it with, else half of the largest backed size at the point, clamped to its
+value range; ``BatchPoints.unbacked`` states what each one was costed at. Weights are normalized to sum to 1,
 so the objective is the expected cost. Every point must satisfy the trace's guards and the
 user's constraints (checked exactly; a point that breaks one is an error naming it).
 """
@@ -39,6 +43,8 @@ class BatchPoints:
     labels: list[dict[str, int]]
     weights: np.ndarray
     replacements: dict[sympy.Symbol, sympy.Basic]
+    unbacked: dict[str, str] | None = None
+    """Each unbacked symbol's expectation, as text (the user's, or the default used)."""
 
     def __post_init__(self) -> None:
         self._cache: dict[sympy.Basic, np.ndarray] = {}
@@ -63,7 +69,7 @@ class BatchPoints:
 
     def single(self, k: int) -> BatchPoints:
         """Point ``k`` alone, with weight 1."""
-        return BatchPoints([self.values[k]], [self.labels[k]], np.ones(1), self.replacements)
+        return BatchPoints([self.values[k]], [self.labels[k]], np.ones(1), self.replacements, self.unbacked)
 
     @classmethod
     def build(
@@ -76,6 +82,7 @@ class BatchPoints:
         constraints: Sequence[sympy.Basic] = (),
         *,
         origins: Mapping[str, tuple[str, str]] | None = None,
+        unbacked_sizes: Mapping[str, int | str] | None = None,
     ) -> BatchPoints:
         """Points from ``batch_sizes`` (see the module docstring), checked against the env and constraints.
 
@@ -86,6 +93,9 @@ class BatchPoints:
         replacements = env.replacements
         hints = env.hints
         roots = sorted({s for s in shape_symbols if sympy.Symbol(s, integer=True) not in replacements})
+        unbacked = [s for s in roots if env.symbols[s].kind == "unbacked"]
+        roots = [s for s in roots if s not in unbacked]
+        expectations = _expectations(unbacked, env, dims, unbacked_sizes or {})
         to_name = {v: k for k, v in dims.items()}
         raw = _normalize(batch_sizes)
         if raw and any(isinstance(v, int) for v, _ in raw):
@@ -110,6 +120,8 @@ class BatchPoints:
                 label[to_name.get(symbol, symbol)] = value
             if not label:
                 label = {to_name.get(s, s): v for s, v in point.items()}
+            for name, expectation in expectations.items():
+                point[name] = _expected_value(name, expectation, point, env)
             _check_point(point, env, constraints, label, to_name, origins or {})
             values.append(point)
             labels.append(label)
@@ -117,7 +129,41 @@ class BatchPoints:
         w = np.array(weights)
         if (w < 0).any() or w.sum() <= 0:
             raise ValueError(f"batch size weights must be nonnegative with a positive sum, got {weights}")
-        return cls(values, labels, w / w.sum(), dict(replacements))
+        return cls(values, labels, w / w.sum(), dict(replacements), {k: str(v) for k, v in expectations.items()})
+
+
+def _expectations(unbacked: Sequence[str], env: ShapeEnv, dims: Mapping[str, str],
+                  given: Mapping[str, int | str]) -> dict[str, sympy.Basic]:
+    """Each unbacked symbol's expected value as an expression over the backed symbols (see the module docstring)."""
+    by_name = {name: sympy.Symbol(symbol, integer=True) for name, symbol in dims.items()}
+    for name in given:
+        if name not in env.symbols or env.symbols[name].kind != "unbacked":
+            raise ValueError(f"unbacked_sizes names {name!r}, which is no data-dependent symbol of the trace "
+                             f"(those are: {', '.join(unbacked) or 'none'})")
+    out: dict[str, sympy.Basic] = {}
+    for name in unbacked:
+        if name in given:
+            out[name] = sympy.sympify(given[name], locals=by_name)
+            continue
+        symbol = sympy.Symbol(name, integer=True)
+        equal = [f.rhs if f.lhs == symbol else f.lhs for f in env.facts
+                 if isinstance(f, sympy.Eq) and symbol in (f.lhs, f.rhs) and (f.rhs if f.lhs == symbol else f.lhs).is_Symbol]
+        twin = next((e for e in equal if e.name in out), None)
+        out[name] = twin if twin is not None else sympy.Symbol("half_of_largest_size")
+    return out
+
+
+def _expected_value(name: str, expectation: sympy.Basic, point: Mapping[str, int], env: ShapeEnv) -> int:
+    """``expectation`` at ``point``, clamped to the symbol's value range."""
+    if expectation == sympy.Symbol("half_of_largest_size"):
+        value = max((v for v in point.values()), default=0) // 2
+    else:
+        value = int(evaluate(expectation, dict(point)))
+    bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
+    if bounds is not None:
+        value = value if bounds.lo is None else max(value, int(bounds.lo))
+        value = value if bounds.hi is None else min(value, int(bounds.hi))
+    return value
 
 
 def _normalize(batch_sizes: BatchSizes) -> list[tuple[Any, float]]:

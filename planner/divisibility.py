@@ -97,6 +97,10 @@ class Divisibility:
                 return Verdict(obligation, True, "uneven", proof.method, why)
             return Verdict(obligation, False, "refuted", proof.method, why)
         why = f"{obligation} is unknown ({proof.reason or 'not provable from the facts'})"
+        data_dependent = [s.name for s in size.free_symbols if self.env.symbols[s.name].kind == "unbacked"]
+        if self.policy == "assume" and data_dependent:  # no entry check can see a data-dependent size
+            return Verdict(obligation, False, "unknown", "none", why + f"; {', '.join(data_dependent)} is data-dependent, "
+                           "so no guard at the entry can check it")
         if self.policy == "assume":
             return Verdict(obligation, True, "guard", "guard", why)
         if self.policy == "uneven":

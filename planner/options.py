@@ -53,6 +53,9 @@ class PlanOptions:
     placement_constraints: Sequence[PlacementConstraint] = ()
     """Placements the plan must take: :class:`~planner.Pin`, :class:`~planner.ForbidShard`,
     :class:`~planner.RequireShard`, :class:`~planner.MinShards` (see :mod:`planner.placement_constraints`)."""
+    unbacked_sizes: Mapping[str, int | str] = dataclasses.field(default_factory=dict)
+    """Expected value of each data-dependent (unbacked) size, by symbol: an int or an expression over
+    Dim names (``{"u0": "batch // 4"}``); unnamed ones are costed as :mod:`planner.batches` says."""
     memory_budget: float | None = None
     """Bytes per device the plan may use (parameters, gradients, optimizer state, activations); None: no limit."""
     divisibility: Policy = "prove"
@@ -83,6 +86,9 @@ class PlanOptions:
             raise TypeError(f"hardware must be a preset name or a planner.Hardware, got {self.hardware!r}")
         resolve_hardware(self.hardware)
         _check_constraints(self.constraints)
+        if not isinstance(self.unbacked_sizes, Mapping):
+            raise TypeError(f"unbacked_sizes must map symbols to ints or expressions, got {self.unbacked_sizes!r}")
+        object.__setattr__(self, "unbacked_sizes", dict(self.unbacked_sizes))
         object.__setattr__(self, "constraints", tuple(self.constraints))
         object.__setattr__(self, "placement_constraints", check_constraints(self.placement_constraints))
         if self.memory_budget is not None:
