@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,8 @@ class Prepared:
     constraints: list[str]
     dims: dict[str, str]
     seconds: float
+    runtime_asserts: list[str] = field(default_factory=list)
+    """The trace's conditions on data-dependent sizes (the running program checks them)."""
 
 
 def prepare(
@@ -122,7 +124,18 @@ def prepare(
                                 replicate_outputs=options.replicate_outputs,
                                 placement_constraints=options.placement_constraints, dims=dims)
         checker.detach()
-    return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start)
+        unbacked = {name for name, info in shape_env.symbols.items() if info.kind == "unbacked"}
+        runtime_asserts = [_range_text(shape_env, name) for name in sorted(unbacked)]
+        runtime_asserts += [str(c) for c in [a.expr for a in shape_env.runtime_asserts] + list(shape_env.facts)
+                            if {s.name for s in c.free_symbols} & unbacked]
+    return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start,
+                    runtime_asserts)
+
+
+def _range_text(env: ShapeEnv, name: str) -> str:
+    """``0 <= u0 <= 1024``: a data-dependent symbol's value range, which the traced program asserts."""
+    bounds = env.var_to_range[sympy.Symbol(name, integer=True)]
+    return " <= ".join(str(x) for x in (bounds.lo, name, bounds.hi) if x is not None)
 
 
 def plan(
@@ -176,7 +189,8 @@ def plan(
     timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}
     say("assembling the plan")
     return assemble_plan(problem, solution, options=options, optima=optima, constraints=prepared.constraints,
-                         dims=prepared.dims, timings=timings)
+                         dims=prepared.dims, timings=timings,
+                         runtime_asserts=prepared.runtime_asserts)
 
 
 def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact: bool, time_limit: float,

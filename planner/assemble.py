@@ -48,6 +48,7 @@ def assemble_plan(
     constraints: Sequence[str],
     dims: dict[str, str],
     timings: dict[str, float] | None = None,
+    runtime_asserts: Sequence[str] = (),
 ) -> Plan:
     """The plan for ``solution`` found under ``options`` (``optima``: each point's own optimum or a
     lower bound, for regret; ``constraints``: the user's, translated to trace symbols)."""
@@ -143,6 +144,7 @@ def assemble_plan(
         input_placements=tuple(None if name is None else placements[name] for name in graph.inputs),
         output_placements=tuple(None if name is None else decode(problem.output_codes(choices, name)) for name in graph.outputs),
         guards=tuple(guards),
+        runtime_asserts=tuple(runtime_asserts),
         proofs=tuple(proofs.values()),
         pruned=pruned,
         decisions=decisions,

@@ -129,7 +129,7 @@ class BatchPoints:
         w = np.array(weights)
         if (w < 0).any() or w.sum() <= 0:
             raise ValueError(f"batch size weights must be nonnegative with a positive sum, got {weights}")
-        return cls(values, labels, w / w.sum(), dict(replacements), {k: str(v) for k, v in expectations.items()})
+        return cls(values, labels, w / w.sum(), dict(replacements), {k: str((unbacked_sizes or {}).get(k, v)) for k, v in expectations.items()})
 
 
 def _expectations(unbacked: Sequence[str], env: ShapeEnv, dims: Mapping[str, str],

@@ -495,6 +495,9 @@ class Plan:
     graph_inputs: tuple[GraphInput, ...] = ()
     graph_outputs: tuple[GraphOutput | None, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    runtime_asserts: tuple[str, ...] = ()
+    """Conditions on data-dependent sizes (``u0 <= 1024``): no entry check can see them, so the
+    lowered program checks each where the size is computed, before any collective reads it."""
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -607,6 +610,8 @@ class Plan:
         else:
             out.append("redistributions: none")
         out.append("guards: " + ("; ".join(self.guards) if self.guards else "none"))
+        if self.runtime_asserts:
+            out.append("runtime asserts: " + "; ".join(self.runtime_asserts))
         by_status = Counter(p.status for p in self.proofs)
         out.append("sharded dims: " + (", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
                    + f"; {len(self.pruned)} strategies pruned")
@@ -640,6 +645,7 @@ class Plan:
             "graph_inputs": [i.to_dict() for i in self.graph_inputs],
             "graph_outputs": [None if o is None else o.to_dict() for o in self.graph_outputs],
             "guards": list(self.guards),
+            "runtime_asserts": list(self.runtime_asserts),
             "proofs": [p.to_dict() for p in self.proofs],
             "pruned": [p.to_dict() for p in self.pruned],
             "decisions": [d.to_dict() for d in self.decisions.values()],
@@ -686,4 +692,5 @@ class Plan:
             graph_inputs=tuple(GraphInput.from_dict(i) for i in d["graph_inputs"]),
             graph_outputs=tuple(None if o is None else GraphOutput.from_dict(o) for o in d["graph_outputs"]),
             options=dict(d["options"]),
+            runtime_asserts=tuple(d.get("runtime_asserts", ())),
         )

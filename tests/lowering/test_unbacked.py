@@ -2,24 +2,11 @@
 
 import pytest
 import torch
-from torch import nn
 from torch.export import Dim
 
 from lowering import launch
 from lowering.parallel import ParallelModule
-
-
-class Routed(nn.Module):
-    """A gate picks tokens; an expert runs on them; ``index_add`` scatters its output back."""
-
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.gate = nn.Linear(dim, 2)
-        self.expert = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sel = (self.gate(x).argmax(-1) == 0).nonzero().squeeze(-1)
-        return x.index_add(0, sel, self.expert(x.index_select(0, sel)))
+from tests.planner.models import Routed
 
 
 def _forward(rank):

@@ -119,3 +119,17 @@ class SmallCNN(nn.Module):
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
         x = F.relu(self.bn2(self.conv2(x)))
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class Routed(nn.Module):
+    """Mixture-of-experts routing: a gate picks tokens (a data-dependent count), an expert runs on
+    them, ``index_add`` scatters its output back."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.gate = nn.Linear(dim, 2)
+        self.expert = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sel = (self.gate(x).argmax(-1) == 0).nonzero().squeeze(-1)
+        return x.index_add(0, sel, self.expert(x.index_select(0, sel)))

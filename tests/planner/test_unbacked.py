@@ -1,0 +1,51 @@
+"""Data-dependent (unbacked) sizes: costed at an expectation, never split evenly without a proof."""
+
+import pytest
+import torch
+from torch.export import Dim
+
+import planner
+from planner import Mesh
+from tests.planner.models import Routed
+
+
+def _plan(**options):
+    return planner.plan_module(Routed(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: Dim("batch", max=1024)}},
+                               mesh=Mesh((2,)), batch_sizes=[8, 64, 512], **options)
+
+
+def _unbacked_dims(plan):
+    return [(p.node, p.status) for p in plan.proofs if "u" in p.size]
+
+
+def test_a_routed_expert_plans_with_its_data_dependent_size_whole_and_states_the_expectation():
+    plan = _plan()
+    assert set(plan.options["unbacked_sizes"]) >= {"u0"}
+    assert plan.options["unbacked_sizes"]["u0"] == "half_of_largest_size"
+    assert not _unbacked_dims(plan)  # no dim of size u0 is split
+    assert any("u0" in p.reason and "refuted" in p.reason for p in plan.pruned)
+
+
+def test_the_users_expectation_is_what_the_plan_is_costed_at():
+    few, many = _plan(unbacked_sizes={"u0": 1}), _plan(unbacked_sizes={"u0": "batch"})
+    assert few.options["unbacked_sizes"]["u0"] == "1"
+    assert many.options["unbacked_sizes"]["u0"] == "batch"
+    assert many.cost.compute > few.cost.compute
+
+
+def test_no_guard_stands_in_for_a_proof_on_a_data_dependent_size():
+    plan = _plan(divisibility="assume")
+    assert not [g for g in plan.guards if "u" in g]
+    assert not _unbacked_dims(plan)
+
+
+def test_an_expectation_for_a_symbol_that_is_not_data_dependent_is_refused():
+    with pytest.raises(ValueError, match="no data-dependent symbol"):
+        _plan(unbacked_sizes={"batch": 4})
+
+
+def test_the_plan_carries_the_runtime_asserts_on_data_dependent_sizes():
+    plan = _plan()
+    assert plan.runtime_asserts and all("u" in a for a in plan.runtime_asserts)
+    assert type(plan).from_json(plan.to_json()).runtime_asserts == plan.runtime_asserts
+    assert "runtime asserts: " in str(plan)
