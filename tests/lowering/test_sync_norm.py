@@ -53,12 +53,14 @@ def _training_step(rank):
     outputs, errors = [], []
     for batch in (32, 36, 40):
         x = torch.randn(batch, 3, 6, 6, generator=torch.Generator().manual_seed(batch))
-        local_out, local_grads = pm(*pm.shard_inputs(x))
-        grads = pm.gather_grads(local_grads)
+        *_, out = pm(*pm.shard_inputs(x))  # the updated running statistics come first
+        out.full_tensor().sum().backward()
+        grads = {name: p.grad.full_tensor() for name, p in pm.named_parameters()}
+        pm.zero_grad()
         model.zero_grad()
         expected_out = model(x)
         expected_out.sum().backward()
-        *_, out = pm.gather_outputs(local_out)  # the updated running statistics come first
+        out = out.full_tensor()
         outputs.append(bool(torch.allclose(out, expected_out, rtol=1e-4, atol=1e-5)))
         errors.append(max(float((g - p.grad).abs().max() / p.grad.abs().max()) for name, p in model.named_parameters()
                           for g in [grads[name]]))

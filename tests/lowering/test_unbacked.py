@@ -17,7 +17,7 @@ def _forward(rank):
     same = []
     for batch in (6, 24, 50):
         x = torch.randn(batch, 16, generator=torch.Generator().manual_seed(batch))
-        out = pm.gather_outputs(pm(*pm.shard_inputs(x)))
+        out = pm(*pm.shard_inputs(x)).full_tensor()
         same.append(bool(torch.allclose(out, model(x), rtol=1e-5, atol=1e-6)))
     return same, pm.compile_count, pm.plan.options["unbacked_sizes"]
 
