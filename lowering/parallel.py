@@ -37,6 +37,9 @@ Training (``training=True``): in training mode with grad enabled, a call runs th
 program inside an autograd function whose backward runs the backward program on the
 gradients of the outputs, so any loss computed from the outputs backpropagates; parameter
 gradients arrive as DTensors placed like their parameters, and accumulate over calls.
+Buffers the traced forward updates in place (a BatchNorm's running statistics and batch count,
+traced in training mode) are updated in this module's buffers by every call, as the model's
+forward updates its own.
 ``eval()`` or ``torch.no_grad()`` run the forward program only (the traced computation is
 the same: dropout or batch statistics are fixed when tracing). :meth:`ParallelModule.init_weights`
 initializes the weights as ``model.apply(fn)`` would on one device, keeping this rank's pieces.
@@ -168,9 +171,8 @@ class _Step(torch.autograd.Function):
     def forward(ctx: Any, module: ParallelModule, call: _Call, *parameters: Any) -> Any:
         assert module.partitioned is not None
         outputs = call.variant.run(call.symbol_values, call.tensors)
-        count = module.partitioned.user_outputs
-        ctx.module, ctx.call, ctx.saved = module, call, outputs[count:]
-        return tuple(outputs[:count])
+        ctx.module, ctx.call, ctx.saved = module, call, outputs[module.partitioned.user_outputs:]
+        return tuple(module._update_buffers(outputs))
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
@@ -230,6 +232,7 @@ class ParallelModule(nn.Module):
         _together("placing the parameters", lambda: register_state(self, model, plan.param_placements, self.groups))
         self._feed = self._feeds(state)
         self._grad_names = self._gradient_names(state)
+        self._buffer_updates = self._updated_buffers(state)
         self._output_shapes = self._global_output_shapes(gm)
         self.partitioned: Partitioned | None = None
         if training:
@@ -288,6 +291,21 @@ class ParallelModule(nn.Module):
             names[fqn] = own
         return names
 
+    def _updated_buffers(self, state: Mapping[str, tuple[str, Any]]) -> list[tuple[int, str]]:
+        """(position among the program's outputs, the buffer's own name) of each buffer's new value
+        (a BatchNorm's running statistics in training), checked to be placed as the buffer is."""
+        updates = []
+        for k, output in enumerate(self.plan.graph_outputs):
+            if output is None or output.role != "buffer_mutation" or output.fqn is None:
+                continue
+            own = state[output.fqn][0] if output.fqn in state else output.fqn
+            placed, kept = tuple(self.plan.output_placements[k]), tuple(self.get_buffer(own).placements)
+            if placed != kept:
+                raise LoweringError(f"the plan delivers the new value of buffer {own} as {placed} but places the buffer "
+                                    f"as {kept}; was it made by this planner?")
+            updates.append((k, own))
+        return updates
+
     def _global_output_shapes(self, gm: Any) -> list[tuple[Any, ...]]:
         """Each user output's global shape, over the trace's symbols."""
         from torch.fx import Node
@@ -305,11 +323,13 @@ class ParallelModule(nn.Module):
         return shapes
 
     def _partition(self) -> Partitioned:
-        user = self._user_outputs()
-        if user != list(range(len(user))):
-            raise LoweringError("the joint graph's user outputs are not its first outputs; it cannot be split")
+        # the forward program's outputs (partition's "user outputs"): the buffers' new values and the user outputs
+        forward = sorted([*self._user_outputs(), *(k for k, _ in self._buffer_updates)])
+        if forward != list(range(len(forward))):
+            raise LoweringError("the joint graph's user outputs and buffer updates are not its first outputs; it "
+                                "cannot be split")
         tangents = {k for k, (kind, _) in enumerate(self._feed) if kind == "tangent"}
-        return partition(self.program, len(user), tangents)
+        return partition(self.program, len(forward), tangents)
 
     def _specs(self, leaves: Sequence[str]) -> list[InputSpec]:
         count = len(self.plan.input_placements)
@@ -428,6 +448,14 @@ class ParallelModule(nn.Module):
         return [(k, o.grad_of) for k, o in enumerate(self.plan.graph_outputs)
                 if o is not None and o.role == "grad" and o.grad_of is not None]
 
+    def _update_buffers(self, outputs: Sequence[Any]) -> list[Any]:
+        """Write the buffers' new values among the program's ``outputs`` into this rank's pieces of
+        the buffers (as the model's own forward updates them in place); return the user outputs."""
+        with torch.no_grad():
+            for k, name in self._buffer_updates:
+                self.get_buffer(name).to_local().copy_(outputs[k])
+        return [outputs[k] for k in self._user_outputs()]
+
     def _wrap(self, local: Sequence[Any], global_values: Mapping[str, int]) -> Any:
         """The user outputs as DTensors of their global shapes (or global tensors), in the traced structure."""
         from shapecore import evaluate
@@ -523,14 +551,11 @@ class ParallelModule(nn.Module):
                 elif kind == "buffer":
                     tensors.append(self.get_buffer(what).to_local())
         symbol_values = [values[s.name] for s in self.program.symbols]
-        if self.partitioned is None:
-            outputs = variant.run(symbol_values, tensors)
-            return self._wrap([outputs[k] for k in self._user_outputs()], global_values)
-        if self.training and torch.is_grad_enabled() and trainable:
+        if self.partitioned is not None and self.training and torch.is_grad_enabled() and trainable:
             call = _Call(variant, values, symbol_values, tensors, trainable)
             local = _Step.apply(self, call, *(self.get_parameter(name) for name in trainable))
         else:
-            local = variant.run(symbol_values, tensors)[:self.partitioned.user_outputs]
+            local = self._update_buffers(variant.run(symbol_values, tensors))
         return self._wrap(local, global_values)
 
 

@@ -69,7 +69,7 @@ def node_signature(node: GraphNode, graph: PlanGraph, saved: bool) -> tuple:
     if node.role == "getitem":
         extra = (node.index, graph.nodes[node.source].outputs)  # type: ignore[index]
     elif node.role == "sink":
-        extra = ("grad" if node.grad_of else "output",)
+        extra = ("grad" if node.grad_of else "buffer_mutation" if node.fqn else "output",)
     return (node.role, node.target, node.outputs, node.is_tuple, operands, args, extra, saved)
 
 

@@ -9,7 +9,10 @@ are fake tensors) into a :class:`PlanGraph`:
   :func:`shapecore.torch.map_expr`, so symbols keep torch's names);
 * nodes whose value is not a tensor (``sym_size``, SymInt arithmetic) are not planned;
 * every element of the graph's output becomes a *sink* (``output:k``): a pseudo-node with one
-  operand, so delivering an output in some placement is an edge like any other;
+  operand, so delivering an output in some placement is an edge like any other. A sink is a
+  user output (``output_index``), a gradient (``grad_of``) or the new value of a buffer the
+  model updates in place (``fqn``: a BatchNorm's running statistics in training); an in-place
+  update of a parameter or a user input is refused;
 * placeholders get a role: ``param``/``buffer`` (with the fully qualified name), ``input``
   (flattened user input index), ``tangent`` (the output it is the gradient for) or
   ``constant``, read from AOT descriptors (``meta["desc"]``), from an ``ExportedProgram``'s
@@ -66,7 +69,7 @@ class GraphNode:
     the tensor operands in order. For a ``getitem``, ``operands`` is empty and ``source`` /
     ``index`` name the tuple it reads. A sink ``output:k`` (``k``: position among the
     flattened outputs) reads one operand; its ``index`` is that operand's position among the
-    ``output`` node's tensor operands.
+    ``output`` node's tensor operands; a sink's ``fqn`` names the buffer it is the new value of.
     """
 
     name: str
@@ -224,15 +227,42 @@ def _descriptor_role(desc: Any) -> tuple[Role, str | None, int | None] | None:
     return "constant", None, None
 
 
-def _grad_of(desc: Any) -> tuple[str | None, int | None]:
-    """For an output descriptor: (param/buffer fqn it is the gradient of, user output index)."""
+def _output_kind(desc: Any) -> tuple[str, str | None, int | None]:
+    """(``output``, None, user output index), (``grad``, fqn of the parameter or buffer, None) or
+    (``buffer_mutation``, fqn of the buffer, None) from an AOT output descriptor."""
     kind = type(desc).__name__
     if kind == "GradAOTOutput":
-        of = getattr(desc, "grad_of", None)
-        return getattr(of, "target", None), None
-    if kind == "PlainAOTOutput":
-        return None, desc.idx
-    return None, None
+        return "grad", getattr(getattr(desc, "grad_of", None), "target", None), None
+    if kind == "InputMutationAOTOutput":
+        mutated = desc.mutated_input
+        what = {"BufferAOTInput": "buffer", "ParamAOTInput": "parameter"}.get(type(mutated).__name__, "input")
+        return _mutation(what, getattr(mutated, "target", None) or str(mutated))
+    return "output", None, desc.idx if kind == "PlainAOTOutput" else None
+
+
+def _signature_outputs(exported: Any) -> list[tuple[str, str | None, int | None]]:
+    """What each output of an ``ExportedProgram``'s graph is, as :func:`_output_kind` says it."""
+    from torch.export.graph_signature import OutputKind
+
+    kinds: list[tuple[str, str | None, int | None]] = []
+    user = 0
+    for spec in exported.graph_signature.output_specs:
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            kinds.append(_mutation("buffer", spec.target))
+        elif spec.kind in (OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+            kinds.append(_mutation("parameter" if spec.kind == OutputKind.PARAMETER_MUTATION else "input", spec.target))
+        else:
+            kinds.append(("output", None, user))
+            user += 1
+    return kinds
+
+
+def _mutation(what: str, target: str | None) -> tuple[str, str | None, int | None]:
+    """A buffer's new value; any other in-place update of an input is refused by name."""
+    if what != "buffer":
+        raise ValueError(f"the model updates its {what} {target} in place; the planner plans in-place updates of "
+                         "buffers only (running statistics): return the new value instead")
+    return "buffer_mutation", target, None
 
 
 def read_graph(gm: Any, *, exported: Any = None) -> PlanGraph:
@@ -269,7 +299,7 @@ def read_graph(gm: Any, *, exported: Any = None) -> PlanGraph:
         elif fx_node.op == "call_function":
             _read_call(fx_node, value, nodes, shapes)
         elif fx_node.op == "output":
-            _read_output(fx_node, nodes, outputs)
+            _read_output(fx_node, nodes, outputs, _signature_outputs(exported) if exported is not None else None)
         else:
             raise ValueError(
                 f"node {fx_node.name} is a {fx_node.op}; the planner reads flat aten graphs "
@@ -320,19 +350,22 @@ def _flatten_outputs(args: Any) -> list[Any]:
     return leaves
 
 
-def _read_output(fx_node: Any, nodes: dict[str, GraphNode], outputs: list[str | None]) -> None:
+def _read_output(fx_node: Any, nodes: dict[str, GraphNode], outputs: list[str | None],
+                 signature: Sequence[tuple[str, str | None, int | None]] | None) -> None:
     from torch.fx.node import Node
 
     leaves = _flatten_outputs(fx_node.args[0])
-    descs: Sequence[Any] = fx_node.meta.get("desc") or [None] * len(leaves)
+    descs: Sequence[Any] = fx_node.meta.get("desc") or []
     user_index = 0
     operand = 0
     for k, leaf in enumerate(leaves):
-        desc = descs[k] if k < len(descs) else None
-        grad_of, plain_index = _grad_of(desc) if desc is not None else (None, None)
-        if desc is None:
-            plain_index = user_index
-        if grad_of is None:
+        if k < len(descs) and descs[k] is not None:
+            kind, fqn, plain_index = _output_kind(descs[k])
+        elif signature is not None and k < len(signature):
+            kind, fqn, plain_index = signature[k]
+        else:
+            kind, fqn, plain_index = "output", None, user_index
+        if kind == "output":
             user_index += 1
         is_tensor = isinstance(leaf, Node) and _is_tensor(leaf.meta.get("val"))
         if not is_tensor:
@@ -342,8 +375,9 @@ def _read_output(fx_node: Any, nodes: dict[str, GraphNode], outputs: list[str | 
         producer = nodes[leaf.name]
         nodes[name] = GraphNode(
             name, "sink", "output", producer.outputs, operands=[leaf.name], fx=fx_node, index=operand,
-            output_index=plain_index if grad_of is None else None, grad_of=grad_of,
-            phase="backward" if grad_of else producer.phase, module_path=grad_of.rsplit(".", 1)[0] if grad_of else "",
+            output_index=plain_index if kind == "output" else None, grad_of=fqn if kind == "grad" else None,
+            fqn=fqn if kind == "buffer_mutation" else None,
+            phase="backward" if kind == "grad" else producer.phase, module_path=fqn.rsplit(".", 1)[0] if fqn else "",
         )
         operand += 1
         outputs.append(name)
@@ -360,7 +394,8 @@ def input_roles(graph: PlanGraph) -> tuple[GraphInput, ...]:
 
 
 def output_roles(graph: PlanGraph) -> tuple[GraphOutput | None, ...]:
-    """Each flattened output of ``graph``: a user output or a gradient (None for a non-tensor)."""
+    """Each flattened output of ``graph``: a user output, a gradient or a buffer's new value (None
+    for a non-tensor)."""
     roles: list[GraphOutput | None] = []
     for name in graph.outputs:
         sink = None if name is None else graph.nodes[name]
@@ -368,6 +403,8 @@ def output_roles(graph: PlanGraph) -> tuple[GraphOutput | None, ...]:
             roles.append(None)
         elif sink.grad_of is not None:
             roles.append(GraphOutput("grad", None, sink.grad_of))
+        elif sink.fqn is not None:
+            roles.append(GraphOutput("buffer_mutation", fqn=sink.fqn))
         else:
             roles.append(GraphOutput("output", sink.output_index))
     return tuple(roles)

@@ -47,9 +47,10 @@ class NodeInfo:
     """What a target predicate sees of a node.
 
     ``role``: ``input``, ``output``, ``param``, ``buffer``, ``constant``, ``tangent``, ``grad``
-    (a parameter's gradient, delivered as an output), ``op`` or ``getitem``; ``index``: the
-    position among user inputs or outputs; ``fqn``: a parameter's or buffer's name (for
-    ``grad``, its parameter's); ``shape``: the output's sizes as text over the trace's symbols.
+    (a parameter's gradient, delivered as an output), ``buffer_mutation`` (a buffer's new value,
+    delivered as an output), ``op`` or ``getitem``; ``index``: the position among user inputs or
+    outputs; ``fqn``: a parameter's or buffer's name (for ``grad``, its parameter's; for
+    ``buffer_mutation``, its buffer's); ``shape``: the output's sizes as text over the trace's symbols.
     """
 
     name: str
@@ -81,7 +82,8 @@ def node_info(node: GraphNode) -> NodeInfo:
     index = node.input_index
     fqn = node.fqn
     if node.role == "sink":
-        role, index, fqn = ("grad", None, node.grad_of) if node.grad_of else ("output", node.output_index, None)
+        role, index, fqn = (("grad", None, node.grad_of) if node.grad_of else ("buffer_mutation", None, node.fqn)
+                            if node.fqn else ("output", node.output_index, None))
     elif node.role == "tangent":
         index = node.output_index
     shape = () if node.is_tuple or node.outputs[0] is None else tuple(str(s) for s in node.output.shape)
@@ -136,7 +138,7 @@ class PlacementConstraint(abc.ABC):
             return info.role == m.group(1) and info.index == int(m.group(2))
         if info.role in ("param", "buffer", "constant") and info.fqn and fnmatch.fnmatchcase(info.fqn, target):
             return True
-        return info.role not in ("grad",) and fnmatch.fnmatchcase(info.name, target)
+        return info.role not in ("grad", "buffer_mutation") and fnmatch.fnmatchcase(info.name, target)
 
 
 def _single(node: GraphNode) -> bool:
@@ -303,6 +305,8 @@ def _describe_node(node: GraphNode) -> str:
         return f"{'parameter' if info.role == 'param' else 'buffer'} {info.fqn} (node {node.name})"
     if info.role == "grad":
         return f"the gradient of {info.fqn}"
+    if info.role == "buffer_mutation":
+        return f"the new value of buffer {info.fqn}"
     if info.role in ("input", "output"):
         return f"{info.role} {info.index} (node {node.name})"
     return f"node {node.name} ({node.target})"

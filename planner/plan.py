@@ -32,7 +32,9 @@ The contract (names and meanings the lowering relies on):
   parameter) is absent, as it is from ``placements``.
 * ``graph_outputs`` — one per flattened graph output, as ``output_placements`` (``None`` for a
   non-tensor): a :class:`GraphOutput` whose ``role`` is ``output`` (``index``: its position
-  among the user outputs) or ``grad`` (``grad_of``: the fqn of the parameter or buffer).
+  among the user outputs), ``grad`` (``grad_of``: the fqn of the parameter or buffer) or
+  ``buffer_mutation`` (``fqn``: the buffer the model updates in place, such as a BatchNorm's
+  running statistics in training; delivered in the buffer's placement, and written back).
 * Mesh arithmetic: :meth:`Mesh.shard_factor` (into how many pieces a placement splits a dim)
   and :func:`~planner.mesh.as_mesh` (a ``DeviceMesh`` or a tuple of sizes as a ``Mesh``).
 * ``guards`` — torch-syntax conditions over the trace's symbol names that inputs must satisfy
@@ -93,7 +95,7 @@ PLAN_VERSION = 2
 
 CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk", "to_partial"]
 InputRole = Literal["input", "param", "buffer", "constant", "tangent"]
-OutputRole = Literal["output", "grad"]
+OutputRole = Literal["output", "grad", "buffer_mutation"]
 
 
 def _num(x: float) -> float:
@@ -125,18 +127,20 @@ class GraphInput:
 
 @dataclass(frozen=True)
 class GraphOutput:
-    """A tensor output of the planned graph: user output ``index``, or the gradient of ``grad_of``."""
+    """A tensor output of the planned graph: user output ``index``, the gradient of ``grad_of``, or
+    (``buffer_mutation``) the new value of buffer ``fqn``, which the running program writes back."""
 
     role: OutputRole
     index: int | None = None
     grad_of: str | None = None
+    fqn: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "index": self.index, "grad_of": self.grad_of}
+        return {"role": self.role, "index": self.index, "grad_of": self.grad_of, "fqn": self.fqn}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GraphOutput:
-        return cls(d["role"], d["index"], d["grad_of"])
+        return cls(d["role"], d["index"], d["grad_of"], d.get("fqn"))
 
 
 @dataclass(frozen=True)

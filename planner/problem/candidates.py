@@ -63,7 +63,7 @@ def _proposals(problem: Problem, node: GraphNode, providers: Sequence[StrategyPr
     """What may be proposed for ``node``, and who proposed it."""
     mesh_ndim = problem.mesh.ndim
     if node.role in ("input", "param", "buffer", "constant", "tangent", "sink"):
-        only_r = replicate_outputs and (node.role == "tangent" or (node.role == "sink" and not node.grad_of))
+        only_r = replicate_outputs and (node.role == "tangent" or (node.role == "sink" and not (node.grad_of or node.fqn)))
         codes = _all_codes(node.output.ndim, mesh_ndim, replicate_only=only_r)
         ins = (lambda c: (c,)) if node.role == "sink" else (lambda c: ())
         return [(None, (c,), ins(c)) for c in codes], "planner"

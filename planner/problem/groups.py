@@ -6,7 +6,8 @@ group leaves it exactly one candidate (its ``pick``); otherwise it opens a group
 whose choices are its representative's candidates. The leader of
 
 * a ``getitem`` is the tuple it reads (it takes its element's placement);
-* a parameter's gradient is the parameter, a user output its tangent (*tying*);
+* a parameter's gradient is the parameter, a buffer's new value the buffer, a user output its
+  tangent (*tying*);
 * an elementwise or layout op, with ``merge_followers``, is its first operand's producer
   (*following*), unless that operand is broadcast or smaller than the op's output, or a
   placement constraint names the op.
@@ -101,7 +102,7 @@ class _Leaders:
     def must_follow(self, name: str) -> bool:
         """getitems and tied outputs must take their leader's placement."""
         node = self.graph.nodes[name]
-        tied = node.grad_of is not None or (node.output_index is not None and node.output_index in self.tangents)
+        tied = (node.grad_of or node.fqn) is not None or (node.output_index is not None and node.output_index in self.tangents)
         return node.role == "getitem" or (node.role == "sink" and tied)
 
     def of(self, unit: Unit, unit_of: Mapping[str, Unit]) -> Link | None:
@@ -110,9 +111,10 @@ class _Leaders:
         node = graph.nodes[unit.representative]
         if node.role == "getitem":
             return _aligned(unit, [graph.nodes[m].source for m in unit.members], unit_of, "element")  # type: ignore[misc]
-        if node.role == "sink" and node.grad_of:
-            if all(graph.nodes[m].grad_of in self.params for m in unit.members):
-                return _aligned(unit, [self.params[graph.nodes[m].grad_of] for m in unit.members], unit_of, "tie")  # type: ignore[index]
+        if node.role == "sink" and (node.grad_of or node.fqn):
+            tensors = [graph.nodes[m].grad_of or graph.nodes[m].fqn for m in unit.members]
+            if all(t in self.params for t in tensors):
+                return _aligned(unit, [self.params[t] for t in tensors], unit_of, "tie")  # type: ignore[index]
             return None
         if node.role == "sink" and node.output_index is not None:
             if all(graph.nodes[m].output_index in self.tangents for m in unit.members):

@@ -44,35 +44,43 @@ class _BatchSyncedNorms:
         return [s for s in self.builtin.strategies(node, graph, mesh) if s.rule == "batch_sync"]
 
 
+def _relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got.double() - expected.double()).abs().max() / expected.double().abs().max().clamp_min(1e-12))
+
+
 def _training_step(rank):
     torch.manual_seed(0)
     model = SmallCNN()
     pm = ParallelModule(model, (torch.randn(32, 3, 6, 6),), dynamic_shapes=({0: 2 * Dim("batch", max=64)},), mesh=(2,),
                         training=True, batch_sizes=[16, 18, 20],
                         strategies=[_BatchSyncedNorms(), BuiltinProvider(), DTensorProvider()])
-    outputs, errors = [], []
+    errors = []
     for batch in (32, 36, 40):
         x = torch.randn(batch, 3, 6, 6, generator=torch.Generator().manual_seed(batch))
-        *_, out = pm(*pm.shard_inputs(x))  # the updated running statistics come first
-        out.full_tensor().sum().backward()
-        grads = {name: p.grad.full_tensor() for name, p in pm.named_parameters()}
+        loss = pm(*pm.shard_inputs(x)).full_tensor().square().mean()
+        loss.backward()
+        expected = model(x).square().mean()
+        expected.backward()
+        got = {"loss": loss.detach()} | {name: p.grad.full_tensor() for name, p in pm.named_parameters()} | {
+            name: b.full_tensor() for name, b in pm.named_buffers()}
+        want = {"loss": expected.detach()} | {name: p.grad for name, p in model.named_parameters()} | dict(
+            model.named_buffers())
+        errors.append({name: _relative_error(got[name], want[name]) for name in want})
         pm.zero_grad()
         model.zero_grad()
-        expected_out = model(x)
-        expected_out.sum().backward()
-        out = out.full_tensor()
-        outputs.append(bool(torch.allclose(out, expected_out, rtol=1e-4, atol=1e-5)))
-        errors.append(max(float((g - p.grad).abs().max() / p.grad.abs().max()) for name, p in model.named_parameters()
-                          for g in [grads[name]]))
     rules = {d.rule for d in pm.plan.decisions.values() if "batch_norm" in d.op}
     split = pm.plan.placements["convolution"][0]
-    return outputs, errors, pm.compile_count, rules, split
+    return errors, pm.compile_count, rules, split
 
 
 @pytest.mark.slow  # gloo ranks
 def test_training_with_the_batch_split_across_batch_norms_equals_one_device():
-    for outputs, errors, compiles, rules, split in launch(_training_step, 2, timeout=300):
+    """Three steps at three batch sizes from one compile: the loss, every parameter's gradient and the
+    running statistics (updated in place, as the model's own forward updates them) equal one
+    device's within a relative error of 1e-5 (float32 sums in another order)."""
+    for errors, compiles, rules, split in launch(_training_step, 2, timeout=300):
         assert rules == {"batch_sync"} and split.is_shard(0)
-        assert outputs == [True, True, True]
-        assert max(errors) < 1e-4
+        assert {"bn1.running_mean", "bn2.running_var", "bn2.num_batches_tracked"} <= errors[0].keys()
+        for step in errors:
+            assert max(step.values()) < 1e-5, step
         assert compiles == 1
