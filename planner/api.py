@@ -119,12 +119,13 @@ def prepare(
         points = BatchPoints.build(options.batch_sizes, shape_env, symbols, named, _batch_symbol(graph, shape_env), facts,
                                    origins=range_origins or {}, unbacked_sizes=options.unbacked_sizes)
         model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
+        unbacked = {name for name, info in shape_env.symbols.items() if info.kind == "unbacked"}
         problem = build_problem(graph, mesh, points, model_costs, checker, list(options.strategies or default_providers()),
                                 cluster=options.cluster, merge_followers=options.merge_followers,
                                 replicate_outputs=options.replicate_outputs,
-                                placement_constraints=options.placement_constraints, dims=dims)
+                                placement_constraints=options.placement_constraints,
+                                dims={**{name: name for name in sorted(unbacked)}, **dims})  # a data-dependent size by its name
         checker.detach()
-        unbacked = {name for name, info in shape_env.symbols.items() if info.kind == "unbacked"}
         runtime_asserts = [_range_text(shape_env, name) for name in sorted(unbacked)]
         runtime_asserts += [str(c) for c in [a.expr for a in shape_env.runtime_asserts] + list(shape_env.facts)
                             if {s.name for s in c.free_symbols} & unbacked]

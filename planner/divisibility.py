@@ -12,6 +12,10 @@ applies the policy:
 * ``"uneven"`` — refuted and unknown ones are allowed, with padded (ceil) local sizes in the
   cost model; the lowering must then handle uneven shards.
 
+A data-dependent (unbacked) size is known only when the program runs, so no guard at the
+entry can stand in for its proof: under ``"prove"`` and ``"assume"`` a dim of it is split only
+when proved, and otherwise stays whole, with a reason that names the symbol.
+
 Answers are cached per ``(size, m)``; the reasoner caches per fact-set version, so one plan
 queries one scope. Once the problem is built, :meth:`Divisibility.detach` keeps the verdicts and
 lets go of the scope (the planner decides every candidate while building, inside
@@ -90,17 +94,19 @@ class Divisibility:
         proof = self.env.prove(claim)
         if proof.proved:
             return Verdict(obligation, True, "proved", proof.method)
+        data_dependent = sorted(s.name for s in size.free_symbols if self.env.symbols[s.name].kind == "unbacked")
+        kept_whole = (f"; {', '.join(data_dependent)} is a data-dependent size, which no guard at the entry can check: "
+                      f"a dim of it is split only with a proof (torch._check({size} % {m} == 0) in the model would "
+                      "give one), so it stays whole" if data_dependent else "")
         if proof.refuted:
             example = ", ".join(f"{k}={v}" for k, v in sorted((proof.counterexample or {}).items()))
             why = f"{obligation} is refuted" + (f" (counterexample {example})" if example else "")
             if self.policy == "uneven":
                 return Verdict(obligation, True, "uneven", proof.method, why)
-            return Verdict(obligation, False, "refuted", proof.method, why)
+            return Verdict(obligation, False, "refuted", proof.method, why + kept_whole)
         why = f"{obligation} is unknown ({proof.reason or 'not provable from the facts'})"
-        data_dependent = [s.name for s in size.free_symbols if self.env.symbols[s.name].kind == "unbacked"]
-        if self.policy == "assume" and data_dependent:  # no entry check can see a data-dependent size
-            return Verdict(obligation, False, "unknown", "none", why + f"; {', '.join(data_dependent)} is data-dependent, "
-                           "so no guard at the entry can check it")
+        if data_dependent and self.policy != "uneven":
+            return Verdict(obligation, False, "unknown", "none", why + kept_whole)
         if self.policy == "assume":
             return Verdict(obligation, True, "guard", "guard", why)
         if self.policy == "uneven":

@@ -36,6 +36,7 @@ from planner.mesh import Mesh
 from planner.placements import Codes, Placement, code_shard_axes, encode, format_codes, parse_placement, parse_placements
 
 if TYPE_CHECKING:
+    from planner.divisibility import Divisibility
     from planner.problem.model import Candidate
 
 __all__ = ["NodeInfo", "PlacementConstraint", "Pin", "ForbidShard", "RequireShard", "MinShards", "PlacementConflict",
@@ -221,12 +222,13 @@ class _DimOnAxis(PlacementConstraint):
         self.dim, self.axis = dim, axis
         self._symbols: frozenset[sympy.Symbol] = frozenset()
         self._axis = 0
+        self._sizes: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return f"{type(self).__name__}({self.dim!r}, axis={self.axis!r})"
 
     def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic]) -> None:
-        self._axis = _axis_index(mesh, self.axis, self)
+        self._axis, self._sizes = _axis_index(mesh, self.axis, self), mesh.shape
         if self.dim not in dims:
             raise ValueError(f"{self}: {self.dim!r} is not a Dim name ({', '.join(dims) or 'none given'})")
         expr = dims[self.dim]
@@ -245,6 +247,18 @@ class _DimOnAxis(PlacementConstraint):
     def applies_to(self, info: NodeInfo) -> bool:
         return True
 
+    def refusals(self, node: GraphNode, divisibility: Divisibility) -> list[str]:
+        """Why each dim of the Dim in ``node``'s outputs may not be split on the axis alone (the
+        divisibility verdicts that refuse it)."""
+        found = []
+        for meta in node.outputs:
+            for d, size in enumerate(meta.shape if meta is not None else ()):
+                if size.free_symbols & self._symbols:
+                    verdict = divisibility.check(size, self._sizes[self._axis])
+                    if not verdict.allowed:
+                        found.append(f"dim {d} (size {size}): {verdict.reason}")
+        return found
+
 
 class ForbidShard(_DimOnAxis):
     """No tensor dim of ``dim`` is split on mesh ``axis``: not in an output, not in an operand."""
@@ -256,7 +270,10 @@ class ForbidShard(_DimOnAxis):
 
 
 class RequireShard(_DimOnAxis):
-    """Every output with a dim of ``dim`` is split along one such dim on mesh ``axis``."""
+    """Every output with a dim of ``dim`` is split along one such dim on mesh ``axis``.
+
+    ``dim`` is a Dim name, or a data-dependent size's symbol (``u0``, as the plan's
+    ``runtime_asserts`` name it)."""
 
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
         for meta, codes in zip(node.outputs, candidate.outputs):
@@ -346,9 +363,11 @@ def _alone(problem: Any, group: Any, node: GraphNode, constraint: PlacementConst
     if not ok:
         offered = ", ".join(sorted({format_codes(c.outputs[0]) for c in candidates if c.outputs[0] is not None}))
         pruned = "; ".join(f"{s}: {r}" for s, r in problem.pruned.get(node.name, [])[:3])
+        refused = "; ".join(constraint.refusals(node, problem.divisibility)) if isinstance(constraint, RequireShard) else ""
         return PlacementConflict(
             f"placement constraint {constraint} conflicts with the strategies of {what}: it may take only {offered}"
-            + (f" (pruned: {pruned})" if pruned else ""), (constraint,), node.name)
+            + (f" (pruned: {pruned})" if pruned else "") + (f"; it may not split {refused}" if refused else ""),
+            (constraint,), node.name)
     leader = problem.graph.nodes[group.root]
     return PlacementConflict(
         f"placement constraint {constraint} on {what} conflicts with {_describe_node(leader)}, whose decision it shares "

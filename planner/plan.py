@@ -616,6 +616,12 @@ class Plan:
         out.append("guards: " + ("; ".join(self.guards) if self.guards else "none"))
         if self.runtime_asserts:
             out.append("runtime asserts: " + "; ".join(self.runtime_asserts))
+        unbacked = self.options.get("unbacked_sizes") or {}
+        if unbacked:
+            split = [name for name in sorted(unbacked) if any(re.search(rf"\b{name}\b", p.size) for p in self.proofs)]
+            out.append("data-dependent sizes: " + ", ".join(f"{name} costed at {e}" for name, e in sorted(unbacked.items()))
+                       + "; a dim of one is split only with a proof that it divides evenly: "
+                       + (f"{', '.join(split)} proved and split" if split else "every one kept whole"))
         by_status = Counter(p.status for p in self.proofs)
         out.append("sharded dims: " + (", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
                    + f"; {len(self.pruned)} strategies pruned")

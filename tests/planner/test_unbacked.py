@@ -5,13 +5,14 @@ import torch
 from torch.export import Dim
 
 import planner
-from planner import Mesh
+from planner import Mesh, PlacementConflict, RequireShard
 from tests.planner.models import Routed
 
 
 def _plan(**options):
-    return planner.plan_module(Routed(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: Dim("batch", max=1024)}},
-                               mesh=Mesh((2,)), batch_sizes=[8, 64, 512], **options)
+    """The batch (even: it may split) routes a data-dependent number u0 of tokens to the expert."""
+    return planner.plan_module(Routed(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+                               mesh=Mesh((2,)), batch_sizes=[4, 32, 256], **options)
 
 
 def _unbacked_dims(plan):
@@ -23,7 +24,25 @@ def test_a_routed_expert_plans_with_its_data_dependent_size_whole_and_states_the
     assert set(plan.options["unbacked_sizes"]) >= {"u0"}
     assert plan.options["unbacked_sizes"]["u0"] == "half_of_largest_size"
     assert not _unbacked_dims(plan)  # no dim of size u0 is split
-    assert any("u0" in p.reason and "refuted" in p.reason for p in plan.pruned)
+    assert any("(size u0)" in p.reason and "Eq(Mod(u0, 2), 0) is refuted" in p.reason for p in plan.pruned)
+
+
+def test_the_plan_says_why_a_data_dependent_dim_stays_whole():
+    plan = _plan()
+    assert ("data-dependent sizes: u0 costed at half_of_largest_size; a dim of one is split only with a proof that it "
+            "divides evenly: every one kept whole") in str(plan)
+    expert = next(name for name, d in plan.decisions.items() if d.op == "aten.addmm.default"
+                  and any("(size u0)" in p.reason for p in plan.pruned if p.node == name))
+    why = plan.explain(expert)
+    assert "dim 0 (size u0)" in why and "u0 is a data-dependent size" in why
+    assert "split only with a proof (torch._check(u0 % 2 == 0) in the model would give one), so it stays whole" in why
+
+
+def test_requiring_a_data_dependent_dim_split_is_a_conflict_naming_it():
+    with pytest.raises(PlacementConflict, match=r"RequireShard\('u0', axis=0\).* may not split dim 0 \(size u0\): "
+                       r"Eq\(Mod\(u0, 2\), 0\) is refuted .*u0 is a data-dependent size") as conflict:
+        _plan(placement_constraints=[RequireShard("u0", 0)])
+    assert [str(c) for c in conflict.value.constraints] == ["RequireShard('u0', axis=0)"]
 
 
 def test_the_users_expectation_is_what_the_plan_is_costed_at():
