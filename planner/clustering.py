@@ -61,8 +61,9 @@ def _normalize(value: Any) -> Any:
     return repr(value)
 
 
-def node_signature(node: GraphNode, graph: PlanGraph, saved: bool) -> tuple:
-    """Everything the node's strategies and costs depend on (equal signatures, equal candidates)."""
+def node_signature(node: GraphNode, graph: PlanGraph, held: bool) -> tuple:
+    """Everything the node's strategies and costs depend on (equal signatures, equal candidates);
+    ``held``: the node holds a storage of its own (:meth:`~planner.problem.liveness.Liveness.holds`)."""
     operands = tuple(graph.nodes[p].outputs for p in node.operands)
     args = _normalize((node.fx.args, dict(node.fx.kwargs))) if node.role in ("op",) and node.fx is not None else None
     extra: Any = None
@@ -70,7 +71,7 @@ def node_signature(node: GraphNode, graph: PlanGraph, saved: bool) -> tuple:
         extra = (node.index, graph.nodes[node.source].outputs)  # type: ignore[index]
     elif node.role == "sink":
         extra = ("grad" if node.grad_of else "buffer_mutation" if node.fqn else "output",)
-    return (node.role, node.target, node.outputs, node.is_tuple, operands, args, extra, saved)
+    return (node.role, node.target, node.outputs, node.is_tuple, operands, args, extra, held)
 
 
 def layer_instance(node: GraphNode) -> tuple[str, str, int] | None:

@@ -15,8 +15,9 @@ planner minimizes its expectation. The default :class:`AlphaBetaCostModel`:
 * **compute** — roofline on local shapes: ``max(flops / peak, bytes moved / memory bandwidth)``,
   with flops of matrix products, attention and convolution counted exactly and one flop per
   output element otherwise; views and layout ops are free.
-* **memory** (bytes per device) — parameters, their gradients and ``optimizer_states`` copies
-  (training graphs), and activations: user inputs plus forward tensors saved for backward.
+* **memory** (bytes per device) — what each node's outputs hold while live: parameters,
+  their gradients and ``optimizer_states`` copies (training graphs), and activations for
+  every other storage; when each is live, and so the peak, is :mod:`planner.problem.liveness`'s.
 
 :class:`Hardware` holds the constants; ``"h100-nvlink"`` (8 GPUs per NVLink node, InfiniBand
 between nodes), ``"h100-ib"`` (every axis over InfiniBand) and ``"cpu-gloo"`` (TCP loopback)
@@ -171,7 +172,7 @@ class CostModel(Protocol):
 
     def collective_seconds(self, kind: CollectiveKind, axis: int, before: np.ndarray, after: np.ndarray) -> np.ndarray: ...
 
-    def memory_bytes(self, node: GraphNode, outputs: Sequence[LocalTensor | None], *, training: bool, saved: bool) -> dict[str, np.ndarray]: ...
+    def memory_bytes(self, node: GraphNode, outputs: Sequence[LocalTensor | None], *, training: bool, held: bool) -> dict[str, np.ndarray]: ...
 
 
 FREE_OPS = frozenset({
@@ -253,7 +254,9 @@ class AlphaBetaCostModel:
             return 4.0 * operands[0].numel * math.prod(w.dims[1:])
         return out.numel.astype(float)
 
-    def memory_bytes(self, node: GraphNode, outputs: Sequence[LocalTensor | None], *, training: bool, saved: bool) -> dict[str, np.ndarray]:
+    def memory_bytes(self, node: GraphNode, outputs: Sequence[LocalTensor | None], *, training: bool, held: bool) -> dict[str, np.ndarray]:
+        """Bytes per part that ``node``'s outputs hold while live (``held``: they are a storage
+        of their own, not an alias of another node's nor a gradient counted with its parameter)."""
         size = sum((t.nbytes for t in outputs if t is not None), np.zeros(1))  # broadcasts to the points
         if node.role == "param":
             parts = {"parameters": size}
@@ -263,6 +266,4 @@ class AlphaBetaCostModel:
             return parts
         if node.role in ("buffer", "constant"):
             return {"parameters": size}
-        if node.role == "input" or saved:
-            return {"activations": size}
-        return {}
+        return {"activations": size} if held else {}

@@ -25,6 +25,11 @@ are fake tensors) into a :class:`PlanGraph`:
 Operand ``k`` of a node is the ``k``-th tensor-valued node met when flattening ``(args, kwargs)``
 in order (:func:`tensor_operands`): a node reading one producer twice has two operands.
 
+A node whose output shares an operand's storage (a view, an in-place or ``out=`` op, as its
+ATen schema's alias annotations say, and ``_unsafe_view``) names that operand in ``alias_of``;
+a ``getitem`` of such a tuple (``split``, ``unbind``) aliases it too. Memory is counted per
+storage (:mod:`planner.problem.liveness`), so an alias allocates nothing.
+
 :func:`input_roles` and :func:`output_roles` state the roles as the plan records them
 (:class:`~planner.plan.GraphInput`, :class:`~planner.plan.GraphOutput`).
 """
@@ -32,6 +37,7 @@ in order (:func:`tensor_operands`): a node reading one producer twice has two op
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -70,6 +76,8 @@ class GraphNode:
     ``index`` name the tuple it reads. A sink ``output:k`` (``k``: position among the
     flattened outputs) reads one operand; its ``index`` is that operand's position among the
     ``output`` node's tensor operands; a sink's ``fqn`` names the buffer it is the new value of.
+    ``alias_of`` names the node whose storage the output shares (a view or an in-place result),
+    or is None when the node allocates its own.
     """
 
     name: str
@@ -87,6 +95,7 @@ class GraphNode:
     index: int | None = None
     phase: Phase = "forward"
     module_path: str = ""
+    alias_of: str | None = None
 
     @property
     def output(self) -> TensorMeta:
@@ -322,6 +331,33 @@ def _placeholder_role(fx_node: Any, roles: dict[str, tuple[Role, str | None]], n
     return "input", None, next_input
 
 
+_RETURN_ALIAS = re.compile(r"Tensor\((\w+)!?\)")
+_STORAGE_REUSE = ("aten._unsafe_view.default",)  # no alias annotation, yet it returns its operand's storage
+
+
+def _aliased_operand(fx_node: Any) -> str | None:
+    """The name of the operand whose storage ``fx_node``'s output shares, per the op's schema."""
+    from torch.fx.node import Node
+
+    from shapecore.torch.private import OpOverload, op_schema
+
+    target = fx_node.target
+    if not isinstance(target, OpOverload):
+        return None
+    if op_name(target) in _STORAGE_REUSE:
+        base = fx_node.args[0] if fx_node.args else None
+        return base.name if isinstance(base, Node) else None
+    schema = op_schema(target)
+    returned = set(_RETURN_ALIAS.findall(str(schema).rsplit(") -> ", 1)[-1]))
+    for k, argument in enumerate(schema.arguments):
+        info = argument.alias_info
+        if info is not None and returned & set(info.before_set):
+            base = fx_node.args[k] if k < len(fx_node.args) else fx_node.kwargs.get(argument.name)
+            if isinstance(base, Node):
+                return base.name
+    return None
+
+
 def _read_call(fx_node: Any, value: Any, nodes: dict[str, GraphNode], shapes: _Shapes) -> None:
     target = op_name(fx_node.target)
     common = {"fx": fx_node, "phase": _phase(fx_node), "module_path": _module_path(fx_node)}
@@ -329,18 +365,23 @@ def _read_call(fx_node: Any, value: Any, nodes: dict[str, GraphNode], shapes: _S
         source, index = fx_node.args
         if source.name in nodes and nodes[source.name].is_tuple and _is_tensor(value):
             nodes[fx_node.name] = GraphNode(
-                fx_node.name, "getitem", "getitem", (shapes.meta(value),), source=source.name, index=index, **common
+                fx_node.name, "getitem", "getitem", (shapes.meta(value),), source=source.name, index=index,
+                alias_of=nodes[source.name].alias_of, **common
             )
         return
     operands = [n.name for n in tensor_operands(fx_node)]
     missing = [name for name in operands if name not in nodes]
     if missing:
         raise ValueError(f"node {fx_node.name} reads {missing[0]}, a tensor the planner has not seen; is the graph in topological order?")
+    alias_of = _aliased_operand(fx_node)
+    alias_of = alias_of if alias_of in nodes else None
     if _is_tensor(value):
-        nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, (shapes.meta(value),), operands=operands, **common)
+        nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, (shapes.meta(value),), operands=operands,
+                                        alias_of=alias_of, **common)
     elif isinstance(value, (tuple, list)) and any(_is_tensor(v) for v in value):
         metas = tuple(shapes.meta(v) for v in value)
-        nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, metas, is_tuple=True, operands=operands, **common)
+        nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, metas, is_tuple=True, operands=operands,
+                                        alias_of=alias_of, **common)
 
 
 def _flatten_outputs(args: Any) -> list[Any]:

@@ -60,8 +60,7 @@ class GreedyModel:
         return choices  # type: ignore[return-value]
 
     def _peak_memory(self, choices: list[int]) -> float:
-        total = sum((group.memory[choices[g]] for g, group in enumerate(self.problem.groups)), np.zeros(len(self.problem.points)))  # type: ignore[index]
-        return float(total.max())
+        return float(self.problem.peak_memory(choices).total.max())
 
     def solve(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Solution:
         start = time.perf_counter()

@@ -7,7 +7,7 @@ the weights ``w`` of the batch points::
     minimize    Σ_g Σ_c  cost_w[g,c] · x[g,c]  +  Σ_e count_e · route_w[e]
     subject to  Σ_c x[g,c] = 1                                   for every group g
                 (one routing family per edge class, below)
-                Σ_g Σ_c mem[g,c,k] · x[g,c] ≤ budget             for every point k (if a budget is set)
+                Σ_g Σ_c live_t[g,c,k] · x[g,c] ≤ budget          for every point k and binding step t
                 x binary
 
 ``cost_w[g,c]`` is the compute of the group's nodes and the resharding between them. The
@@ -20,6 +20,20 @@ linearized one of two ways, whichever has fewer variables:
 * **flow** — one unit routed through the tensor's state graph
   (:class:`~planner.resharding.StateGraph`): ``f[e,arc] ≥ 0`` with, at every state ``s``,
   ``out(s) − in(s) = X_e[s] − Z_e[s]``, and cost ``Σ_arc cost_w(arc) · f[e,arc]``.
+
+**Memory.** The peak bytes per device of a plan is the largest, over the program's steps
+``t``, of the bytes held by the storages live at ``t`` (:mod:`planner.problem.liveness`). Which
+storages are live at ``t`` does not depend on the plan, only their bytes do, so the memory at
+``t`` is linear in ``x`` (``live_t``, :meth:`~planner.problem.Problem.live_memory`) and "the
+peak fits the budget" is exactly one such constraint per step. Most of them never bind, so
+they are added lazily: the model starts with the steps where the all-first-choice plan and
+the least-memory plan (each group's smallest choice) peak, and after each solve the chosen
+plan's exact peak is computed; if it exceeds the budget at a point, the constraint of its
+peak step is added and the model solved again. Every constraint added holds for every plan
+that fits, so the loop never cuts one off, and it stops at a plan whose exact peak fits (or
+at infeasibility, reported with the least-memory plan's figure and what dominates it). The
+LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so far: a valid,
+possibly weaker, bound.
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
 (:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)
@@ -92,11 +106,14 @@ class IlpModel:
         self.folded: list[EdgeClass] = []  # one row or one column: priced on the other group's choices
         self.transport: list[tuple[EdgeClass, list[list[mip.Var]]]] = []
         self.flows: list[tuple[EdgeClass, list[mip.Var]]] = []
+        self.memory_budget = memory_budget
+        self.memory_steps: set[tuple[int, int]] = set()  # (point, step) whose memory constraint is in the model
         self._add_choice_variables()
         for cls in problem.edge_classes:
             self._add_routing(cls)
         if memory_budget is not None:
-            self._add_memory_budget(memory_budget)
+            for plan in ([0] * len(problem.groups), self.least_memory_choices()):
+                self._add_memory_cuts(plan)
         self.build_seconds = time.perf_counter() - start
 
     # -- families of variables and constraints ------------------------------------------------
@@ -161,18 +178,49 @@ class IlpModel:
                 self._equation(terms, -constant[s], f"flow{e}_{s}")
         self.flows.append((cls, fs))
 
-    def _add_memory_budget(self, budget: float) -> None:
-        """Σ mem[g,c,k]·x[g,c] ≤ budget at every batch point k (bytes per device, stated in GiB)."""
-        for k in range(len(self.problem.points)):
-            fixed = 0.0
-            terms: dict[mip.Var, float] = {}
-            for group, xs in zip(self.problem.groups, self.x):
-                column = group.memory[:, k]  # type: ignore[index]
-                if xs is None:
-                    fixed += float(column[0])
-                else:
-                    terms.update((xs[c], float(column[c]) / 2**30) for c in range(group.choices) if column[c])
-            self.model.add_constr(mip.LinExpr(expr=terms, const=-(budget - fixed) / 2**30, sense="<"), f"memory{k}")
+    def least_memory_choices(self) -> list[int]:
+        """Each group's choice holding the fewest bytes (at its largest point): the most sharded plan."""
+        return [int(np.argmin(group.memory.max(axis=1))) for group in self.problem.groups]  # type: ignore[union-attr]
+
+    def _add_memory_cuts(self, choices: list[int]) -> bool:
+        """Add the memory constraint of each point's peak step under ``choices`` where that
+        peak exceeds the budget and the constraint is not in the model yet; returns whether
+        any was added."""
+        peak = self.problem.peak_memory(choices)
+        added = False
+        for k, (step, total) in enumerate(zip(peak.steps.tolist(), peak.total.tolist())):
+            if (k, step) in self.memory_steps or total <= self.memory_budget:  # type: ignore[operator]
+                continue
+            self._add_memory_constraint(k, step)
+            added = True
+        return added
+
+    def _add_memory_constraint(self, k: int, step: int) -> None:
+        """Σ live_step[g,c,k]·x[g,c] ≤ budget (bytes per device, stated in GiB)."""
+        self.memory_steps.add((k, step))
+        fixed = 0.0
+        terms: dict[mip.Var, float] = {}
+        for live, xs in zip(self.problem.live_memory(step), self.x):
+            column = live[:, k]
+            if xs is None:
+                fixed += float(column[0])
+            else:
+                terms.update((xs[c], float(column[c]) / 2**30) for c in range(len(xs)) if column[c])
+        self.model.add_constr(mip.LinExpr(expr=terms, const=-(self.memory_budget - fixed) / 2**30, sense="<"),  # type: ignore[operator]
+                              f"memory{k}_{step}")
+
+    def _optimize(self, time_limit: float) -> mip.OptimizationStatus:
+        """Solve the MIP; under a memory budget, re-solve with the chosen plan's peak step
+        constrained until its exact peak fits (see the module docstring)."""
+        while True:
+            status = self.model.optimize(max_seconds=time_limit)
+            if self.memory_budget is None or status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+                return status
+            if not self._add_memory_cuts(self._chosen()):
+                return status
+
+    def _chosen(self) -> list[int]:
+        return [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
 
     # -- objective ------------------------------------------------------------------------------
 
@@ -221,10 +269,10 @@ class IlpModel:
         """Minimize the ``weights``-expected cost; the best solution found within ``time_limit``."""
         start = time.perf_counter()
         constant = self._set_objective(weights)
-        status = self.model.optimize(max_seconds=time_limit)
+        status = self._optimize(time_limit)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise ValueError(self._failure(status))
-        choices = [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
+        choices = self._chosen()
         objective = float(self.model.objective_value) / _SCALE + constant
         bound = float(self.model.objective_bound) / _SCALE + constant
         return Solution(
@@ -298,10 +346,10 @@ class IlpModel:
         gap = self.model.max_mip_gap
         self.model.max_mip_gap = _REGRET_GAP
         try:
-            status = self.model.optimize(max_seconds=time_limit)
+            status = self._optimize(time_limit)
             if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 raise ValueError(self._failure(status))
-            choices = [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
+            choices = self._chosen()
             values = np.array([v.x for v in variables])
             objective = float((values @ np.stack([vectors[v] for v in variables]) + constant) @ weights)
             worst, bound = float(self.model.objective_value), float(self.model.objective_bound)
@@ -323,11 +371,29 @@ class IlpModel:
 
     def _failure(self, status: mip.OptimizationStatus) -> str:
         if status == mip.OptimizationStatus.INFEASIBLE:
-            return ("no plan fits the memory budget: even the most sharded choices exceed it at some batch point; "
-                    "raise memory_budget, use a bigger mesh, or drop batch sizes")
+            return self._over_budget()
         if status == mip.OptimizationStatus.NO_SOLUTION_FOUND:
             return "the solver found no plan within the time limit; raise time_limit"
         return f"the ILP solver stopped with status {status.name}"
+
+    def _over_budget(self) -> str:
+        """Why no plan fits: what the most sharded plan needs per device, and what dominates it."""
+        problem = self.problem
+        peak = problem.peak_memory(self.least_memory_choices())
+        k = int(np.argmax(peak.total))
+        point = ", ".join(f"{name}={value}" for name, value in sorted(problem.points.labels[k].items())) or "the traced sizes"
+        parts = sorted(((float(v[k]), _PART_NAMES.get(part, part)) for part, v in peak.parts.items()), reverse=True)
+        listed = ", ".join(f"{name} {_mb(value)}" for value, name in parts if value)
+        return (f"no plan fits the memory budget of {_mb(self.memory_budget)} per device: the most sharded plan needs "  # type: ignore[arg-type]
+                f"{_mb(float(peak.total[k]))} per device at {point} ({listed}; {parts[0][1]} dominate, the peak is at "
+                f"node {problem.liveness.steps[int(peak.steps[k])]}); raise memory_budget, use a bigger mesh, or drop batch sizes")
+
+
+_PART_NAMES = {"optimizer": "optimizer states"}
+
+
+def _mb(value: float) -> str:
+    return f"{value / 1e6:.4g} MB"
 
 
 def solve_mean_regret(model: IlpModel | Any, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:

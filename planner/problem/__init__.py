@@ -45,13 +45,14 @@ from planner.divisibility import Divisibility
 from planner.graph import PlanGraph
 from planner.mesh import Mesh
 from planner.placement_constraints import PlacementConstraint, constrained_nodes, restrict_choices
-from planner.problem.candidates import add_candidates, saved_activations
+from planner.problem.candidates import add_candidates
 from planner.problem.edges import add_edges, add_group_costs
 from planner.problem.groups import add_groups
-from planner.problem.model import MEMORY_PARTS, Candidate, EdgeClass, Evaluation, Group, InnerEdges, Problem
+from planner.problem.liveness import Liveness
+from planner.problem.model import MEMORY_PARTS, Candidate, EdgeClass, Evaluation, Group, InnerEdges, PeakMemory, Problem
 from planner.strategies.base import StrategyProvider
 
-__all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "build_problem", "Evaluation", "MEMORY_PARTS"]
+__all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "build_problem", "Evaluation", "Liveness", "PeakMemory", "MEMORY_PARTS"]
 
 
 def build_problem(
@@ -70,12 +71,13 @@ def build_problem(
 ) -> Problem:
     """Candidates, groups and edges for ``graph`` (see the module docstring); ``placement_constraints``
     (their ``Dim`` names resolved through ``dims``) remove the choices that break them."""
-    problem = Problem(graph, mesh, points, cost_model, divisibility, graph.is_training())
-    saved = saved_activations(graph)
+    liveness = Liveness.of(graph)
+    problem = Problem(graph, mesh, points, cost_model, divisibility, graph.is_training(), liveness)
     found = constrained_nodes(list(graph), placement_constraints, mesh, dims or {})
     problem.constrained = {name for name, ks in found.items() if any(placement_constraints[k].targeted for k in ks)}
-    signatures = {node.name: node_signature(node, graph, node.name in saved) + found.get(node.name, ()) for node in graph}
-    add_candidates(problem, providers, signatures, saved, replicate_outputs=replicate_outputs)
+    signatures = {node.name: node_signature(node, graph, liveness.holds(node.name)) + found.get(node.name, ())
+                  for node in graph}
+    add_candidates(problem, providers, signatures, replicate_outputs=replicate_outputs)
     if problem.uncovered:
         ops = sorted(set(problem.uncovered.values()))
         warnings.warn(

@@ -5,8 +5,9 @@ or an output may take any non-partial placement (only ``Replicate`` for a user o
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
 covers is replicated (and listed in ``Problem.uncovered``). A proposal survives when every
 sharded dim of its outputs and operands passes the divisibility policy; it is then priced
-(compute seconds, with the collectives the op itself performs, and bytes per device) at
-every batch point. Nodes with equal signatures
+(compute seconds, with the collectives the op itself performs, and the bytes its outputs hold
+per device when the node holds a storage of its own: :class:`~planner.problem.liveness.Liveness`)
+at every batch point. Nodes with equal signatures
 (:func:`~planner.clustering.node_signature`) share one list.
 """
 
@@ -26,24 +27,14 @@ from planner.strategies.base import Strategy, StrategyProvider
 if TYPE_CHECKING:
     from planner.problem.model import Problem
 
-__all__ = ["saved_activations", "add_candidates"]
+__all__ = ["add_candidates"]
 
 Proposal = tuple[Strategy | None, tuple[Codes | None, ...], tuple[Codes, ...]]
 """(strategy, or None for the planner's own; output codes; operand codes)."""
 
 
-def saved_activations(graph: PlanGraph) -> set[str]:
-    """Forward values the backward reads: they stay in memory until it runs."""
-    saved = set()
-    for node in graph:
-        if node.phase == "forward" and node.role in ("op", "getitem"):
-            if any(graph.nodes[user].phase == "backward" for user, _ in graph.users[node.name]):
-                saved.add(node.name)
-    return saved
-
-
-def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], signatures: Mapping[str, tuple], saved: set[str],
-                   *, replicate_outputs: bool) -> None:
+def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], signatures: Mapping[str, tuple], *,
+                   replicate_outputs: bool) -> None:
     """Fill ``problem.candidates`` (and ``pruned``, ``uncovered``) for every node, in graph order."""
     cache: dict[tuple, tuple[list[Candidate], list[tuple[str, str]]]] = {}
     for node in problem.graph:
@@ -52,7 +43,7 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
             key = key + (id(problem.candidates[node.source]),)  # type: ignore[index]
         if key not in cache:
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
-            cache[key] = _survivors(problem, node, proposals, provider, saved=node.name in saved)
+            cache[key] = _survivors(problem, node, proposals, provider, held=problem.liveness.holds(node.name))
         problem.candidates[node.name], pruned = cache[key]
         if pruned:
             problem.pruned[node.name] = pruned
@@ -98,7 +89,7 @@ def _encoded(strategies: Sequence[Strategy]) -> list[Proposal]:
 
 
 def _survivors(problem: Problem, node: GraphNode, proposals: list[Proposal], provider: str, *,
-               saved: bool) -> tuple[list[Candidate], list[tuple[str, str]]]:
+               held: bool) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """The proposals the policy allows, priced; and (proposal, reason) for each one dropped."""
     operand_metas = [problem.graph.operand_meta(node, k) for k in range(len(node.operands))]
     survivors: list[Candidate] = []
@@ -115,7 +106,7 @@ def _survivors(problem: Problem, node: GraphNode, proposals: list[Proposal], pro
         if strategy is None:
             strategy = Strategy(tuple(None if p is None else decode(p) for p in outs), tuple(decode(p) for p in ins),
                                 "replicate" if provider == "fallback" else format_codes(outs[0]))  # type: ignore[arg-type]
-        survivors.append(_priced(problem, node, strategy, provider, outs, ins, operand_metas, saved=saved))
+        survivors.append(_priced(problem, node, strategy, provider, outs, ins, operand_metas, held=held))
     if not survivors:
         raise ValueError(
             f"every strategy of node {node.name} ({node.target}) was pruned; first reason: {pruned[0][1] if pruned else 'none proposed'}"
@@ -141,7 +132,7 @@ def _rejection(problem: Problem, node: GraphNode, outs: tuple, ins: tuple, opera
 
 
 def _priced(problem: Problem, node: GraphNode, strategy: Strategy, provider: str, outs: tuple, ins: tuple,
-            operand_metas: list[TensorMeta], *, saved: bool) -> Candidate:
+            operand_metas: list[TensorMeta], *, held: bool) -> Candidate:
     """The candidate with its compute seconds and bytes per device at every batch point."""
     locals_out = [None if m is None or p is None else problem.local(m, p) for m, p in zip(node.outputs, outs)]
     locals_in = [problem.local(m, p) for m, p in zip(operand_metas, ins)]
@@ -150,7 +141,7 @@ def _priced(problem: Problem, node: GraphNode, strategy: Strategy, provider: str
     for axis, numel in strategy.all_reduces:  # collectives inside the op (batch norm's synced statistics)
         size = np.full(len(problem.points), float(numel * locals_in[0].itemsize))
         compute = compute + cost_model.collective_seconds("all_reduce", axis, size, size)
-    memory = cost_model.memory_bytes(node, locals_out, training=problem.training, saved=saved)
+    memory = cost_model.memory_bytes(node, locals_out, training=problem.training, held=held)
     return Candidate(strategy, provider, outs, ins, compute, memory)
 
 

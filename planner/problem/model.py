@@ -6,9 +6,11 @@ candidate each node picks per choice, and the :class:`EdgeClass` lists of edges 
 groups. It answers: a tensor's per-device shape under a placement (:meth:`Problem.local`),
 the divisibility verdicts a placement relies on (:meth:`Problem.verdicts`), the cheapest
 redistribution between two placements (:meth:`Problem.moves`, shortest paths in the tensor's
-:class:`~planner.resharding.StateGraph` under the weights being optimized), and the true cost
-of an assignment (:meth:`Problem.evaluate`, walking every node and edge of the graph,
-independent of the grouping, so the solvers' objective can be checked against it).
+:class:`~planner.resharding.StateGraph` under the weights being optimized), the peak memory
+of an assignment (:meth:`Problem.peak_memory`, storages live step by step:
+:mod:`planner.problem.liveness`), and the true cost of an assignment (:meth:`Problem.evaluate`,
+walking every node and edge of the graph, independent of the grouping, so the solvers'
+objective can be checked against it).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from planner.graph import PlanGraph, TensorMeta
 from planner.mesh import Mesh
 from planner.placements import Codes, code_shard_axes, format_codes
 from planner.plan import CollectiveKind
+from planner.problem.liveness import Liveness
 from planner.resharding import StateGraph
 from planner.strategies.base import Strategy
 
-__all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "Evaluation", "MEMORY_PARTS"]
+__all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "Evaluation", "PeakMemory", "MEMORY_PARTS"]
 
 MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
 
@@ -92,12 +95,27 @@ class EdgeClass:
 
 
 @dataclass
+class PeakMemory:
+    """Bytes per device at each batch point's peak: per part (:data:`MEMORY_PARTS`), and the
+    program step (an index into :attr:`Liveness.steps`) where it is reached."""
+
+    parts: dict[str, np.ndarray]
+    steps: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return sum(self.parts.values(), np.zeros(len(self.steps)))
+
+
+@dataclass
 class Evaluation:
-    """The true cost of an assignment: per-point vectors of compute, communication and memory."""
+    """The true cost of an assignment: per-point vectors of compute and communication, and the
+    peak memory (``memory``: its parts at each point's peak step)."""
 
     compute: np.ndarray
     communication: np.ndarray
     memory: dict[str, np.ndarray]
+    peak_steps: np.ndarray
 
     @property
     def total(self) -> np.ndarray:
@@ -114,6 +132,7 @@ class Problem:
     cost_model: CostModel
     divisibility: Divisibility
     training: bool
+    liveness: Liveness
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
     pruned: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     group_of: dict[str, int] = field(default_factory=dict)
@@ -214,22 +233,47 @@ class Problem:
     def output_codes(self, choices: Sequence[int], name: str) -> Codes:
         return self.chosen(choices, name).outputs[0]  # type: ignore[return-value]
 
+    def peak_memory(self, choices: Sequence[int]) -> PeakMemory:
+        """Peak bytes per device of the assignment at every batch point, storages live step by step."""
+        n = len(self.points)
+        timelines = {}
+        for part in MEMORY_PARTS:
+            sizes = {}
+            for holder in self.liveness.holders:
+                value = self.chosen(choices, holder).memory.get(part)
+                if value is not None:
+                    sizes[holder] = np.broadcast_to(value, (n,))
+            timelines[part] = self.liveness.timeline(sizes, n)
+        total = sum(timelines.values(), np.zeros((len(self.liveness.steps), n)))
+        steps = np.argmax(total, axis=0)
+        points = np.arange(n)
+        return PeakMemory({part: timelines[part][steps, points] for part in MEMORY_PARTS}, steps)
+
     def evaluate(self, choices: Sequence[int], weights: np.ndarray | None = None) -> Evaluation:
         """True cost of the assignment (redistributions routed for ``weights``), walking every node and edge."""
         weights = self.points.weights if weights is None else weights
         n = len(self.points)
         compute, communication = np.zeros(n), np.zeros(n)
-        memory = {part: np.zeros(n) for part in MEMORY_PARTS}
         for node in self.graph:
             cand = self.chosen(choices, node.name)
             compute += cand.compute
-            for part, value in cand.memory.items():
-                memory[part] += value
             for k, producer in enumerate(node.operands):
                 src = self.output_codes(choices, producer)
                 if src != cand.inputs[k]:
                     communication += self.move_cost(self.graph.nodes[producer].output, src, cand.inputs[k], weights)
-        return Evaluation(compute, communication, memory)
+        peak = self.peak_memory(choices)
+        return Evaluation(compute, communication, peak.parts, peak.steps)
+
+    def live_memory(self, step: int) -> list[np.ndarray]:
+        """Per group, ``[choices, points]`` bytes its nodes hold live at program ``step``: the
+        coefficients of the memory at ``step`` as a linear function of the choices."""
+        n = len(self.points)
+        out = [np.zeros((group.choices, n)) for group in self.groups]
+        for holder in self.liveness.live(step):
+            candidates = self.candidates[holder]
+            picked = [sum(candidates[i].memory.values(), np.zeros(n)) for i in self.pick[holder]]
+            out[self.group_of[holder]] += np.stack(picked)
+        return out
 
     def group_costs(self, g: int, weights: np.ndarray) -> np.ndarray:
         """``[choices, points]`` cost of group ``g``'s choices: its nodes' compute and its inner

@@ -65,12 +65,12 @@ def test_compute_is_a_roofline_and_views_are_free():
 def test_memory_counts_gradients_and_optimizer_states_in_training():
     model = AlphaBetaCostModel(H100, Mesh((8,)), optimizer_states=2)
     weight = _node("placeholder", [(1024, 1024)], role="param")
-    parts = model.memory_bytes(weight, [_local(1024, 1024)], training=True, saved=False)
+    parts = model.memory_bytes(weight, [_local(1024, 1024)], training=True, held=False)
     assert {k: float(v[0]) for k, v in parts.items()} == {"parameters": 2**21, "gradients": 2**21, "optimizer": 2**22}
-    assert set(model.memory_bytes(weight, [_local(1024, 1024)], training=False, saved=False)) == {"parameters"}
+    assert set(model.memory_bytes(weight, [_local(1024, 1024)], training=False, held=False)) == {"parameters"}
     activation = _node("aten.gelu.default", [(8, 8)])
-    assert float(model.memory_bytes(activation, [_local(8, 8)], training=True, saved=True)["activations"][0]) == 128
-    assert model.memory_bytes(activation, [_local(8, 8)], training=True, saved=False) == {}
+    assert float(model.memory_bytes(activation, [_local(8, 8)], training=True, held=True)["activations"][0]) == 128
+    assert model.memory_bytes(activation, [_local(8, 8)], training=True, held=False) == {}
 
 
 def test_hardware_presets_and_user_constants():

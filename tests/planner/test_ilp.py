@@ -56,9 +56,24 @@ def test_ilp_objective_equals_brute_force(tiny_mlp, solver):
 def test_ilp_with_memory_budget_equals_brute_force(tiny_mlp):
     weights = tiny_mlp.points.weights
     free = IlpModel(tiny_mlp).solve(weights)
-    budget = 0.7 * float(sum(tiny_mlp.evaluate(free.choices, weights).memory.values()).max())
-    solution = IlpModel(tiny_mlp, memory_budget=budget).solve(weights)
+    free_peak = float(tiny_mlp.peak_memory(free.choices).total.max())
+    least_peak = float(tiny_mlp.peak_memory(IlpModel(tiny_mlp).least_memory_choices()).total.max())
+    assert least_peak < free_peak
+    budget = (free_peak + least_peak) / 2
+    model = IlpModel(tiny_mlp, memory_budget=budget)
+    solution = model.solve(weights)
     assert solution.objective == pytest.approx(_brute_force(tiny_mlp, weights, budget), rel=1e-9)
+    assert float(tiny_mlp.peak_memory(solution.choices).total.max()) <= budget
+    assert model.memory_steps, "the budget binds, so some step's memory is constrained"
+
+
+def test_no_plan_fits_names_what_the_most_sharded_plan_needs(tiny_mlp):
+    least = tiny_mlp.peak_memory(IlpModel(tiny_mlp).least_memory_choices())
+    with pytest.raises(ValueError) as error:
+        IlpModel(tiny_mlp, memory_budget=0.9 * float(least.total.max())).solve(tiny_mlp.points.weights)
+    message = str(error.value)
+    assert f"the most sharded plan needs {least.total.max() / 1e6:.4g} MB per device at batch=4096" in message
+    assert "activations dominate" in message  # a forward graph at batch 4096: the activations, not the weights
 
 
 def test_flow_routing_on_a_two_axis_mesh_equals_brute_force():
