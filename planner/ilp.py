@@ -29,9 +29,16 @@ peak fits the budget" is exactly one such constraint per step. Most of them neve
 they are added lazily: the model starts with the steps where the all-first-choice plan and
 the least-memory plan (each group's smallest choice) peak, and after each solve the chosen
 plan's exact peak is computed; if it exceeds the budget at a point, the constraint of its
-peak step is added and the model solved again. Every constraint added holds for every plan
-that fits, so the loop never cuts one off, and it stops at a plan whose exact peak fits (or
-at infeasibility, reported with the least-memory plan's figure and what dominates it). The
+peak step is added and the model solved again. A redistribution's buffer depends on two
+choices (producer and consumer); it enters a step's constraint as ``u ≥ 0`` with
+``u ≥ size(b)·(Z[b] − X[b])`` for each placement ``b`` the consumer may need (``Z``, ``X``: the
+consumer-needs and producer-gives indicators), whose least value at a one-hot ``x`` is the
+buffer: a plan meets a step's constraint (for some ``u``) exactly when its memory there fits
+the budget. So every constraint
+added holds for every plan that fits (the loop never cuts one off), a plan over the budget
+always adds a new one, and the loop stops at a plan whose exact peak fits, or at
+infeasibility, reported with what the most sharded plan needs
+(:meth:`IlpModel.most_sharded_choices`) and what dominates it. The
 LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so far: a valid,
 possibly weaker, bound.
 
@@ -99,6 +106,7 @@ class IlpModel:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)} or 'greedy', got {solver!r}")
         start = time.perf_counter()
         self.problem = problem
+        self.solver = solver
         self.model = mip.Model(sense=mip.MINIMIZE, solver_name=SOLVERS[solver])
         self.model.verbose = 0
         self.model.threads = 1
@@ -108,12 +116,13 @@ class IlpModel:
         self.flows: list[tuple[EdgeClass, list[mip.Var]]] = []
         self.memory_budget = memory_budget
         self.memory_steps: set[tuple[int, int]] = set()  # (point, step) whose memory constraint is in the model
+        self._buffers: dict[tuple, mip.Var | None] = {}
         self._add_choice_variables()
         for cls in problem.edge_classes:
             self._add_routing(cls)
         if memory_budget is not None:
             for plan in ([0] * len(problem.groups), self.least_memory_choices()):
-                self._add_memory_cuts(plan)
+                self._add_memory_cuts(plan, seed=True)
         self.build_seconds = time.perf_counter() - start
 
     # -- families of variables and constraints ------------------------------------------------
@@ -182,21 +191,27 @@ class IlpModel:
         """Each group's choice holding the fewest bytes (at its largest point): the most sharded plan."""
         return [int(np.argmin(group.memory.max(axis=1))) for group in self.problem.groups]  # type: ignore[union-attr]
 
-    def _add_memory_cuts(self, choices: list[int]) -> bool:
+    def _add_memory_cuts(self, choices: list[int], *, seed: bool = False) -> bool:
         """Add the memory constraint of each point's peak step under ``choices`` where that
-        peak exceeds the budget and the constraint is not in the model yet; returns whether
-        any was added."""
+        peak exceeds the budget; returns whether any was added. A solved plan over the budget
+        always adds one (its peak step's constraint, exact for it, cuts it off)."""
         peak = self.problem.peak_memory(choices)
         added = False
         for k, (step, total) in enumerate(zip(peak.steps.tolist(), peak.total.tolist())):
-            if (k, step) in self.memory_steps or total <= self.memory_budget:  # type: ignore[operator]
+            if total <= self.memory_budget * (1 + 1e-9):  # type: ignore[operator]
+                continue
+            if (k, step) in self.memory_steps:
+                if not seed:
+                    raise AssertionError(f"the memory constraint of step {step} at point {k} holds for a plan "
+                                         f"that needs {total:.0f} bytes there: the ILP and peak_memory disagree")
                 continue
             self._add_memory_constraint(k, step)
             added = True
         return added
 
     def _add_memory_constraint(self, k: int, step: int) -> None:
-        """Σ live_step[g,c,k]·x[g,c] ≤ budget (bytes per device, stated in GiB)."""
+        """Σ live_step[g,c,k]·x[g,c] + Σ u ≤ budget (bytes per device, stated in GiB), ``u`` the
+        redistribution buffers live at ``step`` (:meth:`_buffer`)."""
         self.memory_steps.add((k, step))
         fixed = 0.0
         terms: dict[mip.Var, float] = {}
@@ -206,13 +221,49 @@ class IlpModel:
                 fixed += float(column[0])
             else:
                 terms.update((xs[c], float(column[c]) / 2**30) for c in range(len(xs)) if column[c])
+        for span in self.problem.reshard_spans():
+            if span[2] <= step <= span[3]:
+                u = self._buffer(span, k)
+                if u is not None:
+                    terms[u] = 1.0
         self.model.add_constr(mip.LinExpr(expr=terms, const=-(self.memory_budget - fixed) / 2**30, sense="<"),  # type: ignore[operator]
                               f"memory{k}_{step}")
+
+    def _buffer(self, span: tuple[str, int, int, int, bool], k: int) -> mip.Var | None:
+        """``u ≥ 0`` (GiB) equal, at every one-hot ``x``, to what the redistribution of ``span``
+        holds at point ``k``: with ``Z[b]``/``X[b]`` the indicators that the consumer needs /
+        the producer gives placement ``b``, ``u ≥ size(b)·(Z[b] − X[b])`` for every ``b`` (the
+        buffer; ``X − Z`` for a gradient's unreduced storage), tight at its lower bound."""
+        key = (span, k)
+        if key in self._buffers:
+            return self._buffers[key]
+        problem = self.problem
+        consumer, operand, _, _, source = span
+        producer = problem.graph.nodes[consumer].operands[operand]
+        gp, gc = problem.group_of[producer], problem.group_of[consumer]
+        gives = [problem.candidates[producer][i].outputs[0] for i in problem.pick[producer]]
+        needs = [problem.candidates[consumer][i].inputs[operand] for i in problem.pick[consumer]]
+        meta = problem.graph.nodes[producer].output
+        u = None
+        for j, b in enumerate(dict.fromkeys(gives if source else needs)):
+            size = float(problem.local(meta, b).nbytes[k]) / 2**30  # type: ignore[arg-type]
+            sign = -1.0 if source else 1.0
+            terms: dict[mip.Var, float] = {}
+            constant = self._indicator(gc, [c for c, p in enumerate(needs) if p == b], sign * size, terms)
+            constant += self._indicator(gp, [c for c, p in enumerate(gives) if p == b], -sign * size, terms)
+            if not terms and constant <= 0:
+                continue
+            if u is None:
+                u = self.model.add_var(lb=0.0, name=f"u{len(self._buffers)}")
+            terms[u] = terms.get(u, 0.0) - 1.0
+            self.model.add_constr(mip.LinExpr(expr=terms, const=constant, sense="<"), f"buffer{len(self._buffers)}_{j}")
+        self._buffers[key] = u
+        return u
 
     def _optimize(self, time_limit: float) -> mip.OptimizationStatus:
         """Solve the MIP; under a memory budget, re-solve with the chosen plan's peak step
         constrained until its exact peak fits (see the module docstring)."""
-        while True:
+        while True:  # each round adds a constraint not in the model: there are finitely many
             status = self.model.optimize(max_seconds=time_limit)
             if self.memory_budget is None or status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 return status
@@ -376,10 +427,22 @@ class IlpModel:
             return "the solver found no plan within the time limit; raise time_limit"
         return f"the ILP solver stopped with status {status.name}"
 
+    def most_sharded_choices(self) -> list[int]:
+        """The cheapest plan whose parameters (with their gradients and optimizer states) are
+        sharded as far as they go: each parameter's group takes its least-memory choice."""
+        problem = self.problem
+        free = IlpModel(problem, solver=self.solver)
+        least = self.least_memory_choices()
+        for g, group in enumerate(problem.groups):
+            xs = free.x[g]
+            if xs is not None and any(problem.graph.nodes[n].role in ("param", "buffer") for n in group.nodes):
+                free.model.add_constr(mip.LinExpr(expr={xs[least[g]]: 1.0}, const=-1.0, sense="="), f"pin{g}")
+        return free.solve(problem.points.weights).choices
+
     def _over_budget(self) -> str:
         """Why no plan fits: what the most sharded plan needs per device, and what dominates it."""
         problem = self.problem
-        peak = problem.peak_memory(self.least_memory_choices())
+        peak = problem.peak_memory(self.most_sharded_choices())
         k = int(np.argmax(peak.total))
         point = ", ".join(f"{name}={value}" for name, value in sorted(problem.points.labels[k].items())) or "the traced sizes"
         parts = sorted(((float(v[k]), _PART_NAMES.get(part, part)) for part, v in peak.parts.items()), reverse=True)

@@ -150,6 +150,7 @@ class Problem:
     _verdicts: dict[tuple, list] = field(default_factory=dict, repr=False)
     _state_graphs: dict[TensorMeta, StateGraph] = field(default_factory=dict, repr=False)
     _move_costs: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    _spans: list[tuple[str, int, int, int, bool]] | None = field(default=None, repr=False)
 
     # -- shapes and obligations -------------------------------------------------------------
 
@@ -234,7 +235,8 @@ class Problem:
         return self.chosen(choices, name).outputs[0]  # type: ignore[return-value]
 
     def peak_memory(self, choices: Sequence[int]) -> PeakMemory:
-        """Peak bytes per device of the assignment at every batch point, storages live step by step."""
+        """Peak bytes per device of the assignment at every batch point, storages live step by step
+        (the plan's redistribution buffers count as activations)."""
         n = len(self.points)
         timelines = {}
         for part in MEMORY_PARTS:
@@ -243,11 +245,43 @@ class Problem:
                 value = self.chosen(choices, holder).memory.get(part)
                 if value is not None:
                     sizes[holder] = np.broadcast_to(value, (n,))
-            timelines[part] = self.liveness.timeline(sizes, n)
+            timelines[part] = self.liveness.timeline(sizes, n, self._plan_storages(choices) if part == "activations" else ())
         total = sum(timelines.values(), np.zeros((len(self.liveness.steps), n)))
         steps = np.argmax(total, axis=0)
         points = np.arange(n)
         return PeakMemory({part: timelines[part][steps, points] for part in MEMORY_PARTS}, steps)
+
+    def reshard_spans(self) -> list[tuple[str, int, int, int, bool]]:
+        """Where a redistribution would hold a storage: (consumer, operand, first step, last step,
+        ``source``) — the buffer in the needed placement, or (``source``) a returned gradient's
+        unreduced storage (:mod:`planner.problem.liveness`). Plan-independent; cached."""
+        if self._spans is not None:
+            return self._spans
+        live = self.liveness
+        last = len(live.steps) - 1
+        found = []
+        for node in self.graph:
+            for k, producer in enumerate(node.operands):
+                if node.role == "sink":
+                    found.append((node.name, k, last, last, False))
+                    if node.grad_of is not None:
+                        found.append((node.name, k, live.step[live.root[producer]], last, True))
+                    continue
+                step = live.step[node.name]
+                found.append((node.name, k, step, live.reach[node.name] if node.alias_of == producer else step, False))
+        self._spans = found
+        return found
+
+    def _plan_storages(self, choices: Sequence[int]) -> list[tuple[int, int, np.ndarray]]:
+        """(first step, last step, bytes) of each storage the plan's redistributions hold."""
+        out = []
+        for consumer, k, first, last, source in self.reshard_spans():
+            node = self.graph.nodes[consumer]
+            producer = node.operands[k]
+            src, dst = self.output_codes(choices, producer), self.chosen(choices, consumer).inputs[k]
+            if src != dst:
+                out.append((first, last, self.local(self.graph.nodes[producer].output, src if source else dst).nbytes))
+        return out
 
     def evaluate(self, choices: Sequence[int], weights: np.ndarray | None = None) -> Evaluation:
         """True cost of the assignment (redistributions routed for ``weights``), walking every node and edge."""

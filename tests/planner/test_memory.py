@@ -42,8 +42,8 @@ def test_transposed_weights_saved_for_backward_are_views_that_allocate_nothing()
     weights = 2 * 2048 * 8192 * 4 / 4  # both weights' shards
     assert memory.parameters == pytest.approx(weights + (2048 * 3 + 8192 / 4) * 4)
     assert memory.optimizer == 2 * memory.parameters and memory.gradients == memory.parameters
-    # what is live at the peak: the input, its norm, fc1's and silu's outputs (a quarter each), the output
-    assert memory.activations < 4e6
+    # live at the peak: the input, its norm, fc1's and silu's outputs (a quarter each), all-reduce buffers
+    assert memory.activations < 5e6
     assert memory.total <= 150e6
 
 
