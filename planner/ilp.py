@@ -74,6 +74,7 @@ SOLVERS = {"highs": mip.HIGHS, "cbc": mip.CBC}
 _SCALE = 1e6  # seconds -> microseconds
 _TIE_BREAK = 1e-3  # weight of the expected ratio beside the worst ratio
 _REGRET_GAP = 1e-2  # the worst-regret MIP stops within 1% of its bound (its LP relaxation is weak)
+_MEMORY_TOLERANCE = 1e-6  # a plan's peak may exceed the budget by this fraction (the solver's feasibility tolerance)
 
 
 class Optimum(NamedTuple):
@@ -198,7 +199,7 @@ class IlpModel:
         peak = self.problem.peak_memory(choices)
         added = False
         for k, (step, total) in enumerate(zip(peak.steps.tolist(), peak.total.tolist())):
-            if total <= self.memory_budget * (1 + 1e-9):  # type: ignore[operator]
+            if total <= self.memory_budget * (1 + _MEMORY_TOLERANCE):  # type: ignore[operator]
                 continue
             if (k, step) in self.memory_steps:
                 if not seed:
@@ -210,7 +211,8 @@ class IlpModel:
         return added
 
     def _add_memory_constraint(self, k: int, step: int) -> None:
-        """Σ live_step[g,c,k]·x[g,c] + Σ u ≤ budget (bytes per device, stated in GiB), ``u`` the
+        """Σ live_step[g,c,k]·x[g,c] + Σ u ≤ budget (bytes per device, in units of the budget, so
+        the solver's feasibility tolerance is :data:`_MEMORY_TOLERANCE` of it), ``u`` the
         redistribution buffers live at ``step`` (:meth:`_buffer`)."""
         self.memory_steps.add((k, step))
         fixed = 0.0
@@ -220,20 +222,21 @@ class IlpModel:
             if xs is None:
                 fixed += float(column[0])
             else:
-                terms.update((xs[c], float(column[c]) / 2**30) for c in range(len(xs)) if column[c])
+                terms.update((xs[c], float(column[c]) / self.memory_budget) for c in range(len(xs)) if column[c])  # type: ignore[operator]
         for span in self.problem.reshard_spans():
             if span[2] <= step <= span[3]:
                 u = self._buffer(span, k)
                 if u is not None:
                     terms[u] = 1.0
-        self.model.add_constr(mip.LinExpr(expr=terms, const=-(self.memory_budget - fixed) / 2**30, sense="<"),  # type: ignore[operator]
+        self.model.add_constr(mip.LinExpr(expr=terms, const=fixed / self.memory_budget - 1.0, sense="<"),  # type: ignore[operator]
                               f"memory{k}_{step}")
 
     def _buffer(self, span: tuple[str, int, int, int, bool], k: int) -> mip.Var | None:
-        """``u ≥ 0`` (GiB) equal, at every one-hot ``x``, to what the redistribution of ``span``
-        holds at point ``k``: with ``Z[b]``/``X[b]`` the indicators that the consumer needs /
-        the producer gives placement ``b``, ``u ≥ size(b)·(Z[b] − X[b])`` for every ``b`` (the
-        buffer; ``X − Z`` for a gradient's unreduced storage), tight at its lower bound."""
+        """``u ≥ 0`` (in budgets) whose least value at every one-hot ``x`` is what the
+        redistribution of ``span`` holds at point ``k``: with ``Z[b]``/``X[b]`` the indicators
+        that the consumer needs / the producer gives placement ``b``, ``u ≥ size(b)·(Z[b] − X[b])``
+        for every ``b`` (the buffer; ``X − Z`` for a gradient's unreduced storage). None when
+        the redistribution never happens."""
         key = (span, k)
         if key in self._buffers:
             return self._buffers[key]
@@ -246,7 +249,7 @@ class IlpModel:
         meta = problem.graph.nodes[producer].output
         u = None
         for j, b in enumerate(dict.fromkeys(gives if source else needs)):
-            size = float(problem.local(meta, b).nbytes[k]) / 2**30  # type: ignore[arg-type]
+            size = float(problem.local(meta, b).nbytes[k]) / self.memory_budget  # type: ignore[arg-type, operator]
             sign = -1.0 if source else 1.0
             terms: dict[mip.Var, float] = {}
             constant = self._indicator(gc, [c for c, p in enumerate(needs) if p == b], sign * size, terms)

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+from shapecore.torch.private import tree_leaves
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int]:

@@ -63,7 +63,7 @@ def test_ilp_with_memory_budget_equals_brute_force(tiny_mlp):
     model = IlpModel(tiny_mlp, memory_budget=budget)
     solution = model.solve(weights)
     assert solution.objective == pytest.approx(_brute_force(tiny_mlp, weights, budget), rel=1e-9)
-    assert float(tiny_mlp.peak_memory(solution.choices).total.max()) <= budget
+    assert float(tiny_mlp.peak_memory(solution.choices).total.max()) <= budget * (1 + 1e-6)
     assert model.memory_steps, "the budget binds, so some step's memory is constrained"
 
 

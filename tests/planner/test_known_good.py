@@ -133,7 +133,7 @@ def test_memory_budget_sweep_moves_weights_from_replicated_to_sharded():
     budgets = [free.cost.memory.total * f for f in (1.0, 0.8, 0.6)]  # activations (2.3 GB of 4.4) stay
     plans = [_mlp_plan(4096, 16384, 65536, mesh, memory_budget=b) for b in budgets]
     for p, budget in zip(plans, budgets):
-        assert p.cost.memory.total <= budget * (1 + 1e-9)
+        assert p.cost.memory.total <= budget * (1 + 1e-6)  # the solver's feasibility tolerance
     assert any(p != (R,) for p in plans[-1].param_placements.values())
     objectives = [p.stats.objective for p in plans]
     assert objectives == sorted(objectives)
