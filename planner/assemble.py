@@ -25,14 +25,13 @@ from planner.plan import (
     CollectiveStep,
     CostBreakdown,
     Decision,
-    MemoryBreakdown,
     Plan,
     PrunedStrategy,
     Redistribution,
     ShardProof,
     SolverStats,
 )
-from planner.problem import MEMORY_PARTS, Candidate, Problem
+from planner.problem import Candidate, Problem
 
 __all__ = ["assemble_plan"]
 
@@ -107,8 +106,7 @@ def assemble_plan(
         incoming[node.name] = total
 
     evaluation = problem.evaluate(choices, weights)
-    peak = int(np.argmax(sum(evaluation.memory.values(), np.zeros(len(points)))))
-    memory = MemoryBreakdown(**{part: float(evaluation.memory[part][peak]) for part in MEMORY_PARTS})
+    memory = problem.peak_breakdown(choices)
     batch_costs = tuple(
         BatchCost(points.labels[k], float(weights[k]), float(evaluation.total[k]),
                   None if optima is None else optima[k].value, optima is not None and optima[k].exact)

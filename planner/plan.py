@@ -56,12 +56,14 @@ Placements as text (tables, JSON): :func:`~planner.placements.format_placements`
 JSON (``to_json``/``from_json``) is versioned and deterministic: keys sorted, floats printed
 by ``repr`` after rounding to 12 significant digits, wall-clock timings left out unless asked
 for, so the same inputs give byte-identical JSON in separate processes. Version 2 added
-``graph_inputs`` and ``graph_outputs``; ``from_json`` reads version 2 only.
+``graph_inputs`` and ``graph_outputs``; version 3, memory as the program's peak, with the batch
+point and node where it is reached; ``from_json`` reads version 3 only.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -84,6 +86,8 @@ __all__ = [
     "Alternative",
     "Decision",
     "MemoryBreakdown",
+    "MEMORY_PARTS",
+    "format_bytes",
     "CostBreakdown",
     "BatchCost",
     "SolverStats",
@@ -91,11 +95,27 @@ __all__ = [
 ]
 
 PLAN_FORMAT = "planner.Plan"
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 
 CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk", "to_partial"]
 InputRole = Literal["input", "param", "buffer", "constant", "tangent"]
 OutputRole = Literal["output", "grad", "buffer_mutation"]
+
+
+MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
+"""What a device's memory holds, as :class:`MemoryBreakdown` names it."""
+PART_NAMES = {"optimizer": "optimizer states"}  # how messages name a part, where it differs from its field
+
+
+def format_bytes(value: float, *, up: bool = False) -> str:
+    """``value`` bytes in decimal units to 4 significant digits (``70.43 kB``, ``1.5 GB``);
+    ``up``: rounded up, so a budget of the printed size holds ``value``."""
+    unit, size = next(((u, b) for u, b in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if abs(value) >= b), ("B", 1.0))
+    scaled = value / size
+    if up and scaled > 0:
+        step = 10.0 ** (math.floor(math.log10(scaled)) - 3)
+        scaled = math.ceil(round(scaled / step, 6)) * step
+    return f"{scaled:.4g} {unit}"
 
 
 def _num(x: float) -> float:
@@ -339,19 +359,30 @@ class Decision:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes per device at the largest batch point."""
+    """Bytes per device at the plan's peak: the program step (graph ``node``) and batch
+    ``point`` where the storages live at once hold the most, split by what they hold."""
 
     parameters: float = 0.0
     gradients: float = 0.0
     optimizer: float = 0.0
     activations: float = 0.0
+    point: Mapping[str, int] = field(default_factory=dict)
+    node: str = ""
 
     @property
     def total(self) -> float:
         return self.parameters + self.gradients + self.optimizer + self.activations
 
+    def __str__(self) -> str:
+        """``70.43 kB per device at batch=24, node mm_5 (activations 45.44 kB, parameters 24.99 kB)``."""
+        where = ", ".join([f"{k}={v}" for k, v in sorted(self.point.items())] + ([f"node {self.node}"] if self.node else []))
+        parts = sorted(((getattr(self, part), PART_NAMES.get(part, part)) for part in MEMORY_PARTS), reverse=True)
+        listed = ", ".join(f"{name} {format_bytes(value)}" for value, name in parts if value)
+        return f"{format_bytes(self.total)} per device" + (f" at {where}" if where else "") + (f" ({listed})" if listed else "")
+
     def to_dict(self) -> dict[str, Any]:
-        return {k.name: _num(getattr(self, k.name)) for k in fields(self)}
+        return {**{part: _num(getattr(self, part)) for part in MEMORY_PARTS}, "point": dict(sorted(self.point.items())),
+                "node": self.node}
 
 
 @dataclass(frozen=True)
@@ -626,14 +657,13 @@ class Plan:
         out.append("sharded dims: " + (", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
                    + f"; {len(self.pruned)} strategies pruned")
         c = self.cost
-        out.append(f"cost: compute {c.compute:.4g} s + communication {c.communication:.4g} s = {c.total:.4g} s expected per step; "
-                   f"memory {c.memory.total / 2**30:.3f} GiB per device"
-                   + (f" (budget {c.memory_budget / 2**30:.3f} GiB)" if c.memory_budget else ""))
+        out.append(f"cost: compute {c.compute:.4g} s + communication {c.communication:.4g} s = {c.total:.4g} s expected per step")
         for b in self.batch_costs:
             point = ", ".join(f"{k}={v}" for k, v in sorted(b.values.items()))
             regret = "" if b.optimum is None else (f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum_exact
                                                    else f", optimum ≥ {b.optimum:.4g} s, regret ≤ {b.regret:.3f}")
             out.append(f"  at {point} (weight {b.weight:.3g}): {b.cost:.4g} s{regret}")
+        out.append(f"memory: {c.memory}" + (f"; budget {format_bytes(c.memory_budget)}" if c.memory_budget else ""))
         out.append("every node's placement: plan.explain(); why one node's: plan.explain(node)")
         return self.readable("\n".join(out))
 

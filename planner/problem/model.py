@@ -26,14 +26,13 @@ from planner.divisibility import Divisibility, Verdict
 from planner.graph import PlanGraph, TensorMeta
 from planner.mesh import Mesh
 from planner.placements import Codes, code_shard_axes, format_codes
-from planner.plan import CollectiveKind
+from planner.plan import MEMORY_PARTS, CollectiveKind, MemoryBreakdown
 from planner.problem.liveness import Liveness
 from planner.resharding import StateGraph
 from planner.strategies.base import Strategy
 
 __all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "Evaluation", "PeakMemory", "MEMORY_PARTS"]
 
-MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
 
 Move = tuple[int, CollectiveKind, int, int, np.ndarray]
 """One step of a redistribution: (mesh axis, collective, code before, code after, cost vector)."""
@@ -97,10 +96,12 @@ class EdgeClass:
 @dataclass
 class PeakMemory:
     """Bytes per device at each batch point's peak: per part (:data:`MEMORY_PARTS`), and the
-    program step (an index into :attr:`Liveness.steps`) where it is reached."""
+    program step (an index into :attr:`Liveness.steps`) where it is reached; ``timeline``: the
+    ``[steps, points]`` bytes live at every step."""
 
     parts: dict[str, np.ndarray]
     steps: np.ndarray
+    timeline: np.ndarray
 
     @property
     def total(self) -> np.ndarray:
@@ -249,7 +250,14 @@ class Problem:
         total = sum(timelines.values(), np.zeros((len(self.liveness.steps), n)))
         steps = np.argmax(total, axis=0)
         points = np.arange(n)
-        return PeakMemory({part: timelines[part][steps, points] for part in MEMORY_PARTS}, steps)
+        return PeakMemory({part: timelines[part][steps, points] for part in MEMORY_PARTS}, steps, total)
+
+    def peak_breakdown(self, choices: Sequence[int]) -> MemoryBreakdown:
+        """The assignment's peak as a plan reports it: at the batch point where it is largest."""
+        peak = self.peak_memory(choices)
+        k = int(np.argmax(peak.total))
+        return MemoryBreakdown(**{part: float(value[k]) for part, value in peak.parts.items()},
+                               point=dict(self.points.labels[k]), node=self.liveness.steps[int(peak.steps[k])])
 
     def reshard_spans(self) -> list[tuple[str, int, int, int, bool]]:
         """Where a redistribution would hold a storage: (consumer, operand, first step, last step,

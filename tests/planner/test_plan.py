@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from planner import Plan
-from planner.plan import PLAN_VERSION
+from planner.plan import PLAN_VERSION, format_bytes
 
 pytestmark = pytest.mark.slow  # plans in other processes (the fixture, and the test that compares two)
 
@@ -68,6 +68,9 @@ def test_summary_table_and_explanations(plan_json):
     assert "Plan on mesh (dp=2, tp=2)" in summary
     assert "layers.*.attn.qkv.weight (x2)" in summary and "embed.weight" in summary  # identical layers folded
     assert "guards: Eq(Mod(batch, 4), 0)" in summary and "at batch=64" in summary and "regret" in summary
+    memory = plan.cost.memory  # the peak: where it is reached, and what the storages live there hold
+    assert memory.point == {"batch": 64} and memory.node in plan.decisions and memory.optimizer == 2 * memory.parameters
+    assert f"memory: {format_bytes(memory.total)} per device at batch=64, node {memory.node} (" in summary
     symbol = plan.dims["batch"]
     assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract keeps the trace's symbols
     assert symbol not in summary.replace("_", " ").split()
@@ -114,3 +117,11 @@ def test_plan_says_what_feeds_each_graph_input_and_what_each_output_is(plan_json
     assert [o.index for o in users] == list(range(len(users))) and users
     assert grads == {i.fqn for i in by_role["param"]}
     assert sorted(i.index for i in by_role["tangent"]) == [o.index for o in users]
+
+
+@pytest.mark.parametrize(("value", "text", "up"), [
+    (0, "0 B", "0 B"), (512, "512 B", "512 B"), (70432, "70.43 kB", "70.44 kB"), (70430, "70.43 kB", "70.43 kB"),
+    (1.5e9, "1.5 GB", "1.5 GB"), (123456789, "123.5 MB", "123.5 MB"), (123449999, "123.4 MB", "123.5 MB"),
+])
+def test_format_bytes_rounds_to_four_digits_and_up_when_asked(value, text, up):
+    assert format_bytes(value) == text and format_bytes(value, up=True) == up
