@@ -13,6 +13,9 @@
 * placement constraints (``PlanOptions.placement_constraints``): :class:`Pin`,
   :class:`ForbidShard`, :class:`RequireShard`, :class:`MinShards`, targets seen as
   :class:`NodeInfo`; an unsatisfiable set raises :class:`PlacementConflict`;
+* ``PlanOptions.memory_budget``: a plan's peak memory per device is :attr:`CostBreakdown.memory`
+  (a :class:`MemoryBreakdown`); a budget no plan fits raises :class:`MemoryBudgetError`, which
+  says what the plan needing the least memory needs;
 * pluggable parts: :class:`StrategyProvider` (with :class:`BuiltinProvider` and
   :class:`DTensorProvider`), :class:`CostModel` (default :class:`AlphaBetaCostModel`);
 * :func:`tensor_operands` — how operands are numbered in a plan.
@@ -22,6 +25,7 @@ from planner.api import plan, plan_module
 from planner.calibrate import calibrate
 from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LinkCost, LocalTensor
 from planner.graph import tensor_operands
+from planner.ilp import MemoryBudgetError
 from planner.mesh import Mesh, as_mesh
 from planner.options import PlanOptions
 from planner.plan import (
@@ -62,6 +66,7 @@ __all__ = [
     "LinkCost",
     "LocalTensor",
     "MemoryBreakdown",
+    "MemoryBudgetError",
     "MinShards",
     "NodeInfo",
     "Mesh",

@@ -27,20 +27,20 @@ storages are live at ``t`` does not depend on the plan, only their bytes do, so 
 ``t`` is linear in ``x`` (``live_t``, :meth:`~planner.problem.Problem.live_memory`) and "the
 peak fits the budget" is exactly one such constraint per step. Most of them never bind, so
 they are added lazily: the model starts with the steps where the all-first-choice plan and
-the least-memory plan (each group's smallest choice) peak, and after each solve the chosen
-plan's exact peak is computed; if it exceeds the budget at a point, the constraint of its
-peak step is added and the model solved again. A redistribution's buffer depends on two
-choices (producer and consumer); it enters a step's constraint as ``u ≥ 0`` with
-``u ≥ size(b)·(Z[b] − X[b])`` for each placement ``b`` the consumer may need (``Z``, ``X``: the
-consumer-needs and producer-gives indicators), whose least value at a one-hot ``x`` is the
-buffer: a plan meets a step's constraint (for some ``u``) exactly when its memory there fits
-the budget. So every constraint
-added holds for every plan that fits (the loop never cuts one off), a plan over the budget
-always adds a new one, and the loop stops at a plan whose exact peak fits, or at
-infeasibility, reported with what the most sharded plan needs
-(:meth:`IlpModel.most_sharded_choices`) and what dominates it. The
-LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so far: a valid,
-possibly weaker, bound.
+the least-memory plan (each group's smallest choice) go over the budget, and after each solve
+the chosen plan's memory at every step is computed; where it exceeds the budget at a point,
+the constraints of the steps holding the most (:data:`_CUTS_PER_POINT` of them) are added
+and the model solved again. A redistribution's buffer depends on two choices (producer and
+consumer); it enters a step's constraint as ``u ≥ 0`` with ``u ≥ size(b)·(Z[b] − X[b])`` for
+each placement ``b`` the consumer may need (``Z``, ``X``: the consumer-needs and
+producer-gives indicators), whose least value at a one-hot ``x`` is the buffer: a plan meets
+a step's constraint (for some ``u``) exactly when its memory there fits the budget. So every
+constraint added holds for every plan that fits (the loop never cuts one off), a plan over
+the budget always adds a new one, and the loop stops at a plan whose exact peak fits, or at
+infeasibility: a :class:`MemoryBudgetError` with what the plan needing the least memory needs
+(:meth:`IlpModel.least_peak_choices`: the same constraints, minimizing the peak) and what
+dominates it. The LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so
+far: a valid, possibly weaker, bound.
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
 (:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)
@@ -66,15 +66,18 @@ from typing import Any, NamedTuple
 import mip
 import numpy as np
 
+from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
 
-__all__ = ["IlpModel", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
+__all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
 
 SOLVERS = {"highs": mip.HIGHS, "cbc": mip.CBC}
 _SCALE = 1e6  # seconds -> microseconds
 _TIE_BREAK = 1e-3  # weight of the expected ratio beside the worst ratio
 _REGRET_GAP = 1e-2  # the worst-regret MIP stops within 1% of its bound (its LP relaxation is weak)
 _MEMORY_TOLERANCE = 1e-6  # a plan's peak may exceed the budget by this fraction (the solver's feasibility tolerance)
+_CUTS_PER_POINT = 4  # memory constraints added per batch point and round: the steps holding the most
+_PEAK_PRICE = 1e3  # least_peak_choices' first rounds: the peak (in units of the least-memory plan's) at this many plans' costs
 
 
 class Optimum(NamedTuple):
@@ -118,6 +121,7 @@ class IlpModel:
         self.memory_budget = memory_budget
         self.memory_steps: set[tuple[int, int]] = set()  # (point, step) whose memory constraint is in the model
         self._buffers: dict[tuple, mip.Var | None] = {}
+        self._peak: mip.Var | None = None  # least_peak_choices' model: the peak (in units of memory_budget) it minimizes
         self._add_choice_variables()
         for cls in problem.edge_classes:
             self._add_routing(cls)
@@ -192,30 +196,34 @@ class IlpModel:
         """Each group's choice holding the fewest bytes (at its largest point): the most sharded plan."""
         return [int(np.argmin(group.memory.max(axis=1))) for group in self.problem.groups]  # type: ignore[union-attr]
 
-    def _add_memory_cuts(self, choices: list[int], *, seed: bool = False) -> bool:
-        """Add the memory constraint of each point's peak step under ``choices`` where that
-        peak exceeds the budget; returns whether any was added. A solved plan over the budget
-        always adds one (its peak step's constraint, exact for it, cuts it off)."""
-        peak = self.problem.peak_memory(choices)
+    def _add_memory_cuts(self, choices: list[int], *, per_point: int | None = _CUTS_PER_POINT, seed: bool = False) -> bool:
+        """Add the memory constraints of the ``per_point`` steps (every one: None) holding the
+        most memory under ``choices`` at each point, where it exceeds the budget; returns whether
+        any was added. A solved plan over the budget always adds one (its peak step's
+        constraint, exact for it, cuts it off)."""
+        timeline = self.problem.peak_memory(choices).timeline
+        limit = self.memory_budget if self._peak is None else self._peak.x * self.memory_budget  # type: ignore[operator]
         added = False
-        for k, (step, total) in enumerate(zip(peak.steps.tolist(), peak.total.tolist())):
-            if total <= self.memory_budget * (1 + _MEMORY_TOLERANCE):  # type: ignore[operator]
-                continue
-            if (k, step) in self.memory_steps:
-                if not seed:
-                    raise AssertionError(f"the memory constraint of step {step} at point {k} holds for a plan "
-                                         f"that needs {total:.0f} bytes there: the ILP and peak_memory disagree")
-                continue
-            self._add_memory_constraint(k, step)
-            added = True
+        for k in range(timeline.shape[1]):
+            for step in np.argsort(-timeline[:, k], kind="stable")[:per_point].tolist():
+                if timeline[step, k] <= limit * (1 + _MEMORY_TOLERANCE):
+                    break
+                if (k, step) in self.memory_steps:
+                    if not seed:
+                        raise AssertionError(f"the memory constraint of step {step} at point {k} holds for a plan that "
+                                             f"needs {timeline[step, k]:.0f} bytes there: the ILP and peak_memory disagree")
+                    continue
+                self._add_memory_constraint(k, step)
+                added = True
         return added
 
     def _add_memory_constraint(self, k: int, step: int) -> None:
         """Σ live_step[g,c,k]·x[g,c] + Σ u ≤ budget (bytes per device, in units of the budget, so
         the solver's feasibility tolerance is :data:`_MEMORY_TOLERANCE` of it), ``u`` the
-        redistribution buffers live at ``step`` (:meth:`_buffer`)."""
+        redistribution buffers live at ``step`` (:meth:`_buffer`); ``≤ peak`` in
+        :meth:`least_peak_choices`' model."""
         self.memory_steps.add((k, step))
-        fixed = 0.0
+        fixed = -self.memory_budget if self._peak is None else 0.0  # type: ignore[operator]
         terms: dict[mip.Var, float] = {}
         for live, xs in zip(self.problem.live_memory(step), self.x):
             column = live[:, k]
@@ -228,7 +236,9 @@ class IlpModel:
                 u = self._buffer(span, k)
                 if u is not None:
                     terms[u] = 1.0
-        self.model.add_constr(mip.LinExpr(expr=terms, const=fixed / self.memory_budget - 1.0, sense="<"),  # type: ignore[operator]
+        if self._peak is not None:
+            terms[self._peak] = -1.0
+        self.model.add_constr(mip.LinExpr(expr=terms, const=fixed / self.memory_budget, sense="<"),  # type: ignore[operator]
                               f"memory{k}_{step}")
 
     def _buffer(self, span: tuple[str, int, int, int, bool], k: int) -> mip.Var | None:
@@ -325,7 +335,7 @@ class IlpModel:
         constant = self._set_objective(weights)
         status = self._optimize(time_limit)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
-            raise ValueError(self._failure(status))
+            raise self._failure(status, time_limit)
         choices = self._chosen()
         objective = float(self.model.objective_value) / _SCALE + constant
         bound = float(self.model.objective_bound) / _SCALE + constant
@@ -351,7 +361,7 @@ class IlpModel:
         constant = self._set_objective(weights)
         status = self.model.optimize(max_seconds=time_limit, relax=True)
         if status != mip.OptimizationStatus.OPTIMAL:
-            raise ValueError(self._failure(status))
+            raise self._failure(status, time_limit)
         return float(self.model.objective_value) / _SCALE + constant
 
     def _values(self, choices: list[int], weights: np.ndarray) -> dict[mip.Var, float]:
@@ -402,7 +412,7 @@ class IlpModel:
         try:
             status = self._optimize(time_limit)
             if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
-                raise ValueError(self._failure(status))
+                raise self._failure(status, time_limit)
             choices = self._chosen()
             values = np.array([v.x for v in variables])
             objective = float((values @ np.stack([vectors[v] for v in variables]) + constant) @ weights)
@@ -423,43 +433,67 @@ class IlpModel:
             solve_seconds=time.perf_counter() - start,
         )
 
-    def _failure(self, status: mip.OptimizationStatus) -> str:
+    def _failure(self, status: mip.OptimizationStatus, time_limit: float) -> ValueError:
         if status == mip.OptimizationStatus.INFEASIBLE:
-            return self._over_budget()
+            return self._over_budget(time_limit)
         if status == mip.OptimizationStatus.NO_SOLUTION_FOUND:
-            return "the solver found no plan within the time limit; raise time_limit"
-        return f"the ILP solver stopped with status {status.name}"
+            return ValueError("the solver found no plan within the time limit; raise time_limit")
+        return ValueError(f"the ILP solver stopped with status {status.name}")
 
-    def most_sharded_choices(self) -> list[int]:
-        """The cheapest plan whose parameters (with their gradients and optimizer states) are
-        sharded as far as they go: each parameter's group takes its least-memory choice."""
-        problem = self.problem
-        free = IlpModel(problem, solver=self.solver)
+    def least_peak_choices(self, *, time_limit: float = 60.0) -> tuple[list[int], bool]:
+        """The plan whose peak memory per device, at its largest batch point, is least; and
+        whether the solver proved it least (to its relative gap, ``1e-4``; else it is the least
+        found within ``time_limit`` per solve).
+
+        A model of its own minimizes ``peak`` subject to ``memory at step t ≤ peak`` at every
+        point, the steps added lazily as under a budget (after each solve, every step where the
+        chosen plan's memory exceeds ``peak``). The first rounds price the plan's cost beside
+        the peak, which steers the solver to the steps that bind; the last minimizes the peak
+        alone, so what it proves least is the least.
+        """
+        problem, weights = self.problem, self.problem.points.weights
         least = self.least_memory_choices()
-        for g, group in enumerate(problem.groups):
-            xs = free.x[g]
-            if xs is not None and any(problem.graph.nodes[n].role in ("param", "buffer") for n in group.nodes):
-                free.model.add_constr(mip.LinExpr(expr={xs[least[g]]: 1.0}, const=-1.0, sense="="), f"pin{g}")
-        return free.solve(problem.points.weights).choices
+        model = IlpModel(problem, solver=self.solver)
+        model.memory_budget = float(problem.peak_memory(least).total.max()) or 1.0  # the unit of the memory constraints
+        model._peak = peak = model.model.add_var(lb=0.0, name="peak")
+        model._set_objective(weights)
+        cost = float(problem.evaluate(least, weights).total @ weights) * _SCALE
+        model.model.objective = model.model.objective + _PEAK_PRICE * max(cost, 1.0) * peak
+        for k, step in enumerate(problem.peak_memory(least).steps.tolist()):
+            model._add_memory_constraint(k, step)
+        tie_break = True
+        while True:  # each round adds a constraint not in the model, or drops the tie-break
+            status = model.model.optimize(max_seconds=time_limit)
+            if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+                raise ValueError(f"the solver found no plan while minimizing the peak memory (status {status.name}); "
+                                 "raise time_limit")
+            choices = model._chosen()
+            if model._add_memory_cuts(choices, per_point=None):
+                continue
+            if not tie_break:
+                return choices, status == mip.OptimizationStatus.OPTIMAL
+            tie_break = False
+            model.model.objective = mip.LinExpr(expr={peak: 1.0})
 
-    def _over_budget(self) -> str:
-        """Why no plan fits: what the most sharded plan needs per device, and what dominates it."""
-        problem = self.problem
-        peak = problem.peak_memory(self.most_sharded_choices())
-        k = int(np.argmax(peak.total))
-        point = ", ".join(f"{name}={value}" for name, value in sorted(problem.points.labels[k].items())) or "the traced sizes"
-        parts = sorted(((float(v[k]), _PART_NAMES.get(part, part)) for part, v in peak.parts.items()), reverse=True)
-        listed = ", ".join(f"{name} {_mb(value)}" for value, name in parts if value)
-        return (f"no plan fits the memory budget of {_mb(self.memory_budget)} per device: the most sharded plan needs "  # type: ignore[arg-type]
-                f"{_mb(float(peak.total[k]))} per device at {point} ({listed}; {parts[0][1]} dominate, the peak is at "
-                f"node {problem.liveness.steps[int(peak.steps[k])]}); raise memory_budget, use a bigger mesh, or drop batch sizes")
+    def _over_budget(self, time_limit: float) -> MemoryBudgetError:
+        """Why no plan fits: the least memory any plan needs per device, and what dominates it."""
+        choices, exact = self.least_peak_choices(time_limit=time_limit)
+        return MemoryBudgetError(self.memory_budget, self.problem.peak_breakdown(choices), exact)  # type: ignore[arg-type]
 
 
-_PART_NAMES = {"optimizer": "optimizer states"}
+class MemoryBudgetError(ValueError):
+    """No plan fits ``budget`` (bytes per device): the plan needing the least memory needs
+    ``memory`` (its peak: bytes per part, the batch point and the node where it is reached);
+    ``exact``: the solver proved no plan needs less (else it is the least found in the time limit)."""
 
-
-def _mb(value: float) -> str:
-    return f"{value / 1e6:.4g} MB"
+    def __init__(self, budget: float, memory: MemoryBreakdown, exact: bool) -> None:
+        self.budget, self.memory, self.exact = budget, memory, exact
+        dominant = max(MEMORY_PARTS, key=lambda part: getattr(memory, part))
+        least = "the plan needing the least memory" if exact else "the least-memory plan found within the time limit"
+        super().__init__(
+            f"no plan fits the memory budget of {format_bytes(budget)} per device: {least} needs {memory}; "
+            f"{PART_NAMES.get(dominant, dominant)} dominate. Raise memory_budget to at least "
+            f"{format_bytes(memory.total, up=True)}, use a bigger mesh, or drop batch sizes")
 
 
 def solve_mean_regret(model: IlpModel | Any, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:

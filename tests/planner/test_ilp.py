@@ -15,6 +15,7 @@ from planner.api import prepare
 from shapecore.torch import trace_for_planning
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
+from planner.plan import format_bytes
 from tests.planner.models import MLP, Decoder, on_meta
 
 
@@ -67,13 +68,21 @@ def test_ilp_with_memory_budget_equals_brute_force(tiny_mlp):
     assert model.memory_steps, "the budget binds, so some step's memory is constrained"
 
 
-def test_no_plan_fits_names_what_the_most_sharded_plan_needs(tiny_mlp):
-    least = tiny_mlp.peak_memory(IlpModel(tiny_mlp).most_sharded_choices())
-    with pytest.raises(ValueError) as error:
-        IlpModel(tiny_mlp, memory_budget=float(least.total.max()) / 4).solve(tiny_mlp.points.weights)
+def test_least_peak_plan_equals_brute_force_and_no_plan_fits_names_it(tiny_mlp):
+    sizes = [range(g.choices) for g in tiny_mlp.groups]
+    least = min(float(tiny_mlp.peak_memory(choices).total.max()) for choices in itertools.product(*sizes))
+    choices, exact = IlpModel(tiny_mlp).least_peak_choices()
+    assert exact and float(tiny_mlp.peak_memory(choices).total.max()) == least
+    weights = tiny_mlp.points.weights
+    IlpModel(tiny_mlp, memory_budget=least).solve(weights)  # the least fits
+    with pytest.raises(planner.MemoryBudgetError) as error:
+        IlpModel(tiny_mlp, memory_budget=least * 0.999).solve(weights)
+    memory = error.value.memory
+    assert error.value.exact and memory.total == least and memory.point == {"batch": 4096}
     message = str(error.value)
-    assert f"the most sharded plan needs {least.total.max() / 1e6:.4g} MB per device at batch=4096" in message
+    assert f"the plan needing the least memory needs {format_bytes(least)} per device at batch=4096, node {memory.node}" in message
     assert "activations dominate" in message  # a forward graph at batch 4096: the activations, not the weights
+    assert f"Raise memory_budget to at least {format_bytes(least, up=True)}" in message
 
 
 def test_flow_routing_on_a_two_axis_mesh_equals_brute_force():

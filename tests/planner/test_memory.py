@@ -16,7 +16,7 @@ from planner.api import prepare
 from planner.placements import R_CODE
 from shapecore.torch import trace_for_planning
 from tests.planner.live_bytes import LiveBytes
-from tests.planner.models import MLP, Block, on_meta
+from tests.planner.models import MLP, Attention, Block, on_meta
 
 
 class PreNormMLP(nn.Module):
@@ -45,6 +45,24 @@ def test_transposed_weights_saved_for_backward_are_views_that_allocate_nothing()
     # live at the peak: the input, its norm, fc1's and silu's outputs (a quarter each), all-reduce buffers
     assert memory.activations < 5e6
     assert memory.total <= 150e6
+
+
+def test_no_plan_fits_says_what_the_plan_needing_the_least_memory_needs():
+    # an attention block whose activations dominate: sharding every weight 4 ways is not the least
+    model, x = on_meta(Attention, 32, 4), torch.randn(8, 8, 32, device="meta")
+    options = {"dynamic_shapes": {"x": {0: Dim("batch")}}, "mesh": Mesh((4,)), "constraints": ["Eq(Mod(batch, 4), 0)"],
+               "batch_sizes": [8, 24]}
+    sharded = planner.plan_module(model, (x,), placement_constraints=[planner.MinShards(4)], **options)
+    free = planner.plan_module(model, (x,), **options)
+    with pytest.raises(planner.MemoryBudgetError) as error:
+        planner.plan_module(model, (x,), memory_budget=1e3, **options)
+    least = error.value.memory
+    assert error.value.exact and error.value.budget == 1e3
+    assert least.total < min(sharded.cost.memory.total, free.cost.memory.total)
+    assert least.point == {"batch": 24} and least.activations > least.parameters > 0
+    assert "activations dominate" in str(error.value) and f"needs {least}" in str(error.value)
+    fitted = planner.plan_module(model, (x,), memory_budget=least.total, **options)  # the least fits
+    assert fitted.cost.memory.total <= least.total * (1 + 1e-6)
 
 
 def _replicated(problem):
