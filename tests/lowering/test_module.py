@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from lowering import GuardViolation, launch, parallelize
 from lowering.examples import MLP, Decoder
+from tests.lowering.budgets import sharding_budget
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
@@ -36,12 +37,21 @@ def _close(a, b):
     return bool(torch.allclose(a, b, rtol=RTOL, atol=1e-6))
 
 
-def _decoder(rank):
+DECODER = {"dynamic_shapes": {"tokens": {0: Dim("batch")}}, "mesh": (2,), "training": True, "constraints": MOD2,
+           "batch_sizes": [2, 8]}
+MLP_ON_2X2 = {"dynamic_shapes": ({0: Dim("batch")},), "mesh": (2, 2), "training": True,
+              "constraints": ["Eq(Mod(batch, 4), 0)"]}
+
+
+def _new_decoder():
     torch.manual_seed(0)
-    model = Decoder(layers=1)
+    return Decoder(layers=1)
+
+
+def _decoder(budget, rank):
+    model = _new_decoder()
     reference = copy.deepcopy(model)
-    pm = parallelize(model, (_tokens(4, 0)[0],), dynamic_shapes={"tokens": {0: Dim("batch")}}, mesh=(2,),
-                     training=True, constraints=MOD2, memory_budget=400_000, batch_sizes=[2, 8])
+    pm = parallelize(model, (_tokens(4, 0)[0],), memory_budget=budget, **DECODER)
     result = {
         "module": isinstance(pm, nn.Module),
         "names": [n for n, _ in pm.named_parameters()] == [n for n, _ in reference.named_parameters()],
@@ -94,14 +104,20 @@ def _mlp(mesh, budget, *, global_outputs=False, device="cpu"):
     torch.manual_seed(0)
     with torch.device(device):
         model = MLP()
-    pm = parallelize(model, (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
-                     constraints=["Eq(Mod(batch, 4), 0)"], memory_budget=budget, global_outputs=global_outputs)
+    pm = parallelize(model, (torch.randn(8, 32),), memory_budget=budget, global_outputs=global_outputs,
+                     **{**MLP_ON_2X2, "mesh": mesh})
     return model, pm
 
 
-def _accumulate(rank):
+@pytest.fixture(scope="module")
+def mlp_budget():
+    """A memory budget that splits weights of the MLP on (2, 2) (tests/lowering/budgets.py)."""
+    return sharding_budget(MLP(), (torch.randn(8, 32),), **MLP_ON_2X2)
+
+
+def _accumulate(budget, rank):
     """Two calls, two backward passes: the gradients add up, as on one device."""
-    model, pm = _mlp((2, 2), 30_000, global_outputs=True)
+    model, pm = _mlp((2, 2), budget, global_outputs=True)
     xs = [torch.randn(b, 32, generator=torch.Generator().manual_seed(b)) for b in (4, 8)]
     for x in xs:
         out = pm(x)
@@ -119,9 +135,9 @@ def _init(module):
         nn.init.uniform_(module.bias)
 
 
-def _initialized(rank):
+def _initialized(budget, rank):
     """init_weights equals model.apply on one device with the same seed (weights sharded on (2, 2))."""
-    model, pm = _mlp((2, 2), 30_000)
+    model, pm = _mlp((2, 2), budget)
     pm.init_weights(_init, seed=3)
     torch.manual_seed(3)
     model.apply(_init)
@@ -129,7 +145,8 @@ def _initialized(rank):
 
 
 def test_a_training_module_trains_like_one_device():
-    for r in launch(_decoder, 2, timeout=600):
+    budget = sharding_budget(_new_decoder(), (_tokens(4, 0)[0],), **DECODER)
+    for r in launch(functools.partial(_decoder, budget), 2, timeout=600):
         assert r["module"] and r["names"] and r["state_names"] and r["dtensors"] and r["placements"]
         assert r["sharded"], "the memory budget should split some weights"
         assert r["losses"] == [True] * 5
@@ -145,10 +162,10 @@ def _pieces(p):
     return math.prod(p.device_mesh.shape[axis] for axis, q in enumerate(p.placements) if q.is_shard())
 
 
-def _from_meta(rank):
+def _from_meta(budget, rank):
     """A model built on the meta device: only this rank's pieces are allocated, init_weights fills
     them as one device would, and the module computes what that device does."""
-    _, pm = _mlp((2, 2), 30_000, device="meta")
+    _, pm = _mlp((2, 2), budget, device="meta")
     pm.init_weights(_init, seed=3)
     model = MLP()
     torch.manual_seed(3)
@@ -156,24 +173,26 @@ def _from_meta(rank):
     x = torch.randn(8, 32)
     expected = dict(model.named_parameters())
     return {"pieces": all(p.to_local().numel() * _pieces(p) == p.numel() for p in pm.parameters()),
+            "sharded": any(_pieces(p) > 1 for p in pm.parameters()),
             "weights": {n: _close(p.full_tensor(), expected[n].detach()) for n, p in pm.named_parameters()},
             "output": _close(pm(x).full_tensor().detach(), model(x).detach())}
 
 
-def _both(rank):
-    return {"accumulate": _accumulate(rank), "init": _initialized(rank), "meta": _from_meta(rank)}
+def _both(budget, rank):
+    return {"accumulate": _accumulate(budget, rank), "init": _initialized(budget, rank), "meta": _from_meta(budget, rank)}
 
 
-def test_gradients_accumulate_init_weights_is_the_one_device_init_and_meta_models_allocate_pieces():
-    for r in launch(_both, 4, timeout=600):
+def test_gradients_accumulate_init_weights_is_the_one_device_init_and_meta_models_allocate_pieces(mlp_budget):
+    for r in launch(functools.partial(_both, mlp_budget), 4, timeout=600):
         assert r["accumulate"]["plain"]
         assert all(r["accumulate"]["grads"].values()), r["accumulate"]["grads"]
         assert all(r["init"].values()), r["init"]
+        assert r["meta"]["sharded"], "the memory budget should split some weights"
         assert r["meta"]["pieces"] and all(r["meta"]["weights"].values()) and r["meta"]["output"], r["meta"]
 
 
-def _save(path, rank):
-    model, pm = _mlp((2, 2), 30_000)
+def _save(path, budget, rank):
+    model, pm = _mlp((2, 2), budget)
     pm.init_weights(_init, seed=5)
     dcp.save(pm.state_dict(), checkpoint_id=path)
     return {n: [list(p.placements)] for n, p in pm.named_parameters()}, {n: p.full_tensor() for n, p in pm.named_parameters()}
@@ -186,8 +205,8 @@ def _load(path, rank):
     return {n: [list(p.placements)] for n, p in pm.named_parameters()}, {n: p.full_tensor() for n, p in pm.named_parameters()}
 
 
-def test_a_checkpoint_saved_on_one_mesh_loads_on_another(tmp_path):
-    saved = launch(functools.partial(_save, str(tmp_path)), 4, timeout=600)
+def test_a_checkpoint_saved_on_one_mesh_loads_on_another(tmp_path, mlp_budget):
+    saved = launch(functools.partial(_save, str(tmp_path), mlp_budget), 4, timeout=600)
     loaded = launch(functools.partial(_load, str(tmp_path)), 2, timeout=600)
     assert saved[0][0] != loaded[0][0]  # the placements differ: the load reshards
     for _, values in loaded:

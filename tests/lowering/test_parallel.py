@@ -19,10 +19,12 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.export import Dim
 
 from lowering import GuardViolation, InputError, RankMismatch, launch
+from lowering.demo import MEMORY_BUDGET
 from lowering.examples import MLP, Attention, Decoder
 from lowering.parallel import ParallelModule
 from planner.mesh import Mesh
 from planner.placements import format_placements
+from tests.lowering.budgets import sharding_window
 from tests.lowering.handmade import handmade_plan
 
 pytestmark = pytest.mark.slow  # gloo ranks
@@ -112,7 +114,8 @@ def _scenario(rank, name, mesh, options, batches, extra):
     pm = ParallelModule(model, (make(batches[0]),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, **options)
     result = {"errors": [], "compiles": [], **_steps(pm.program),
               "input_placements": [s.placements for s in pm.entry.specs],
-              "sharded_params": sum(any(not p.is_replicate() for p in ps) for ps in pm.plan.param_placements.values())}
+              "sharded_params": sum(any(not p.is_replicate() for p in ps) for ps in pm.plan.param_placements.values()),
+              "memory": (pm.plan.cost.memory.total, pm.plan.cost.memory_budget)}
     for b in batches:
         x = make(b)
         expected = model(x)
@@ -136,32 +139,45 @@ def _scenario(rank, name, mesh, options, batches, extra):
     return result
 
 
-# Memory budgets (bytes per device) below what replicated weights need, so every plan splits weights.
+# "budget": a memory budget (bytes per device) that only plans with sharded weights fit, derived
+# before launching from what the planner says the plans need (tests/lowering/budgets.py).
 SCENARIOS = {
     # batch unconstrained (odd sizes too): only the weights are split.
-    "mlp_on_2": ("mlp", (2,), {"memory_budget": 12000}, (3, 8, 13), {}),
+    "mlp_on_2": ("mlp", (2,), {"budget": True}, (3, 8, 13), {}),
     # the batch split 2 ways by a plan with no guard that it is even.
     "mlp_batch_on_2": ("mlp", (2,), {"plan": "batch"}, (4, 8, 14), {"refused": (9,)}),
-    "mlp_on_4": ("mlp", (4,), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24), {}),
-    "mlp_on_2x2": ("mlp", (2, 2), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24), {}),
-    "attention_on_2": ("attention", (2,), {"memory_budget": 25000}, (3, 8, 13), {}),
-    "attention_on_4": ("attention", (4,), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24),
+    "mlp_on_4": ("mlp", (4,), {"budget": True, "constraints": MOD4}, (8, 16, 24), {}),
+    "mlp_on_2x2": ("mlp", (2, 2), {"budget": True, "constraints": MOD4}, (8, 16, 24), {}),
+    "attention_on_2": ("attention", (2,), {"budget": True}, (3, 8, 13), {}),
+    "attention_on_4": ("attention", (4,), {"budget": True, "constraints": MOD4}, (8, 16, 24),
                        {"refused": (6, 1), "recompile": 4}),
-    "attention_on_2x2": ("attention", (2, 2), {"memory_budget": 12000, "constraints": MOD4}, (8, 16, 24), {}),
-    "decoder_on_2": ("decoder", (2,), {"memory_budget": 60000}, (3, 8, 13), {}),
-    "decoder_on_4": ("decoder", (4,), {"memory_budget": 40000, "constraints": MOD4}, (8, 16, 24), {}),
-    "decoder_on_2x2": ("decoder", (2, 2), {"memory_budget": 40000, "constraints": MOD4}, (8, 16, 24),
+    "attention_on_2x2": ("attention", (2, 2), {"budget": True, "constraints": MOD4}, (8, 16, 24), {}),
+    "decoder_on_2": ("decoder", (2,), {"budget": True}, (3, 8, 13), {}),
+    "decoder_on_4": ("decoder", (4,), {"budget": True, "constraints": MOD4}, (8, 16, 24), {}),
+    "decoder_on_2x2": ("decoder", (2, 2), {"budget": True, "constraints": MOD4}, (8, 16, 24),
                        {"refused": (6,), "bad_inputs": True}),
 }
 
 
-def _scenarios_on(mesh, rank):
+def _options(key):
+    """The scenario's plan options, its memory budget derived (and the window it lies in)."""
+    name, mesh, options, batches, _ = SCENARIOS[key]
+    options = {**options, "batch_sizes": list(batches)}
+    window = None
+    if options.pop("budget", False):
+        model, make = _model(name)
+        window = sharding_window(model, (make(batches[0]),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh,
+                                 **{k: v for k, v in options.items() if k != "plan"})
+        options["memory_budget"] = sum(window) / 2
+    return options, window
+
+
+def _scenarios_on(mesh, options, rank):
     """Every scenario of one mesh in the same processes: Inductor's start-up is paid once per mesh."""
     results = {}
-    for key, (name, scenario_mesh, options, batches, extra) in SCENARIOS.items():
+    for key, (name, scenario_mesh, _, batches, extra) in SCENARIOS.items():
         if scenario_mesh == mesh:
-            options = {**options, "batch_sizes": list(batches)}
-            results[key] = _scenario(rank, name, mesh, options, batches, extra)
+            results[key] = _scenario(rank, name, mesh, options[key], batches, extra)
     return results
 
 
@@ -169,8 +185,10 @@ def _launch_mesh(mesh):
     world = 1
     for size in mesh:
         world *= size
-    per_rank = launch(functools.partial(_scenarios_on, mesh), world, timeout=TIMEOUT)
-    return {scenario: [r[scenario] for r in per_rank] for scenario in per_rank[0]}
+    options = {key: _options(key) for key, scenario in SCENARIOS.items() if scenario[1] == mesh}
+    per_rank = launch(functools.partial(_scenarios_on, mesh, {key: o for key, (o, _) in options.items()}), world,
+                      timeout=TIMEOUT)
+    return {scenario: [{**r[scenario], "window": options[scenario][1]} for r in per_rank] for scenario in per_rank[0]}
 
 
 @pytest.fixture(scope="session")
@@ -227,8 +245,16 @@ def test_the_plan_is_really_parallel_and_its_collectives_are_exactly_the_ones_em
     label, results = scenario
     for r in results:
         assert r["sharded_params"] > 0 or label == "mlp_batch_on_2", label
+        peak, budget = r["memory"]
+        assert budget is None or peak <= budget * (1 + 1e-6), (label, peak, budget)
         assert r["emitted"] == r["planned"], label
         assert r["in_graph"] == r["communicating"], label
+
+
+def test_the_demos_memory_budget_forces_sharded_weights(decoder_on_2x2):
+    # the demo plans this scenario's decoder on (2, 2) at its default batch sizes (8, 16, 24)
+    fits, kept = decoder_on_2x2[0]["window"]
+    assert fits <= MEMORY_BUDGET < kept
 
 
 def _same_on_every_rank(outcomes):

@@ -7,6 +7,7 @@ Tiny configs (one layer, width 32, vocabulary 64), random init, no downloads; GP
 a T5 encoder training step in one launch of 2 gloo ranks.
 """
 
+import functools
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from torch.export import Dim
 
 from lowering import launch
 from lowering.parallel import ParallelModule
+from tests.lowering.budgets import sharding_budget
 
 pytestmark = pytest.mark.slow  # gloo ranks, and transformers models compiled by Inductor
 
@@ -56,10 +58,22 @@ def _relative(a, b):
     return float((a - b).abs().max() / b.abs().max())
 
 
-def _run(name, training, memory_budget):
+TRAINING = {"gpt2": False, "t5": True}
+
+
+def _arguments(name):
+    return {"dynamic_shapes": ({0: Dim("batch")},), "mesh": (2,), "training": TRAINING[name]}
+
+
+def _budget(name):
+    """A memory budget that splits the tied parameter (tests/lowering/budgets.py)."""
+    return sharding_budget(_model(name), (_tokens(4),), targets=(lambda info: info.fqn in TIED[name],), **_arguments(name))
+
+
+def _run(name, memory_budget):
+    training = TRAINING[name]
     model = _model(name)
-    pm = ParallelModule(model, (_tokens(4),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,), training=training,
-                        memory_budget=memory_budget)
+    pm = ParallelModule(model, (_tokens(4),), memory_budget=memory_budget, **_arguments(name))
     result = {"placements": {k: v for k, v in pm.plan.param_placements.items() if k in TIED[name]},
               "output_errors": [], "grad_errors": [], "grad_names": []}
     for batch in (4, 6):
@@ -79,14 +93,13 @@ def _run(name, training, memory_budget):
     return result
 
 
-def _both(rank):
-    return {"gpt2": _run("gpt2", training=False, memory_budget=35_000),
-            "t5": _run("t5", training=True, memory_budget=200_000)}
+def _both(budgets, rank):
+    return {name: _run(name, budget) for name, budget in budgets.items()}
 
 
 @pytest.fixture(scope="module")
 def tied():
-    per_rank = launch(_both, 2, timeout=600)
+    per_rank = launch(functools.partial(_both, {name: _budget(name) for name in TIED}), 2, timeout=600)
     return {name: [r[name] for r in per_rank] for name in per_rank[0]}
 
 

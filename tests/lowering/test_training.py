@@ -1,6 +1,8 @@
 """A lowered training step (joint forward+backward graph): parameter gradients of ``sum(outputs)``
 equal the single-device ones for a 2-layer MLP on a (2, 2) mesh, at three batch sizes, one compile."""
 
+import functools
+
 import pytest
 import torch
 from torch.export import Dim
@@ -8,15 +10,22 @@ from torch.export import Dim
 from lowering import launch
 from lowering.examples import MLP
 from lowering.parallel import ParallelModule
+from tests.lowering.budgets import sharding_budget
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
 
-def _training_step(rank):
+ARGUMENTS = {"dynamic_shapes": ({0: Dim("batch")},), "mesh": (2, 2), "training": True, "constraints": ["Eq(Mod(batch, 4), 0)"]}
+
+
+def _model():
     torch.manual_seed(0)
-    model = MLP()
-    pm = ParallelModule(model, (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(2, 2), training=True,
-                        memory_budget=30000, constraints=["Eq(Mod(batch, 4), 0)"])
+    return MLP()
+
+
+def _training_step(budget, rank):
+    model = _model()
+    pm = ParallelModule(model, (torch.randn(8, 32),), memory_budget=budget, **ARGUMENTS)
     errors, outputs = [], []
     for batch in (8, 16, 24):
         x = torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch))
@@ -36,7 +45,8 @@ def _training_step(rank):
 
 
 def test_parameter_gradients_equal_the_single_device_gradients():
-    for errors, outputs, compiles, sharded in launch(_training_step, 4, timeout=300):
+    budget = sharding_budget(_model(), (torch.randn(8, 32),), targets=("fc1.weight", "fc2.weight"), **ARGUMENTS)
+    for errors, outputs, compiles, sharded in launch(functools.partial(_training_step, budget), 4, timeout=300):
         assert all(set(e) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"} for e in errors)
         assert max(max(e.values()) for e in errors) < 1e-4
         assert outputs == [True, True, True]
