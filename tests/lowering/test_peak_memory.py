@@ -4,19 +4,15 @@ and a training graph with the batch and the weights sharded."""
 
 import functools
 
-import numpy as np
 import pytest
 import torch
 from torch.export import Dim
 
+import planner
 from lowering.collectives import local_shard
 from lowering.launch import launch
 from lowering.lower import lower
-from planner import AlphaBetaCostModel, Mesh, PlanOptions
-from planner.api import prepare
-from planner.assemble import assemble_plan
-from planner.ilp import IlpModel
-from planner.placements import shard_code
+from planner import AlphaBetaCostModel, Mesh, Pin
 from shapecore.torch import trace_for_planning
 from tests.planner.live_bytes import LiveBytes
 from tests.planner.models import MLP
@@ -26,31 +22,16 @@ pytestmark = pytest.mark.slow  # gloo ranks
 DIM, HIDDEN, BATCH = 128, 512, 1024
 
 
-def _pinned_plan(traced, mesh, options):
-    """The ILP's best plan with the user input and every parameter placed ``Shard(0)``."""
-    source = traced.exported if traced.exported is not None else traced.graph_module
-    prepared = prepare(source, mesh, shape_env=traced.env, dims=traced.dim_exprs, options=options)
-    problem = prepared.problem
-    ilp = IlpModel(problem)
-    pinned = [node.name for node in problem.graph if node.role in ("input", "param")]
-    for name in pinned:
-        g = problem.group_of[name]
-        allowed = [c for c, i in enumerate(problem.pick[name]) if problem.candidates[name][i].outputs[0] == (shard_code(0),)]
-        ilp.model.add_constr(sum(ilp.x[g][c] for c in allowed) == 1)  # type: ignore[index]
-    solution = ilp.solve(problem.points.weights)
-    return assemble_plan(problem, solution, options=options, optima=None, constraints=prepared.constraints,
-                         dims=prepared.dims)
-
-
 def _estimate_and_measure(rank, training):
     torch.manual_seed(0)
     model = MLP(DIM, HIDDEN)
     x = torch.randn(BATCH, DIM)
     traced = trace_for_planning(model, (x,), dynamic_shapes={"x": {0: Dim("batch")}}, training=training)
     mesh = Mesh((2,), ("dp",))
-    options = PlanOptions(batch_sizes=[BATCH], constraints=["Eq(Mod(batch, 2), 0)"],
-                          cost_model=AlphaBetaCostModel("cpu-gloo", mesh, optimizer_states=0))  # no optimizer runs here
-    plan = _pinned_plan(traced, mesh, options)
+    plan = planner.plan(traced.exported if traced.exported is not None else traced.graph_module, mesh,
+                        shape_env=traced.env, dims=traced.dim_exprs, batch_sizes=[BATCH], constraints=["Eq(Mod(batch, 2), 0)"],
+                        placement_constraints=[Pin("inputs", "S(0)"), Pin("parameters", "S(0)")],
+                        cost_model=AlphaBetaCostModel("cpu-gloo", mesh, optimizer_states=0))  # no optimizer runs here
     program = lower(traced.graph_module, plan)
     params = dict(model.named_parameters())
     roles = {i.name: i for i in plan.graph_inputs}
