@@ -168,7 +168,7 @@ def run_case(graph, env, dims, mesh: Mesh, options: PlanOptions, args) -> dict:
     problem, model, expected = ours["problem"], ours["model"], ours["solution"]
     weights = problem.points.weights
     eye = np.eye(len(weights))
-    bounds, bounds_s = _timed(lambda: np.array([model.lower_bound(eye[k]) for k in range(len(weights))]))
+    bounds, bounds_s = _timed(lambda: np.array([model.lower_bound(eye[k]).value for k in range(len(weights))]))
     mean, mean_s = _timed(lambda: solve_mean_regret(model, weights, bounds, time_limit=options.time_limit))
     singles, exact_s = _timed(lambda: [model.solve(eye[k], time_limit=options.time_limit) for k in range(len(weights))])
     optima = np.array([s.objective for s in singles])

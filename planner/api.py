@@ -203,11 +203,15 @@ def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact
         say(f"{'solving' if exact else 'bounding'} the optimum at {point} alone ({k + 1}/{len(labels)})")
         weights = np.eye(len(labels))[k]
         if not exact:
-            optima.append(Optimum(model.lower_bound(weights, time_limit=time_limit), exact=False))
+            optimum = model.lower_bound(weights, time_limit=time_limit)
+            if optimum.source == "partial lp relaxation":
+                say(f"bounding: the LP relaxation at {point} stopped at its time limit ({time_limit:g} s); its optimum is "
+                    f"at least {optimum.value:.4g} s (a weaker bound: the regret reported there is a looser upper bound)")
+            optima.append(optimum)
             continue
         solution = model.solve(weights, time_limit=time_limit)
         proved = solution.status == "optimal"
-        optima.append(Optimum(solution.objective if proved else solution.bound, exact=proved))  # type: ignore[arg-type]
+        optima.append(Optimum(solution.objective if proved else solution.bound, exact=proved, source="mip"))  # type: ignore[arg-type]
     return optima
 
 

@@ -109,7 +109,8 @@ def assemble_plan(
     memory = problem.peak_breakdown(choices)
     batch_costs = tuple(
         BatchCost(points.labels[k], float(weights[k]), float(evaluation.total[k]),
-                  None if optima is None else optima[k].value, optima is not None and optima[k].exact)
+                  None if optima is None else optima[k].value, optima is not None and optima[k].exact,
+                  None if optima is None else optima[k].source)
         for k in range(len(points))
     )
     decisions = _decisions(problem, choices, incoming, options.explain)

@@ -50,7 +50,10 @@ subject to ``cost_k(x) ≤ t·opt_k`` at every point ``k``: the plan whose worst
 
 With ``x`` one-hot both linearizations are exact without integrality on ``y`` or ``f``: the marginals are
 one-hot, so the transportation plan is the taken pair and the flow is a cheapest path; and
-their LP relaxations coincide (a min-cost flow decomposes into cheapest paths). A class with
+their LP relaxations coincide (a min-cost flow decomposes into cheapest paths). Costs are
+nonnegative, so a cheapest flow needs no cycle and no arc carries more than the one unit
+routed: bounding every ``y`` and ``f`` by 1, as :meth:`IlpModel.lower_bound`'s relaxation
+does, changes neither optimum. A class with
 one row or one column needs neither: its cost folds into the other group's ``x``; groups
 with one choice are constants. Costs enter in microseconds. The model is built once;
 :meth:`IlpModel.solve` sets the objective for a weight vector (the per-point optima that
@@ -68,6 +71,7 @@ import numpy as np
 
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
+from planner.relaxation import LpRelaxation
 
 __all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
 
@@ -81,10 +85,16 @@ _PEAK_PRICE = 1e3  # least_peak_choices' first rounds: the peak (in units of the
 
 
 class Optimum(NamedTuple):
-    """A batch point's own optimum (seconds): proved optimal when ``exact``, else a lower bound on it."""
+    """A batch point's own optimum (seconds): proved optimal when ``exact``, else a lower bound on it.
+
+    ``source`` says where it comes from: ``"mip"`` (the point's own ILP: its optimum, or the
+    bound it reached by its time limit), ``"lp relaxation"`` (:meth:`IlpModel.lower_bound`), or
+    ``"partial lp relaxation"`` (the relaxation stopped at its time limit: a weaker bound).
+    """
 
     value: float
     exact: bool
+    source: str
 
 
 @dataclass
@@ -122,6 +132,7 @@ class IlpModel:
         self.memory_steps: set[tuple[int, int]] = set()  # (point, step) whose memory constraint is in the model
         self._buffers: dict[tuple, mip.Var | None] = {}
         self._peak: mip.Var | None = None  # least_peak_choices' model: the peak (in units of memory_budget) it minimizes
+        self._relaxation: LpRelaxation | None = None  # built by the first lower_bound
         self._add_choice_variables()
         for cls in problem.edge_classes:
             self._add_routing(cls)
@@ -322,12 +333,17 @@ class IlpModel:
             return np.zeros(len(self.problem.points))
         return self.problem.move_cost(cls.meta, src, dst, weights)
 
-    def _set_objective(self, weights: np.ndarray) -> float:
-        """Make the ``weights``-expected cost the objective; returns its constant part (seconds)."""
+    def _objective(self, weights: np.ndarray) -> tuple[dict[mip.Var, float], float]:
+        """The ``weights``-expected cost: each variable's coefficient (microseconds) and the constant part (seconds)."""
         vectors, constant_vector = self._cost_terms(weights)
         terms = {v: c for v, c in zip(vectors, (np.stack(list(vectors.values())) @ weights * _SCALE).tolist()) if c}
+        return terms, float(constant_vector @ weights)
+
+    def _set_objective(self, weights: np.ndarray) -> float:
+        """Make the ``weights``-expected cost the objective; returns its constant part (seconds)."""
+        terms, constant = self._objective(weights)
         self.model.objective = mip.LinExpr(expr=terms)
-        return float(constant_vector @ weights)
+        return constant
 
     def solve(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Solution:
         """Minimize the ``weights``-expected cost; the best solution found within ``time_limit``."""
@@ -351,18 +367,55 @@ class IlpModel:
             solve_seconds=time.perf_counter() - start,
         )
 
-    def lower_bound(self, weights: np.ndarray, *, time_limit: float = 60.0) -> float:
-        """A lower bound on the ``weights``-expected cost of every plan: the LP relaxation's optimum.
+    def lower_bound(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Optimum:
+        """A lower bound on the ``weights``-expected cost of every plan: the LP relaxation's optimum
+        (:class:`~planner.relaxation.LpRelaxation`, warm-started from the previous call's basis).
 
-        On the 32-layer LLaMA training graph on an (8, 8) mesh it lies within 1.2% of the optimum
-        and takes 0.5 s where the exact optimum at batch 8 takes half a minute; on 3-D meshes
-        (about 233k variables) it takes about 15 s, no faster than the MIP (``bench/planner.py``).
+        When the relaxation does not finish within ``time_limit``, the bound is the larger of the
+        Lagrangian at the duals it reached and :meth:`decision_minimum`: weaker, never above the
+        optimum (``source`` says which). The relaxation lies within 0.1% of the optimum on the
+        LLaMA training graph on (8, 8) and (2, 4, 8) meshes (``bench/planner.py``).
         """
-        constant = self._set_objective(weights)
-        status = self.model.optimize(max_seconds=time_limit, relax=True)
-        if status != mip.OptimizationStatus.OPTIMAL:
-            raise self._failure(status, time_limit)
-        return float(self.model.objective_value) / _SCALE + constant
+        terms, constant = self._objective(weights)
+        if self._relaxation is None:
+            unit = [v.idx for _, ys in self.transport for row in ys for v in row] + [v.idx for _, fs in self.flows for v in fs]
+            self._relaxation = LpRelaxation(self.model, unit_columns=np.array(unit, dtype=np.int64))
+        costs = np.zeros(self._relaxation.columns)
+        costs[[v.idx for v in terms]] = list(terms.values())
+        bound = self._relaxation.minimize(costs, time_limit=time_limit)
+        if bound.infeasible:
+            raise self._failure(mip.OptimizationStatus.INFEASIBLE, time_limit)
+        if bound.finished:
+            return Optimum(bound.value / _SCALE + constant, exact=False, source="lp relaxation")
+        return Optimum(max(bound.value / _SCALE + constant, self.decision_minimum(weights)), exact=False,
+                       source="partial lp relaxation")
+
+    def decision_minimum(self, weights: np.ndarray) -> float:
+        """A lower bound on the ``weights``-expected cost of every plan, found without a solver:
+        each group's cheapest choice, priced with the cheapest redistribution into it on every
+        routed edge class (from whichever placement the producer gives). Every edge is charged
+        to its consumer at no more than it costs, so no plan costs less."""
+        terms, constant = self._objective(weights)
+        incoming: dict[int, list[tuple[EdgeClass, list[float]]]] = {}
+        for cls, ys in self.transport:
+            cheapest = [min(terms.get(row[b], 0.0) for row in ys) for b in range(len(cls.cols))]
+            incoming.setdefault(cls.consumer_group, []).append((cls, cheapest))
+        for cls, _ in self.flows:
+            given = [src for src, _ in cls.rows]
+            cheapest = [0.0 if dst in given else  # the producer may give it as it is (most placements)
+                        min(cls.count * float(self._dist(cls, src, dst, weights) @ weights) * _SCALE for src in given)
+                        for dst, _ in cls.cols]
+            incoming.setdefault(cls.consumer_group, []).append((cls, cheapest))
+        total = 0.0
+        for g, xs in enumerate(self.x):
+            if xs is None:
+                continue
+            best = np.array([terms.get(v, 0.0) for v in xs])
+            for cls, cheapest in incoming.get(g, ()):
+                for (_, block), cost in zip(cls.cols, cheapest):
+                    best[block] += cost
+            total += float(best.min())
+        return total / _SCALE + constant
 
     def _values(self, choices: list[int], weights: np.ndarray) -> dict[mip.Var, float]:
         """Every variable's value in the solution that takes ``choices`` (redistributions routed for ``weights``)."""

@@ -415,8 +415,10 @@ class CostBreakdown:
 class BatchCost:
     """The plan's cost at one batch point beside the optimum solved for that point alone.
 
-    ``optimum`` is that optimum when ``optimum_exact``, else a lower bound on it (the LP
-    relaxation), so :attr:`regret` never understates.
+    ``optimum`` is that optimum when ``optimum_exact``, else a lower bound on it, so
+    :attr:`regret` never understates. ``optimum_source`` says how it was found: ``"mip"`` (the
+    point's own ILP), ``"lp relaxation"`` or ``"partial lp relaxation"`` (the relaxation stopped
+    at its time limit: a weaker bound, see :meth:`planner.ilp.IlpModel.lower_bound`).
     """
 
     values: Mapping[str, int]
@@ -424,6 +426,7 @@ class BatchCost:
     cost: float
     optimum: float | None = None
     optimum_exact: bool = False
+    optimum_source: str | None = None
 
     @property
     def regret(self) -> float | None:
@@ -439,11 +442,12 @@ class BatchCost:
             "cost": _num(self.cost),
             "optimum": None if self.optimum is None else _num(self.optimum),
             "optimum_exact": self.optimum_exact,
+            "optimum_source": self.optimum_source,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BatchCost:
-        return cls(d["values"], d["weight"], d["cost"], d["optimum"], d["optimum_exact"])
+        return cls(d["values"], d["weight"], d["cost"], d["optimum"], d["optimum_exact"], d.get("optimum_source"))
 
 
 _TIMINGS = ("build_seconds", "solve_seconds", "regret_seconds")
@@ -660,8 +664,9 @@ class Plan:
         out.append(f"cost: compute {c.compute:.4g} s + communication {c.communication:.4g} s = {c.total:.4g} s expected per step")
         for b in self.batch_costs:
             point = ", ".join(f"{k}={v}" for k, v in sorted(b.values.items()))
+            weaker = " (the LP relaxation stopped at its time limit)" if b.optimum_source == "partial lp relaxation" else ""
             regret = "" if b.optimum is None else (f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum_exact
-                                                   else f", optimum ≥ {b.optimum:.4g} s, regret ≤ {b.regret:.3f}")
+                                                   else f", optimum ≥ {b.optimum:.4g} s{weaker}, regret ≤ {b.regret:.3f}")
             out.append(f"  at {point} (weight {b.weight:.3g}): {b.cost:.4g} s{regret}")
         out.append(f"memory: {c.memory}" + (f"; budget {format_bytes(c.memory_budget)}" if c.memory_budget else ""))
         out.append("every node's placement: plan.explain(); why one node's: plan.explain(node)")

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.export import Dim
 
 import planner
 from planner import Mesh
 from planner.api import prepare
 from shapecore.torch import trace_for_planning
+from planner.cost import Hardware, resolve_hardware
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
 from planner.plan import format_bytes
@@ -150,3 +155,59 @@ def test_plan_reports_true_cost_and_regret(decoder_trace):
     greedy_mean = planner.plan(gm, Mesh((2, 2)), solver="greedy", objective="regret", regret="exact", **options)
     assert greedy_mean.stats.objective == pytest.approx(greedy_mean.cost.total, rel=1e-9)  # the expected cost, not the ratio
     assert _mean_regret(greedy_mean) >= _mean_regret(mean) * (1 - 1e-3)
+
+
+@pytest.fixture(scope="module")
+def mlp_traces():
+    model = on_meta(MLP, 32, 64)
+    x = torch.randn(16, 32, device="meta")
+    return [trace_for_planning(model, (x,), dynamic_shapes={"x": {0: Dim("batch")}}, training=training)
+            for training in (False, True)]
+
+
+def _hardware(data) -> Hardware:
+    """A preset with every constant scaled by its own factor in [1e-3, 1e3]: costs of any balance."""
+    preset = resolve_hardware("h100-nvlink")
+    scaled = {name: getattr(preset, name) * 10 ** data.draw(st.floats(-3, 3), label=name)
+              for name in ("flops", "memory_bandwidth", "intra_bandwidth", "intra_latency", "inter_bandwidth", "inter_latency")}
+    return dataclasses.replace(preset, **scaled, devices_per_node=data.draw(st.sampled_from([1, 2, 4]), label="per node"))
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_every_bound_is_at_most_the_exact_optimum(mlp_traces, data):
+    traced = data.draw(st.sampled_from(mlp_traces), label="forward or training")
+    mesh = Mesh(data.draw(st.sampled_from([(4,), (2, 2), (2, 2, 2)]), label="mesh"))
+    sizes = data.draw(st.lists(st.sampled_from([4, 8, 64, 512, 4096]), min_size=1, max_size=3, unique=True), label="batch sizes")
+    gm, env, dims = traced.graph_module, traced.env, traced.dim_exprs
+    problem = prepare(traced.exported if traced.exported is not None else gm, mesh, shape_env=env, dims=dims,
+                      constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=sizes, hardware=_hardware(data)).problem
+    model, cut_short = IlpModel(problem), IlpModel(problem)
+    model.model.max_mip_gap = 0.0  # the optimum, not one within the default 0.01%
+    for k in range(len(sizes)):
+        weights = np.eye(len(sizes))[k]
+        optimum = float(problem.evaluate(model.solve(weights).choices, weights).total @ weights)  # exact, not the solver's sum
+        relaxed, partial = model.lower_bound(weights), cut_short.lower_bound(weights, time_limit=0.0)
+        assert relaxed.source == "lp relaxation" and partial.source == "partial lp relaxation"
+        least = model.decision_minimum(weights)
+        for bound in (relaxed.value, partial.value, least):
+            assert bound <= optimum * (1 + 1e-6) + 1e-15  # the solvers' tolerances
+        assert least <= partial.value <= relaxed.value * (1 + 1e-6) + 1e-15
+
+
+def test_a_relaxation_out_of_time_weakens_the_regret_report_instead_of_failing_the_plan(mlp_traces, monkeypatch):
+    traced = mlp_traces[1]
+    options = dict(shape_env=traced.env, dims=traced.dim_exprs, constraints=["Eq(Mod(batch, 4), 0)"],
+                   batch_sizes=[8, 64, 512], objective="regret")
+    exact = planner.plan(traced.graph_module, Mesh((2, 2)), regret="exact", **options)
+    relaxed = IlpModel.lower_bound
+    monkeypatch.setattr(IlpModel, "lower_bound", lambda self, weights, *, time_limit: relaxed(self, weights, time_limit=0.0))
+    lines: list[str] = []
+    plan = planner.plan(traced.graph_module, Mesh((2, 2)), progress=lines.append, **options)
+    assert sum("stopped at its time limit" in line for line in lines) == 3
+    for weak, tight in zip(plan.batch_costs, exact.batch_costs):
+        assert weak.optimum_source == "partial lp relaxation" and not weak.optimum_exact
+        assert weak.optimum <= tight.optimum * (1 + 1e-9)
+        assert weak.regret >= weak.cost / tight.optimum * (1 - 1e-9)  # an upper bound on the true regret
+    assert str(plan).count("(the LP relaxation stopped at its time limit), regret ≤") == 3
+    assert [b.optimum_source for b in planner.Plan.from_json(plan.to_json()).batch_costs] == ["partial lp relaxation"] * 3

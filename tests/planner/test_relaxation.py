@@ -1,0 +1,68 @@
+"""The LP relaxation in HiGHS: warm starts change nothing but the time, and its Lagrangian bounds
+the relaxation's minimum from below at any duals (the bound a solve cut short returns)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.export import Dim
+
+from planner import Mesh
+from planner.api import prepare
+from planner.ilp import IlpModel
+from planner.relaxation import LpRelaxation
+from shapecore.torch import trace_for_planning
+from tests.planner.models import MLP, on_meta
+
+
+@pytest.fixture(scope="module")
+def model():
+    traced = trace_for_planning(on_meta(MLP, 32, 64), (torch.randn(16, 32, device="meta"),),
+                                dynamic_shapes={"x": {0: Dim("batch")}}, training=True)
+    problem = prepare(traced.graph_module, Mesh((2, 2)), shape_env=traced.env, dims=traced.dim_exprs,
+                      constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64, 512]).problem
+    return IlpModel(problem)
+
+
+def _relaxation(model: IlpModel) -> LpRelaxation:
+    return LpRelaxation(model.model, unit_columns=np.array([v.idx for _, fs in model.flows for v in fs], dtype=np.int64))
+
+
+def _costs(model: IlpModel, weights: np.ndarray) -> np.ndarray:
+    terms, _ = model._objective(weights)
+    costs = np.zeros(model.model.num_cols)
+    costs[[v.idx for v in terms]] = list(terms.values())
+    return costs
+
+
+def test_warm_started_minima_equal_cold_ones(model):
+    assert model.flows, "expected flow-routed edge classes (the columns bounded by 1)"
+    warm = _relaxation(model)
+    for weights in ([0, 0, 1], [1, 0, 0], [0.2, 0.3, 0.5], [0, 1, 0]):
+        costs = _costs(model, np.array(weights, dtype=float))
+        hot, cold = warm.minimize(costs, time_limit=60), _relaxation(model).minimize(costs, time_limit=60)
+        assert hot.finished and cold.finished
+        assert hot.value == pytest.approx(cold.value, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), scale=st.floats(1e-3, 1e3), point=st.integers(0, 2))
+def test_the_lagrangian_at_any_duals_is_at_most_the_minimum_and_meets_it_at_the_optimal_ones(model, seed, scale, point):
+    relaxation = _relaxation(model)
+    costs = _costs(model, np.eye(3)[point])
+    minimum = relaxation.minimize(costs, time_limit=60)
+    optimal = np.array(relaxation.highs.getSolution().row_dual)
+    assert relaxation.lagrangian(costs, optimal) == pytest.approx(minimum.value, rel=1e-6, abs=1e-9)
+    shaken = optimal + scale * np.random.default_rng(seed).standard_normal(len(optimal)) * (np.abs(optimal).max() + 1)
+    assert relaxation.lagrangian(costs, shaken) <= minimum.value * (1 + 1e-9) + 1e-9
+    assert relaxation.lagrangian(costs, np.zeros(0)) <= minimum.value * (1 + 1e-9) + 1e-9  # no duals at all
+
+
+def test_a_solve_cut_short_returns_a_valid_bound(model):
+    costs = _costs(model, np.eye(3)[0])
+    minimum = _relaxation(model).minimize(costs, time_limit=60).value
+    short = _relaxation(model).minimize(costs, time_limit=0.0)
+    assert not short.finished and short.value <= minimum * (1 + 1e-9) + 1e-9
