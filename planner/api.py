@@ -205,7 +205,7 @@ def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact
         if not exact:
             optimum = model.lower_bound(weights, time_limit=time_limit)
             if optimum.source == "partial lp relaxation":
-                say(f"bounding: the LP relaxation at {point} stopped at its time limit ({time_limit:g} s); its optimum is "
+                say(f"bounding: the LP relaxation at {point} stopped early (time limit {time_limit:g} s); its optimum is "
                     f"at least {optimum.value:.4g} s (a weaker bound: the regret reported there is a looser upper bound)")
             optima.append(optimum)
             continue

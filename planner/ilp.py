@@ -89,7 +89,7 @@ class Optimum(NamedTuple):
 
     ``source`` says where it comes from: ``"mip"`` (the point's own ILP: its optimum, or the
     bound it reached by its time limit), ``"lp relaxation"`` (:meth:`IlpModel.lower_bound`), or
-    ``"partial lp relaxation"`` (the relaxation stopped at its time limit: a weaker bound).
+    ``"partial lp relaxation"`` (the relaxation stopped early, at its time limit: a weaker bound).
     """
 
     value: float

@@ -664,7 +664,7 @@ class Plan:
         out.append(f"cost: compute {c.compute:.4g} s + communication {c.communication:.4g} s = {c.total:.4g} s expected per step")
         for b in self.batch_costs:
             point = ", ".join(f"{k}={v}" for k, v in sorted(b.values.items()))
-            weaker = " (the LP relaxation stopped at its time limit)" if b.optimum_source == "partial lp relaxation" else ""
+            weaker = " (the LP relaxation stopped early)" if b.optimum_source == "partial lp relaxation" else ""
             regret = "" if b.optimum is None else (f", optimum {b.optimum:.4g} s, regret {b.regret:.3f}" if b.optimum_exact
                                                    else f", optimum ≥ {b.optimum:.4g} s{weaker}, regret ≤ {b.regret:.3f}")
             out.append(f"  at {point} (weight {b.weight:.3g}): {b.cost:.4g} s{regret}")

@@ -77,7 +77,7 @@ class LpRelaxation:
         if not self.columns:
             return RelaxedBound(0.0, True)
         self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), costs)
-        self.highs.setOptionValue("time_limit", float(time_limit))
+        self.highs.setOptionValue("time_limit", self.highs.getRunTime() + float(time_limit))  # HiGHS's clock runs on across runs
         self.highs.run()
         status = self.highs.getModelStatus()
         if status == highspy.HighsModelStatus.kOptimal:

@@ -3,6 +3,8 @@ the relaxation's minimum from below at any duals (the bound a solve cut short re
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -66,3 +68,19 @@ def test_a_solve_cut_short_returns_a_valid_bound(model):
     minimum = _relaxation(model).minimize(costs, time_limit=60).value
     short = _relaxation(model).minimize(costs, time_limit=0.0)
     assert not short.finished and short.value <= minimum * (1 + 1e-9) + 1e-9
+
+
+def test_each_solve_gets_its_whole_time_limit(model):
+    relaxation = _relaxation(model)
+    costs = _costs(model, np.eye(3)[0])
+    slept: list[float] = []
+
+    def slow_first_solve(_) -> None:
+        if not slept:
+            time.sleep(0.3)
+            slept.append(0.3)
+
+    relaxation.highs.cbSimplexInterrupt.subscribe(slow_first_solve)
+    assert relaxation.minimize(costs, time_limit=60).finished and relaxation.highs.getRunTime() >= 0.3
+    again = _costs(model, np.eye(3)[2])  # another point: some pivots to make
+    assert relaxation.minimize(again, time_limit=0.1).finished  # HiGHS's clock reads 0.3 s already: the limit is this solve's
