@@ -2,15 +2,18 @@
 
 :meth:`IlpModel.lower_bound <planner.ilp.IlpModel.lower_bound>` bounds the optimum of each
 batch point alone (what regret is measured against) by this relaxation. It is solved with
-highspy directly rather than through python-mip, for what ``bench/planner.py`` measured on the
-LLaMA training graph on a (2, 4, 8) mesh (about 225k columns, 25k rows):
+highspy directly rather than through python-mip, for what was measured on the LLaMA training
+graph on a (2, 4, 8) mesh (about 225k columns, 25k rows; 19 CPU seconds for three batch points
+through python-mip, 7 here, ``bench/planner.py --whole``):
 
 * HiGHS's LP presolve costs more than it saves here (it does not see the one-hot structure
-  its MIP presolve uses): presolve is off and the dual simplex runs on the model as built;
+  its MIP presolve uses): presolve is off and the dual simplex runs on the model as built
+  (the barrier, the primal simplex, and the MIP stopped at its root or at a 1% gap were slower);
 * between batch points only the objective changes, so each solve starts from the previous
-  point's basis (the last basis stays primal feasible; the dual simplex repairs the rest);
+  point's basis (about half the iterations of a cold start at batch 64);
 * python-mip sets an objective one coefficient at a time, which after a solve takes seconds on
-  that many columns; here it is one array.
+  that many columns; here it is one array. And the python-mip model's HiGHS clock, which its
+  time limit is measured on across solves, is left to the plan's own solve.
 
 Columns the caller names in ``unit_columns`` are bounded above by 1 (a relaxation of the
 problem with that bound, which the caller vouches has the same optimum). When a solve stops
