@@ -90,6 +90,17 @@ def test_least_peak_plan_equals_brute_force_and_no_plan_fits_names_it(tiny_mlp):
     assert f"Raise memory_budget to at least {format_bytes(least, up=True)}" in message
 
 
+def test_bounds_under_a_memory_budget_stay_below_its_optimum_and_none_fits_is_said_as_by_the_solve(tiny_mlp):
+    free = IlpModel(tiny_mlp).solve(tiny_mlp.points.weights)
+    least = IlpModel(tiny_mlp).least_memory_choices()
+    budget = float(tiny_mlp.peak_memory(free.choices).total.max() + tiny_mlp.peak_memory(least).total.max()) / 2
+    model = IlpModel(tiny_mlp, memory_budget=budget)
+    for weights in np.eye(len(tiny_mlp.points)):
+        assert model.lower_bound(weights).value <= _brute_force(tiny_mlp, weights, budget) * (1 + 1e-6)
+    with pytest.raises(planner.MemoryBudgetError):
+        IlpModel(tiny_mlp, memory_budget=1.0).lower_bound(tiny_mlp.points.weights)
+
+
 def test_flow_routing_on_a_two_axis_mesh_equals_brute_force():
     model = on_meta(torch.nn.Linear, 32, 32, bias=False)
     problem = _problem(model, torch.randn(16, 32, device="meta"), Mesh((2, 2)), batch_sizes=[64, 4096])
