@@ -16,20 +16,12 @@ from torch.export import Dim
 import planner
 from planner import Mesh
 from planner.api import prepare
-from shapecore.torch import trace_for_planning
 from planner.cost import Hardware, resolve_hardware
-from planner.greedy import GreedyModel
+from shapecore.torch import trace_for_planning
 from planner.ilp import IlpModel
 from planner.plan import format_bytes
-from tests.planner.models import MLP, Decoder, on_meta
-
-
-def _problem(model, x, mesh, *, training=False, batch_sizes=None, **options):
-    traced = trace_for_planning(model, (x,), dynamic_shapes={"input" if isinstance(model, torch.nn.Linear) else "x": {0: Dim("batch")}},
-                                training=training)
-    gm, ep, env, dims = traced.graph_module, traced.exported, traced.env, traced.dim_exprs
-    return prepare(ep if ep is not None else gm, mesh, shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
-                   batch_sizes=batch_sizes, **options).problem
+from tests.planner.models import MLP, on_meta
+from tests.planner.problems import problem_of
 
 
 def _brute_force(problem, weights, budget=None):
@@ -43,12 +35,6 @@ def _brute_force(problem, weights, budget=None):
         cost = float(evaluation.total @ weights)
         best = cost if best is None else min(best, cost)
     return best
-
-
-@pytest.fixture(scope="module")
-def tiny_mlp():
-    model = on_meta(MLP, 32, 64)
-    return _problem(model, torch.randn(16, 32, device="meta"), Mesh((2,)), batch_sizes=[16, 4096])
 
 
 @pytest.mark.parametrize("solver", ["highs", "cbc"])
@@ -103,39 +89,12 @@ def test_bounds_under_a_memory_budget_stay_below_its_optimum_and_none_fits_is_sa
 
 def test_flow_routing_on_a_two_axis_mesh_equals_brute_force():
     model = on_meta(torch.nn.Linear, 32, 32, bias=False)
-    problem = _problem(model, torch.randn(16, 32, device="meta"), Mesh((2, 2)), batch_sizes=[64, 4096])
+    problem = problem_of(model, torch.randn(16, 32, device="meta"), Mesh((2, 2)), batch_sizes=[64, 4096])
     weights = problem.points.weights
     model_ = IlpModel(problem)
     assert model_.flows, "expected at least one edge class routed as a flow"
     solution = model_.solve(weights)
     assert solution.objective == pytest.approx(_brute_force(problem, weights), rel=1e-9)
-
-
-def test_greedy_is_never_better_than_the_ilp(tiny_mlp):
-    weights = tiny_mlp.points.weights
-    assert GreedyModel(tiny_mlp).solve(weights).objective >= IlpModel(tiny_mlp).solve(weights).objective * (1 - 1e-12)
-
-
-@pytest.fixture(scope="module")
-def decoder_trace():
-    model = on_meta(Decoder, 3)
-    tokens = torch.randint(0, 256, (8, 32), device="meta")
-    return trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True)
-
-
-@pytest.mark.slow  # a 3-layer decoder's training graph (traced once), prepared and solved twice
-def test_clustering_prices_the_plan_it_picks_and_costs_little(decoder_trace):
-    gm, env, dims = decoder_trace.graph_module, decoder_trace.env, decoder_trace.dim_exprs
-    objectives = []
-    for cluster in (True, False):
-        problem = prepare(gm, Mesh((2, 2)), shape_env=env, dims=dims, constraints=["Eq(Mod(batch, 4), 0)"],
-                          batch_sizes=[8, 64], cluster=cluster, merge_followers=cluster).problem
-        solution = IlpModel(problem).solve(problem.points.weights)
-        assert solution.objective == pytest.approx(float(problem.evaluate(solution.choices).total @ problem.points.weights), rel=1e-9)
-        objectives.append((solution.objective, len(problem.groups), problem.clusters))
-    (clustered, groups_c, clusters), (flat, groups_f, _) = objectives
-    assert clusters > 0 and groups_c < groups_f
-    assert flat * (1 - 1e-9) <= clustered <= flat * 1.01  # a restriction, and a mild one
 
 
 def _mean_regret(plan) -> float:

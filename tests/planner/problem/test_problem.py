@@ -4,46 +4,10 @@ classes are a faithful decomposition of :meth:`Problem.evaluate` (what the solve
 from __future__ import annotations
 
 import numpy as np
-import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.export import Dim
 
-from planner import Mesh
-from planner.api import prepare
 from planner.problem import MEMORY_PARTS
-from shapecore.torch import trace_for_planning
-from tests.planner.models import Decoder, on_meta
-
-
-class PlusTranspose(torch.nn.Module):
-    """``y + y.transpose(1, 2)``: the add follows ``y``, and so reads its transpose inside one group."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.relu()
-        return y + y.transpose(1, 2)
-
-
-@pytest.fixture(scope="module")
-def decoder_trace():
-    tokens = torch.randint(0, 256, (8, 32), device="meta")
-    return trace_for_planning(on_meta(Decoder, 2), (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True)
-
-
-def _prepare(traced, mesh, *, cluster=True):
-    return prepare(traced.graph_module, mesh, shape_env=traced.env, dims=traced.dim_exprs, constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 512],
-                   cluster=cluster, merge_followers=cluster).problem
-
-
-@pytest.fixture(scope="module", params=["clustered", "flat", "inner-edge"])
-def problem(request, decoder_trace):
-    if request.param == "inner-edge":
-        traced = trace_for_planning(PlusTranspose(), (torch.randn(4, 8, 8),), dynamic_shapes={"x": {0: Dim("batch")}})
-        found = _prepare(traced, Mesh((2,)))
-        assert any(g.inner for g in found.groups)
-        return found
-    return _prepare(decoder_trace, Mesh((2, 2)), cluster=request.param == "clustered")
 
 
 def _placement(partition, choice):
