@@ -14,7 +14,22 @@ __all__ = [
 
 
 class ShapecoreError(Exception):
-    """Base class of every error shapecore raises on purpose."""
+    """Base class of every error shapecore raises on purpose.
+
+    Errors pickle with their message and fields (they cross process boundaries: a worker's
+    error re-raised by multiprocessing, a rank's by ``lowering.launch``), whatever arguments
+    their ``__init__`` takes.
+    """
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild, (type(self), self.args, vars(self)))
+
+
+def _rebuild(cls: type[ShapecoreError], args: tuple, fields: dict) -> ShapecoreError:
+    """``cls``'s error with ``args`` and ``fields``, made without calling its ``__init__`` again."""
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(fields)
+    return error
 
 
 class ParseError(ShapecoreError, ValueError):

@@ -1,8 +1,11 @@
 """The errors shapecore raises: each is a ShapecoreError and the built-in error callers already
-catch, and its message names the culprit and the fix (the fix a DataDependentError suggests works)."""
+catch, its message names the culprit and the fix (the fix a DataDependentError suggests works),
+and it survives pickling with its fields (errors cross process boundaries: multiprocessing,
+a rank's failure re-raised by ``lowering.launch``)."""
 
 from __future__ import annotations
 
+import pickle
 import re
 
 import pytest
@@ -88,3 +91,10 @@ def test_each_fix_a_data_dependent_error_suggests_settles_the_decision():
         env.add_fact(suggestion)
         assert env.evaluate_expr("u0 >= 0") is answer
 
+
+@pytest.mark.parametrize("case", list(RAISED))
+def test_each_error_survives_pickling_with_its_message_and_fields(case):
+    error = RAISED[case]()
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error) and copy.args == error.args
+    assert vars(copy) == vars(error)
