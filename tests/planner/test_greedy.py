@@ -12,7 +12,8 @@ from planner.ilp import IlpModel
 
 
 def _peak_memory(problem, choices) -> float:
-    return float(sum(problem.groups[g].memory[c] for g, c in enumerate(choices)).max())
+    """The most bytes per device the plan holds at any batch point."""
+    return float(sum(problem.evaluate(choices).memory.values()).max())
 
 
 def _true_cost(problem, choices, weights) -> float:

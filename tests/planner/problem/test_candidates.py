@@ -13,7 +13,6 @@ from torch import nn
 from planner import Mesh
 from planner.placements import R_CODE, shard_code
 from planner.problem import MEMORY_PARTS
-from planner.problem.candidates import saved_activations
 from tests.planner.problems import problem_of
 
 
@@ -59,15 +58,6 @@ def test_a_getitem_takes_one_of_its_elements_placements(problem):
     for node in getitems:
         elements = {c.outputs[node.index] for c in problem.candidates[node.source]}
         assert {c.outputs[0] for c in problem.candidates[node.name]} == elements
-
-
-def test_saved_activations_are_the_forward_values_the_backward_reads(problem):
-    graph = problem.graph
-    saved = saved_activations(graph)
-    read_by_backward = {p for node in graph if node.phase == "backward" for p in node.operands
-                        if graph[p].phase == "forward" and graph[p].role in ("op", "getitem")}
-    assert saved == read_by_backward
-    assert bool(saved) == graph.is_training()
 
 
 def test_what_the_policy_drops_is_logged_with_the_dim_its_size_and_the_reason():
