@@ -17,6 +17,8 @@ Importing this package does not import torch; the submodules do when used.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from lowering.errors import GuardViolation, InputError, LoweringError, RankMismatch
@@ -59,3 +61,18 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'lowering' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """This package's module type. Loading a submodule binds it on its package under its own
+    name, which would make ``lowering.lower`` the module ``lowering/lower.py`` instead of the
+    public function once anything imported that module; a public name keeps its object (the
+    module's own names are imported with ``from lowering.lower import ...``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
