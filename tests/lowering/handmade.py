@@ -1,8 +1,15 @@
-"""Hand-made plans for lowering tests that must not depend on the planner's choices."""
+"""Hand-made plans, and one rank's view of a mesh with no process group, for lowering tests that
+must not depend on the planner's choices or start processes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh
+
+from lowering.mesh_groups import MeshGroups
 
 from planner.graph import input_roles, output_roles, read_graph
 from planner.mesh import Mesh
@@ -33,3 +40,13 @@ def handmade_plan(gm, mesh: Mesh, placements: Mapping[str, str], *, redistributi
                                           decision_nodes=0, variables=0, constraints=0, objective=0.0, bound=None,
                                           gap=None),
     )
+
+
+def rank_view(mesh: Mesh, coordinate: Sequence[int]) -> MeshGroups:
+    """The mesh as the rank at ``coordinate`` sees it, with no process group behind it: what
+    needs no communication (sharding, registering DTensors, programs without collectives) runs
+    in this process as that rank."""
+    rank = sum(c * math.prod(mesh.shape[a + 1:]) for a, c in enumerate(coordinate))
+    device_mesh = DeviceMesh("cpu", torch.arange(mesh.size).reshape(mesh.shape), mesh_dim_names=mesh.axis_names,
+                             _init_backend=False, _rank=rank)
+    return MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(f"unused:{name}" for name in mesh.axis_names))
