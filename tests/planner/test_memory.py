@@ -108,28 +108,3 @@ def test_estimate_is_within_15_percent_of_the_bytes_a_run_keeps_live(training):
             values[node.name] = x if planned.role == "input" else torch.ones_like(x)
     measured = _run_measured(gm, problem.graph, values)
     assert abs(estimate - measured) <= 0.15 * measured, (estimate, measured)
-
-
-def test_views_and_in_place_results_share_their_base_storage():
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from planner.graph import read_graph
-    from planner.problem import Liveness
-
-    def f(x):
-        y = x * 2
-        y.add_(1)
-        top, bottom = y.split(2)
-        z = top.t() + bottom
-        return z.exp().sum() + x
-
-    graph = read_graph(make_fx(f)(torch.randn(4, 2)))
-    live = Liveness.of(graph)
-    assert {n.target: n.alias_of for n in graph if n.role == "op" and n.alias_of} == {
-        "aten.add_.Tensor": "mul", "aten.split.Tensor": "add_", "aten.t.default": "getitem"}
-    assert live.holders == ("x_1", "mul", "add", "exp", "sum_1", "add_1")  # x_1: the input; the rest allocate
-    span = {h: (int(s), int(e)) for h, s, e in zip(live.holders, live.start, live.end)}
-    step = live.step
-    assert span["mul"] == (step["mul"], step["add"])  # read through its views until the sum, then freed
-    assert span["add"] == (step["add"], step["exp"])  # a temporary dies at its last use
-    assert span["x_1"] == (0, len(live.steps) - 1)  # the caller holds its input
