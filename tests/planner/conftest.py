@@ -19,6 +19,13 @@ def tiny_mlp():
     return problem_of(model, torch.randn(16, 32, device="meta"), Mesh((2,)), batch_sizes=[16, 4096])
 
 
+@pytest.fixture(scope="module")
+def training_mlp():
+    """The same MLP's joint forward+backward graph on a (2, 2) mesh, costed at batches 16 and 4096."""
+    return problem_of(on_meta(MLP, 32, 64), torch.randn(16, 32, device="meta"), Mesh((2, 2)), training=True,
+                      batch_sizes=[16, 4096])
+
+
 @pytest.fixture(scope="session")
 def decoder_trace():
     """A 3-layer decoder's joint forward+backward graph (dynamic batch), traced once per session."""

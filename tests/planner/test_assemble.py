@@ -5,15 +5,12 @@ on, its cost and regret per batch point, and each decision's cheapest alternativ
 from __future__ import annotations
 
 import pytest
-import torch
 
-from planner import Mesh, PlanOptions
+from planner import PlanOptions
 from planner.assemble import assemble_plan
 from planner.ilp import IlpModel, Optimum
 from planner.placements import decode, decode_one, encode
 from planner.problem import MEMORY_PARTS
-from tests.planner.models import MLP, on_meta
-from tests.planner.problems import problem_of
 
 
 def _assembled(problem, *, optima=None, constraints=("Eq(Mod(s0, 4), 0)",), **options):
@@ -34,18 +31,15 @@ def test_placements_are_the_ones_the_solution_chose(tiny_mlp):
     assert plan.output_placements == tuple(decode(tiny_mlp.output_codes(solution.choices, name)) for name in graph.outputs)
 
 
-@pytest.fixture(scope="module")
-def training_mlp():
-    """The MLP's joint graph on a (2, 2) mesh, and a memory budget that makes its plan split the weights."""
-    problem = problem_of(on_meta(MLP, 32, 64), torch.randn(16, 32, device="meta"), Mesh((2, 2)), training=True,
-                         batch_sizes=[16, 4096])
+def _budget(problem):
+    """A memory budget that makes the problem's plan split the weights."""
     free = IlpModel(problem).solve(problem.points.weights)
-    return problem, 0.6 * float(sum(problem.evaluate(free.choices).memory.values()).max())
+    return 0.6 * float(sum(problem.evaluate(free.choices).memory.values()).max())
 
 
 def test_every_operand_placed_otherwise_than_its_consumer_needs_is_redistributed_step_by_step(training_mlp):
-    problem, budget = training_mlp
-    solution, plan = _assembled(problem, memory_budget=budget)
+    problem = training_mlp
+    solution, plan = _assembled(problem, memory_budget=_budget(problem))
     graph, weights = problem.graph, problem.points.weights
     assert any(p.is_shard() for ps in plan.param_placements.values() for p in ps)
     assert len({s.kind for r in plan.redistributions for s in r.steps}) > 1
@@ -80,8 +74,8 @@ def test_the_plans_cost_is_the_objective_and_the_true_cost_at_each_point(tiny_ml
 
 
 def test_every_split_dim_has_a_proof_and_the_guards_are_the_constraints(training_mlp):
-    problem, budget = training_mlp
-    _, plan = _assembled(problem, memory_budget=budget)
+    problem = training_mlp
+    _, plan = _assembled(problem, memory_budget=_budget(problem))
     proved = {(p.node, p.dim) for p in plan.proofs}
     for name, placements in plan.placements.items():
         for placement in placements:
