@@ -3,8 +3,8 @@
 The cost of a choice is its groups' compute and in-group resharding plus the resharding on
 every edge class whose other group is already decided (later neighbours are ignored). If
 the result breaks the memory budget, memory is priced in with a multiplier that doubles
-until the plan fits (or the multiplier is absurd, and the best effort is returned with
-status ``over memory budget``). Same interface as :class:`~planner.ilp.IlpModel`.
+until the plan fits (or the multiplier is absurd, and the best effort, the plan of all passes
+that needs the least memory, is returned with status ``over memory budget``). Same interface as :class:`~planner.ilp.IlpModel`.
 """
 
 from __future__ import annotations
@@ -62,18 +62,29 @@ class GreedyModel:
     def _peak_memory(self, choices: list[int]) -> float:
         return float(self.problem.peak_memory(choices).total.max())
 
+    def _fit_memory(self, weights: np.ndarray, unpriced: list[int]) -> tuple[list[int], str]:
+        """The first pass with memory priced in, at a price that doubles, whose plan fits the budget;
+        if none does, the plan of all passes (``unpriced`` included) that needs the least memory."""
+        budget = self.memory_budget
+        assert budget is not None
+        scale = float(max(self.problem.group_cost(g, weights).max() for g in range(len(self.problem.groups)))) or 1.0
+        price = scale / max(budget, 1.0)
+        least, least_peak = unpriced, self._peak_memory(unpriced)
+        while price < 1e12 * scale:
+            choices = self._pass(weights, price)
+            peak = self._peak_memory(choices)
+            if peak <= budget:
+                return choices, "greedy"
+            if peak < least_peak:
+                least, least_peak = choices, peak
+            price *= 2
+        return least, "over memory budget"
+
     def solve(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Solution:
         start = time.perf_counter()
-        price = 0.0
-        choices = self._pass(weights, price)
+        choices = self._pass(weights, 0.0)
         status = "greedy"
         if self.memory_budget is not None and self._peak_memory(choices) > self.memory_budget:
-            scale = float(max(self.problem.group_cost(g, weights).max() for g in range(len(self.problem.groups)))) or 1.0
-            price = scale / max(self.memory_budget, 1.0)
-            while self._peak_memory(choices) > self.memory_budget and price < 1e12 * scale:
-                choices = self._pass(weights, price)
-                price *= 2
-            if self._peak_memory(choices) > self.memory_budget:
-                status = "over memory budget"
+            choices, status = self._fit_memory(weights, choices)
         objective = float(self.problem.evaluate(choices, weights).total @ weights)
         return Solution(choices, status, objective, None, None, 0, 0, self.build_seconds, time.perf_counter() - start)
