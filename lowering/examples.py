@@ -64,7 +64,7 @@ class Attention(nn.Module):
         if self.rotary:
             q, k = _rotate(q, self.cos, self.sin), _rotate(k, self.cos, self.sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o(y.transpose(1, 2).reshape(batch, seq, dim))
+        return self.o(y.transpose(1, 2).reshape(batch, seq, -1))  # -1: tensor parallel peers compute some heads
 
 
 class _Block(nn.Module):

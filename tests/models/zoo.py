@@ -1,0 +1,144 @@
+"""Models nobody on the project wrote, in tiny configs (random init, no downloads), with the
+data and the loss each is trained on.
+
+Each :class:`Case` builds its model seeded (the same weights on every rank and on one device),
+makes the ``(inputs, target)`` batch of a step from the batch size alone (the same on every rank),
+and computes the loss from the model's output. Transformers models are wrapped as
+``ids -> first output`` with dropout off, in eval mode (no random masks: ranks and one device
+compute the same function); the CNN's BatchNorm runs in eval mode on its running statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+SEQ, VOCAB, WIDTH, CLASSES = 8, 64, 32, 10
+
+
+class FirstOutput(nn.Module):
+    """A transformers model as ``ids -> its first output`` (logits, or an encoder's hidden states)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.m = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.m(input_ids=ids, return_dict=False)[0]
+
+
+class SmallCNN(nn.Module):
+    """Two conv-BatchNorm-ReLU stages, global average pooling and a linear classifier (no torchvision)."""
+
+    def __init__(self, channels: int = 16, classes: int = CLASSES) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, 2 * channels, 3, padding=1, bias=False), nn.BatchNorm2d(2 * channels), nn.ReLU())
+        self.classifier = nn.Linear(2 * channels, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(images).mean(dim=(2, 3)))
+
+
+def _gpt2() -> nn.Module:
+    import transformers
+
+    config = transformers.GPT2Config(n_layer=1, n_embd=WIDTH, n_head=2, vocab_size=VOCAB, n_positions=SEQ,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                                     bos_token_id=0, eos_token_id=0)
+    return FirstOutput(transformers.GPT2LMHeadModel(config))
+
+
+def _llama() -> nn.Module:
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=2 * WIDTH,
+                                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=SEQ, use_cache=False, bos_token_id=0, eos_token_id=0,
+                                      pad_token_id=0)
+    return FirstOutput(transformers.LlamaForCausalLM(config))
+
+
+def _bert() -> nn.Module:
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=2 * WIDTH, max_position_embeddings=SEQ,
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0)
+    return FirstOutput(transformers.BertForMaskedLM(config))
+
+
+def _t5_encoder() -> nn.Module:
+    import transformers
+
+    config = transformers.T5Config(vocab_size=VOCAB, d_model=WIDTH, d_kv=8, d_ff=2 * WIDTH, num_layers=1, num_heads=4,
+                                   relative_attention_num_buckets=8, dropout_rate=0.0, use_cache=False)
+    return FirstOutput(transformers.T5EncoderModel(config))
+
+
+def _token_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(batch)
+    return (torch.randint(0, VOCAB, (batch, SEQ), generator=generator),
+            torch.randint(0, VOCAB, (batch, SEQ), generator=generator))
+
+
+def _hidden_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(batch)
+    return torch.randint(0, VOCAB, (batch, SEQ), generator=generator), torch.randn(batch, SEQ, WIDTH, generator=generator)
+
+
+def _image_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(batch)
+    return torch.randn(batch, 3, 8, 8, generator=generator), torch.randint(0, CLASSES, (batch,), generator=generator)
+
+
+def _token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A model to train: how to build it, a step's batch, and the loss on its output."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    memory_budget: int
+    """Bytes per device on a (2, 2) mesh, planned at batch 4: twice the weights, less than they take
+    replicated with their gradients and AdamW state, so the plan must split weights too."""
+
+    def model(self) -> nn.Module:
+        """The model, seeded: the same weights wherever it is built; in eval mode (no dropout, BatchNorm on running stats)."""
+        torch.manual_seed(0)
+        return self.build().eval()
+
+
+CASES: dict[str, Case] = {case.name: case for case in (
+    Case("gpt2", _gpt2, _token_batch, _token_loss, 2100_000),
+    Case("llama", _llama, _token_batch, _token_loss, 107_000),
+    Case("bert", _bert, _token_batch, _token_loss, 97_000),
+    Case("t5-encoder", _t5_encoder, _hidden_batch, F.mse_loss, 83_000),
+    Case("cnn", SmallCNN, _image_batch, F.cross_entropy, 100_000),
+)}
+
+
+def train_one_device(case: Case, batch_sizes: list[int], lr: float = 1e-2) -> list[tuple[float, dict[str, torch.Tensor]]]:
+    """The reference: AdamW on one device; per step, the loss and every parameter after the step."""
+    model = case.model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    history: list[tuple[float, dict[str, Any]]] = []
+    for batch in batch_sizes:
+        inputs, target = case.batch(batch)
+        loss = case.loss(model(inputs), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        history.append((loss.item(), {n: p.detach().clone() for n, p in model.named_parameters()}))
+    return history
