@@ -9,7 +9,9 @@ The walk-through, printed as it happens:
 2. launch 4 gloo processes on this machine; each lowers the plan and compiles it once with
    Inductor (rank 0 reports progress while it compiles);
 3. run each batch size, compare with the single-device model, and print the compile count
-   and the per-step times.
+   and the per-step times;
+4. build the training module (a joint forward+backward plan, its forward and backward programs)
+   and take a few AdamW steps on one batch: the loss printed at each step falls.
 
 Registered as a ``shapecore`` subcommand through the ``shapecore.commands`` entry-point group
 (:data:`shapecore.cli.PLUGIN_GROUP`) by :func:`register`.
@@ -45,12 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Trace a 2-layer LLaMA-style decoder with a dynamic batch, plan it on a (2, 2) CPU mesh "
         f"under {CONSTRAINT}, print the plan with the proofs and guards it relies on, then run several batch "
         "sizes on 4 gloo processes from one Inductor compile per rank and check them against one device.",
-        epilog="examples:\n  shapecore demo\n  shapecore demo --batch-sizes 8,16,24,32 --steps 10",
+        epilog="examples:\n  shapecore demo\n  shapecore demo --batch-sizes 8,16,24,32 --steps 10 --train-steps 3",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--batch-sizes", default="8,16,24", type=_batch_sizes,
                         help=f"comma-separated global batch sizes (default 8,16,24); each must satisfy {CONSTRAINT}")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per batch size (default 5)")
+    parser.add_argument("--train-steps", type=int, default=5,
+                        help="AdamW steps of the training module afterwards (default 5; 0 skips training)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before the processes are stopped (default 300)")
     parser.set_defaults(run=run)
 
@@ -143,7 +147,7 @@ class _Progress:
             _say(f"  rank 0: still {self.phase} ({time.monotonic() - self.start:.0f} s)")
 
 
-def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> dict[str, Any]:
+def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int, train_steps: int) -> dict[str, Any]:
     import torch
 
     from lowering.parallel import ParallelModule
@@ -180,7 +184,34 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int) -> 
                      "step_ms": 1000 * statistics.median(times)})
         if rank == 0:
             _say(f"rank 0: batch {batch} done")
-    return {"rows": rows, "compile_seconds": pm.compile_seconds, "timings": pm.timings}
+    losses = _train(rank, batch_sizes[0], train_steps) if train_steps else []
+    return {"rows": rows, "compile_seconds": pm.compile_seconds, "timings": pm.timings, "losses": losses}
+
+
+def _train(rank: int, batch: int, steps: int) -> list[float]:
+    """``steps`` AdamW steps of a training module (planned on rank 0) on one batch: next-token cross-entropy."""
+    import torch
+    from torch.nn import functional as F
+
+    from lowering.parallel import ParallelModule
+
+    if rank == 0:
+        _say(f"rank 0: planning, lowering and compiling the training step (forward and backward, batch {batch})…")
+    ids = tokens(batch)
+    pm = ParallelModule(decoder(), (ids,), dynamic_shapes=dynamic_shapes(), mesh=(2, 2), training=True,
+                        constraints=[CONSTRAINT], hardware="cpu-gloo")
+    optimizer = torch.optim.AdamW(pm.parameters(), lr=1e-2)
+    labels = ids.roll(-1, dims=1)
+    losses = []
+    for step in range(steps):
+        loss = F.cross_entropy(pm(ids).full_tensor().flatten(0, 1), labels.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        if rank == 0:
+            _say(f"rank 0: training step {step + 1}: loss {losses[-1]:.4f}")
+    return losses
 
 
 def run(args: argparse.Namespace) -> int:
@@ -203,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     _say()
     _say(f"launching 4 processes ({time.monotonic() - start:.0f} s so far)…")
     results = launch(functools.partial(_rank, plan_json=plan.to_json(), batch_sizes=args.batch_sizes,
-                                       steps=args.steps), 4, timeout=args.timeout)
+                                       steps=args.steps, train_steps=args.train_steps), 4, timeout=args.timeout)
     _say()
     _say(f"{'batch':>6} {'max rel. error':>15} {'compiles':>9} " + " ".join(f"{'rank ' + str(r) + ' ms/step':>15}" for r in range(4)))
     ok = True
@@ -218,5 +249,12 @@ def run(args: argparse.Namespace) -> int:
     _say()
     _say(f"Inductor compiles per rank: {sorted({r['rows'][-1]['compiles'] for r in results})} for "
          f"{len(args.batch_sizes)} batch sizes (longest compile {compile_seconds:.1f} s); "
-         f"outputs {'match' if ok else 'DO NOT match'} one device (rtol 1e-4); total {time.monotonic() - start:.0f} s")
+         f"outputs {'match' if ok else 'DO NOT match'} one device (rtol 1e-4)")
+    losses = results[0]["losses"]
+    if losses:
+        falling = losses[-1] < losses[0]
+        ok &= falling
+        _say(f"training ({len(losses)} AdamW steps on one batch): loss " + " -> ".join(f"{x:.3f}" for x in losses)
+             + ("" if falling else " DID NOT fall"))
+    _say(f"total {time.monotonic() - start:.0f} s")
     return 0 if ok else 1

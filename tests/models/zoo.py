@@ -129,10 +129,10 @@ CASES: dict[str, Case] = {case.name: case for case in (
 )}
 
 
-def train_one_device(case: Case, batch_sizes: list[int], lr: float = 1e-2) -> list[tuple[float, dict[str, torch.Tensor]]]:
-    """The reference: AdamW on one device; per step, the loss and every parameter after the step."""
+def train_one_device(case: Case, batch_sizes: list[int], **adamw: Any) -> list[tuple[float, dict[str, torch.Tensor]]]:
+    """The reference: AdamW (``adamw`` its options) on one device; per step, the loss and every parameter after it."""
     model = case.model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(model.parameters(), **adamw)
     history: list[tuple[float, dict[str, Any]]] = []
     for batch in batch_sizes:
         inputs, target = case.batch(batch)
