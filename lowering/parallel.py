@@ -328,8 +328,9 @@ class ParallelModule(nn.Module):
         if forward != list(range(len(forward))):
             raise LoweringError("the joint graph's user outputs and buffer updates are not its first outputs; it "
                                 "cannot be split")
-        tangents = {k for k, (kind, _) in enumerate(self._feed) if kind == "tangent"}
-        return partition(self.program, len(forward), tangents)
+        symbols = len(self.program.symbols)
+        tangents = {symbols + k for k, (kind, _) in enumerate(self._feed) if kind == "tangent"}
+        return partition(self.program.graph_module, self.program.example_inputs, len(forward), tangents)
 
     def _specs(self, leaves: Sequence[str]) -> list[InputSpec]:
         count = len(self.plan.input_placements)

@@ -9,9 +9,10 @@ gradients of whatever loss the user computed as its tangents.
 
 :func:`partition` does the split with AOTAutograd's own partitioner (``default_partition``:
 it saves what the forward computed, recomputing nothing). The forward is the dataflow cone
-of the user outputs: the lowering emits an output's redistribution where the output node is,
-after the backward, so those nodes are moved ahead first (every rank moves the same ones, so
-collectives keep one order on every rank).
+of the user outputs, with every value of a multi-output op in it (the batch statistics that
+BatchNorm's forward returns beside its output are read by its backward only): the lowering emits
+an output's redistribution where the output node is, after the backward, so those nodes are
+moved ahead first (every rank moves the same ones, so collectives keep one order on every rank).
 """
 
 from __future__ import annotations
@@ -22,19 +23,20 @@ from typing import TYPE_CHECKING, Any
 from lowering.errors import LoweringError
 
 if TYPE_CHECKING:
-    from torch.fx import GraphModule, Node
+    from collections.abc import Sequence
 
-    from lowering.lower import LocalProgram
+    from torch.fx import GraphModule, Node
 
 __all__ = ["Partitioned", "partition"]
 
 
 @dataclass(frozen=True)
 class Partitioned:
-    """The two programs of a joint local program.
+    """The two programs of a joint program.
 
-    ``forward(*symbols, *tensors, coordinate)`` takes the joint program's inputs without the
-    tangents and returns the ``user_outputs`` user outputs, then the saved values;
+    ``forward`` takes the joint program's inputs without the tangents (a local program's
+    ``*symbols, *tensors, coordinate``) and returns the ``user_outputs`` user outputs, then the
+    saved values;
     ``backward`` takes, per input, ``("saved", k)`` (the forward's saved value ``k``) or
     ``("tangent", k)`` (the joint program's tangent ``k``, in input order) as
     :attr:`backward_inputs` lists, and returns the joint program's remaining outputs (the
@@ -44,12 +46,16 @@ class Partitioned:
     forward: GraphModule
     backward: GraphModule
     user_outputs: int
-    tangent_inputs: tuple[int, ...]
-    """Positions of the tangents among the joint program's tensor inputs."""
     backward_inputs: tuple[tuple[str, int], ...]
 
 
-def _cone(outputs: list[Node]) -> set[Node]:
+def _forward_nodes(outputs: list[Node]) -> set[Node]:
+    """The dataflow cone of ``outputs``, and every ``getitem`` of a multi-output op in it: an op
+    runs whole in the forward, so each of its values is the forward's, to save if the backward
+    reads it (BatchNorm's saved mean and inverse std). Left to the backward, such a value would
+    read an op the backward does not have."""
+    import operator
+
     found: set[Node] = set()
     stack = list(outputs)
     while stack:
@@ -57,6 +63,7 @@ def _cone(outputs: list[Node]) -> set[Node]:
         if node not in found:
             found.add(node)
             stack.extend(node.all_input_nodes)
+            stack.extend(user for user in node.users if user.target is operator.getitem)
     return found
 
 
@@ -70,7 +77,7 @@ def _forward_first(gm: GraphModule, user_outputs: int, tangents: set[int]) -> Gr
     nodes = list(gm.graph.nodes)
     output = gm.graph.output_node()
     leaves = list(output.args[0])
-    forward = _cone([x for x in leaves[:user_outputs] if isinstance(x, Node)])
+    forward = _forward_nodes([x for x in leaves[:user_outputs] if isinstance(x, Node)])
     placeholders = [n for n in nodes if n.op == "placeholder"]
     order = placeholders + [n for n in nodes if n.op not in ("placeholder", "output") and n in forward] + [
         n for n in nodes if n.op not in ("placeholder", "output") and n not in forward]
@@ -89,14 +96,14 @@ def _forward_first(gm: GraphModule, user_outputs: int, tangents: set[int]) -> Gr
     return torch.fx.GraphModule(gm, graph)
 
 
-def partition(program: LocalProgram, user_outputs: int, tangents: set[int]) -> Partitioned:
-    """Split ``program`` (a joint graph whose first ``user_outputs`` outputs are the user outputs)
-    into forward and backward; ``tangents``: positions of the tangents among its tensor inputs."""
+def partition(joint: GraphModule, example_inputs: Sequence[Any], user_outputs: int, tangents: set[int]) -> Partitioned:
+    """Split ``joint`` (a joint graph whose first ``user_outputs`` outputs are the user outputs,
+    traced at ``example_inputs``) into forward and backward; ``tangents``: positions of the
+    tangents among its inputs."""
     from shapecore.torch.private import default_partition
 
-    symbols = len(program.symbols)
-    joint = _forward_first(program.graph_module, user_outputs, {symbols + k for k in tangents})
-    forward, backward = default_partition(joint, program.example_inputs, num_fwd_outputs=user_outputs)
+    forward, backward = default_partition(_forward_first(joint, user_outputs, tangents), list(example_inputs),
+                                          num_fwd_outputs=user_outputs)
     saved = [n.name for n in forward.graph.output_node().args[0][user_outputs:]]
     tangent_order = {f"tangents_{count}": count - 1 for count in range(1, len(tangents) + 1)}
     inputs: list[tuple[str, int]] = []
@@ -110,7 +117,7 @@ def partition(program: LocalProgram, user_outputs: int, tangents: set[int]) -> P
         else:
             raise LoweringError(f"the backward program reads {node.name}, which the forward neither saves nor is a "
                                 "tangent; the joint graph cannot be split")
-    return Partitioned(forward, backward, user_outputs, tuple(sorted(tangents)), tuple(inputs))
+    return Partitioned(forward, backward, user_outputs, tuple(inputs))
 
 
 def example_values(gm: GraphModule) -> list[Any]:

@@ -1,0 +1,44 @@
+"""partition(): a joint forward+backward graph split into a forward program (user outputs and
+saved values) and a backward program (saved values and tangents -> gradients) that together
+compute what autograd computes. One process, the traced global joint graph, run eagerly."""
+
+import torch
+from torch import nn
+from torch.export import Dim
+
+from lowering.partition import example_values, partition
+from shapecore.torch import trace_for_planning
+
+
+def _bn_model() -> nn.Module:
+    """A linear layer and BatchNorm in eval mode (running statistics not trivial): its forward
+    returns the saved mean and inverse std beside its output, and only its backward reads them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Tanh())
+    model[1].running_mean.uniform_(-1, 1)
+    model[1].running_var.uniform_(0.5, 2)
+    return model.eval()
+
+
+def test_a_batchnorm_in_eval_mode_splits_into_programs_that_compute_autograds_gradients():
+    model = _bn_model()
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    traced = trace_for_planning(model, (x,), dynamic_shapes=({0: Dim("batch")},), training=True)
+    gm = traced.graph_module
+    for node in gm.graph.nodes:  # as a lowered program (retraced by make_fx): no AOTAutograd forward tags
+        node.meta.pop("partitioner_tag", None)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tangents = {k for k, n in enumerate(placeholders) if n.name.startswith("tangents")}
+    split = partition(gm, example_values(gm), 1, tangents)  # failed: 'Node getitem_... was invalid, but is output'
+
+    primals = [*(p.detach() for p in model.parameters()), *model.buffers(), x]
+    assert len(primals) + len(tangents) == len(placeholders)
+    out, *saved = split.forward(*primals)
+    tangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    grads = split.backward(*(saved[k] if kind == "saved" else tangent for kind, k in split.backward_inputs))
+
+    expected = model(x)
+    expected.backward(tangent)
+    torch.testing.assert_close(out, expected.detach())
+    for (name, parameter), grad in zip(model.named_parameters(), grads, strict=False):
+        torch.testing.assert_close(grad, parameter.grad, msg=lambda m: f"{name}: {m}")
