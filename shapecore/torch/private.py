@@ -110,13 +110,17 @@ def joint_graph_with_export_shapes(model: Any, args: tuple[Any, ...], kwargs: di
     torch.export's non-strict steps before and after its own trace
     (``torch._export.non_strict_utils.make_fake_inputs`` and
     ``produce_guards_and_solve_constraints``) around ``aot_export_joint_with_descriptors``
-    (the caller records which module made each node). A guard that narrows a ``Dim`` raises
-    torch.export's ``UserError`` (``torch._dynamo.exc``) as export does.
+    (the caller records which module made each node), traced in export's compiling state
+    (``torch._export.utils._compiling_state_context``: ``torch.compiler.is_compiling()`` and
+    ``is_exporting()`` true, so a model skips eager-only data-dependent checks as it does under
+    ``torch.export``, such as transformers' packed-sequence check). A guard that narrows a
+    ``Dim`` raises torch.export's ``UserError`` (``torch._dynamo.exc``) as export does.
     """
     import contextlib
 
     from torch._dynamo.exc import UserError, UserErrorType
     from torch._export.non_strict_utils import make_fake_inputs, produce_guards_and_solve_constraints
+    from torch._export.utils import _compiling_state_context
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
     from torch.utils._sympy.value_ranges import ValueRangeError
@@ -125,6 +129,7 @@ def joint_graph_with_export_shapes(model: Any, args: tuple[Any, ...], kwargs: di
         model, args, kwargs, dynamic_shapes)
     with contextlib.ExitStack() as stack:
         stack.enter_context(fake_mode)
+        stack.enter_context(_compiling_state_context())
         joint = aot_export_joint_with_descriptors(stack, model, tuple(fake_args), fake_kwargs or None)
     try:
         produce_guards_and_solve_constraints(fake_mode, joint.graph_module, dynamic_shapes, equalities, signature)

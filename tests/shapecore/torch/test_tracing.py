@@ -149,6 +149,25 @@ def test_the_training_trace_is_traced_once_and_matches_export_then_joint(dims):
     assert set(traced.dim_exprs) == {d.__name__ for d in dims.values()} | ({"k"} if "k" in str(dims) else set())
 
 
+class _EagerOnlyCheck(nn.Module):
+    """A data-dependent check skipped when compiling or exporting, as transformers' models make
+    (the packed-sequence check of their attention masks)."""
+
+    def forward(self, x):
+        if not torch.compiler.is_compiling() and bool((x > 0).all()):
+            return x
+        return x * 2
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_model_traces_for_planning_in_export_s_compiling_state(training):
+    # The training trace ran the model eagerly in fake mode: GuardOnDataDependentSymNode.
+    traced = trace_for_planning(_EagerOnlyCheck(), (torch.randn(6, 8),), dynamic_shapes={"x": {0: Dim("batch")}},
+                                training=training)
+    assert "aten.mul.Tensor" in _targets(traced.graph_module)
+    assert not torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+
+
 def test_the_training_trace_raises_export_constraint_violations():
     spec = {"x": {0: Dim("n", min=3, max=10000)}}
     with pytest.raises(Exception, match="Constraints violated"):
