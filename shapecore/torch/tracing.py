@@ -12,8 +12,9 @@ attention, normalizations, activations); or, for training, the joint forward+bac
 (``aot_export_joint_with_descriptors``) traced once, straight from the model, over inputs made
 symbolic as ``torch.export`` makes them (the same symbols, ranges, ``Dim`` names and
 constraint checks), whose inputs and outputs carry descriptors (parameter, user input,
-tangent; gradient, user output). torch's ShapeEnv is handed to shapecore after the trace, so
-every guard is included.
+tangent; gradient, user output); a tied parameter is read through the input of its first
+name, with one gradient. torch's ShapeEnv is handed to shapecore after the trace, so every
+guard is included.
 """
 
 from __future__ import annotations
@@ -296,6 +297,44 @@ def _backend_neutral() -> Any:
         yield
 
 
+def _read_tied_parameters_once(gm: GraphModule, model: torch.nn.Module) -> None:
+    """Make ``gm`` (a joint graph) read each tied parameter through the input of its first name,
+    with one gradient there: the sum of the gradients of all its names.
+
+    AOT lifts every name of a tied parameter as its own input and differentiates each apart
+    (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``: the head's gradient arrives at
+    one input, the embedding's at the other), while one device accumulates both into the one
+    tensor. The other names' inputs stay, unread (as ``torch.export`` leaves them), their
+    gradients None.
+    """
+    import torch
+
+    first: dict[int, str] = {}
+    tied = {name: first.setdefault(id(p), name) for name, p in model.named_parameters(remove_duplicate=False)}
+    inputs = {getattr(n.meta.get("desc"), "target", None): n for n in gm.graph.find_nodes(op="placeholder")}
+    output = gm.graph.output_node()
+    leaves = list(output.args[0])
+    grads = {getattr(getattr(d, "grad_of", None), "target", None): k for k, d in enumerate(output.meta.get("desc", ()))}
+    for name, own in tied.items():
+        if name == own or name not in inputs or own not in inputs:
+            continue
+        inputs[name].replace_all_uses_with(inputs[own])
+        other = grads.get(name)
+        if other is None or leaves[other] is None:
+            continue
+        into = grads[own]  # the same tensor: a gradient for one name is a gradient for every name
+        if leaves[into] is None:
+            leaves[into] = leaves[other]
+        else:
+            with gm.graph.inserting_before(output):
+                total = gm.graph.call_function(torch.ops.aten.add.Tensor, (leaves[into], leaves[other]))
+            total.meta["val"] = leaves[into].meta["val"] + leaves[other].meta["val"]
+            leaves[into] = total
+        leaves[other] = None
+    output.args = (leaves, *output.args[1:])
+    gm.recompile()
+
+
 def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any,
                        training: bool = False) -> Traced:
     """The graph the planner plans and the lowering lowers (see the module docstring).
@@ -310,6 +349,7 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
 
             with _recording_module_stack(model):
                 gm, shape_env = joint_graph_with_export_shapes(model, tuple(example_inputs), {}, dynamic_shapes)
+            _read_tied_parameters_once(gm, model)
             planned = None
         else:
             exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)

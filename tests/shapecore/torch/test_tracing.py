@@ -168,6 +168,38 @@ def test_a_model_traces_for_planning_in_export_s_compiling_state(training):
     assert not torch.compiler.is_compiling() and not torch.compiler.is_exporting()
 
 
+class _TiedHead(nn.Module):
+    """An embedding whose weight is also the output head's, as GPT-2 ties them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.mix = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 16, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.mix(self.embed(tokens))))
+
+
+def test_the_training_trace_reads_a_tied_parameter_once_with_the_sum_of_its_gradients():
+    torch.manual_seed(0)
+    model, tokens = _TiedHead(), torch.randint(0, 16, (4, 3))
+    gm = trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=True).graph_module
+    placeholders = {getattr(n.meta.get("desc"), "target", None): n for n in gm.graph.nodes if n.op == "placeholder"}
+    assert not placeholders["head.weight"].users  # lifted, as export lifts every name, but not read
+
+    tangent = torch.randn(4, 3, 16)
+    primals = [p.detach() for _, p in model.named_parameters(remove_duplicate=False)] + [tokens]
+    _, grads = gm(primals, [tangent])  # (user outputs, a gradient per primal)
+    model(tokens).backward(tangent)
+    names = [name for name, _ in model.named_parameters(remove_duplicate=False)]
+    assert names[grads.index(None)] == "head.weight"  # one gradient for the tensor, under its first name
+    for name, grad in zip(names, grads):
+        if grad is not None:  # embed.weight: the embedding's gradient and the head's, as one device sums them
+            torch.testing.assert_close(grad, model.get_parameter(name).grad, msg=lambda m: f"{name}: {m}")
+
+
 def test_the_training_trace_raises_export_constraint_violations():
     spec = {"x": {0: Dim("n", min=3, max=10000)}}
     with pytest.raises(Exception, match="Constraints violated"):
