@@ -106,10 +106,12 @@ def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None =
     """Compile ``program`` with Inductor (its forward and backward when ``partitioned``): dynamic in
     the local symbols, or specialized to ``values``."""
     from shapecore import int_symbol
+    from shapecore.torch import backend_neutral
     from shapecore.torch.private import compile_fx
 
     def compiled(gm: Any, example: Sequence[Any]) -> Any:
-        return compile_fx(gm, list(example) if values is None else _at(program, values, example))
+        with backend_neutral():  # no guard from a convolution backend's choice (see backend_neutral)
+            return compile_fx(gm, list(example) if values is None else _at(program, values, example))
 
     start = time.perf_counter()
     if partitioned is None:

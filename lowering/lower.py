@@ -57,7 +57,8 @@ from lowering.mesh_groups import MeshGroups, mesh_groups
 from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
 from planner import Mesh, Plan, Redistribution
 from shapecore import ShapeEnv, prove
-from shapecore.torch import TorchSymbols, from_torch, graph_shape_env, size_expr, to_symint, to_torch_symbols
+from shapecore.torch import (TorchSymbols, backend_neutral, from_torch, graph_shape_env, size_expr, to_symint,
+                             to_torch_symbols)
 from shapecore.torch.private import op_schema, tree_flatten
 
 if TYPE_CHECKING:
@@ -468,7 +469,8 @@ class _Replay:
             *tensors, coordinate = flat[len(names):]
             return self._run(dict(zip(names, flat[: len(names)])), tensors, coordinate)
 
-        local_gm = make_fx(local_program, tracing_mode="fake")(*example_symbols, *example_tensors)
+        with backend_neutral():  # as the global graph was traced: no guard from a convolution backend's choice
+            local_gm = make_fx(local_program, tracing_mode="fake")(*example_symbols, *example_tensors)
         local_gm.graph.eliminate_dead_code()
         local_gm.recompile()
         return local_gm, [*example_symbols, *example_tensors]

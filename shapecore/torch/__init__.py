@@ -6,7 +6,8 @@ does not import it. Modules:
 * :mod:`~shapecore.torch.tracing` — :func:`trace_export`, :func:`trace_compile`,
   :func:`trace_make_fx` (each returns a :class:`Traced`) and :func:`trace_for_planning`, the
   graph the planner plans and the lowering lowers (decomposed export, or the joint
-  forward+backward graph);
+  forward+backward graph), and :func:`backend_neutral`, under which the lowering retraces and
+  compiles it;
 * :mod:`~shapecore.torch.shape_env` — torch's ShapeEnv as shapecore's (:func:`from_torch`,
   :func:`torch_guards`, :func:`symbol_ranges`) and shapecore's symbols in a torch ShapeEnv
   (:func:`to_torch_symbols`);
@@ -21,12 +22,14 @@ does not import it. Modules:
 from shapecore.torch.expressions import UnmappableExpressionError, map_expr, size_expr, to_symint, to_torch
 from shapecore.torch.fake import graph_shape_env, shape_env_of
 from shapecore.torch.shape_env import TorchSymbols, from_torch, symbol_ranges, to_torch_symbols, torch_guards
-from shapecore.torch.tracing import Traced, trace_compile, trace_export, trace_for_planning, trace_make_fx
+from shapecore.torch.tracing import (Traced, backend_neutral, trace_compile, trace_export, trace_for_planning,
+                                     trace_make_fx)
 
 __all__ = [
     "Traced",
     "TorchSymbols",
     "UnmappableExpressionError",
+    "backend_neutral",
     "from_torch",
     "graph_shape_env",
     "map_expr",

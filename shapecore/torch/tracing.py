@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from torch.fx import GraphModule
     from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
 
-__all__ = ["Traced", "KEEP_WHOLE", "trace_export", "trace_compile", "trace_make_fx", "trace_for_planning"]
+__all__ = ["Traced", "KEEP_WHOLE", "backend_neutral", "trace_export", "trace_compile", "trace_make_fx",
+           "trace_for_planning"]
 
 
 @dataclass(frozen=True)
@@ -281,14 +282,14 @@ def _recording_module_stack(model: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _backend_neutral() -> Any:
-    """CPU convolution backends (mkldnn, NNPACK) off while tracing.
+def backend_neutral() -> Iterator[None]:
+    """CPU convolution backends (mkldnn, NNPACK) off while tracing or compiling.
 
     Fake convolution asks which backend the real one would take, only to pick its output's
     memory format, and that choice reads the batch size (NNPACK wants at least 16): the
     joint trace of a conv net at batch 8 would carry the guard ``s0 < 16`` and its plan
-    could serve no larger batch. The graph's ops are the same either way; at run time each
-    call still picks its backend.
+    could serve no larger batch (nor could a program compiled at that batch). The graph's
+    ops are the same either way; at run time each call still picks its backend.
     """
     import torch
 
@@ -343,7 +344,7 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
     signature names the parameters); with ``training=True`` the joint forward+backward graph,
     and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
     """
-    with _backend_neutral():
+    with backend_neutral():
         if training:
             from shapecore.torch.private import joint_graph_with_export_shapes
 
