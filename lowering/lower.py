@@ -140,6 +140,8 @@ _WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be spl
     _aten.sort.default: (1,), _aten.index_select.default: (1,), _aten.gather.default: (1,), _aten.flip.default: (1,),
     _aten.roll.default: (2,), _aten.topk.default: (2,), _aten.slice.Tensor: (1,),
 }
+_INDEXED = (_aten.gather.default, _aten.index_select.default)
+"""Ops whose dim argument is whole in their input only: an index split along it splits the output alike."""
 _VIEWS = (_aten.view.default, _aten._unsafe_view.default)
 _READS_SIZE = (_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default)
 
@@ -378,6 +380,8 @@ class _Checks:
     def whole_dims(self, node: Node, args: list[Any], kwargs: dict[str, Any], operands: list[Node]) -> None:
         """Raise when ``node`` needs a dim whole that the plan splits in one of its operands."""
         short = str(node.target).split(".")[1]
+        if node.target in _INDEXED:
+            operands = operands[:1]
         for index in _WHOLE_DIM[node.target]:
             argument = op_schema(node.target).arguments[index]
             dim = args[index] if index < len(args) else kwargs.get(argument.name, argument.default_value)
