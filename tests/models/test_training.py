@@ -43,13 +43,12 @@ def _gradients_per_parameter(pm, model):
     return counts
 
 
-def _train(rank, name, mesh, memory_budget):
+def _train(rank, name, mesh, options):
     case = CASES[name]
     inputs, _ = case.batch(BATCH_SIZES[0])
     model = case.model()
     pm = lowering.parallelize(model, (inputs,), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
-                              constraints=[CONSTRAINT], memory_budget=memory_budget, hardware="cpu-gloo",
-                              regret="off", time_limit=10)
+                              constraints=[CONSTRAINT], hardware="cpu-gloo", regret="off", **options)
     optimizer = torch.optim.AdamW(pm.parameters(), **OPTIMIZER)
     history = []
     for batch in BATCH_SIZES:
@@ -65,11 +64,12 @@ def _train(rank, name, mesh, memory_budget):
     return history, pm.compile_count, split, plan
 
 
-def _check(name, mesh, memory_budget):
-    """Train ``name`` on ``mesh`` and compare with one device; the names of the split parameters."""
+def _check(name, mesh, **options):
+    """Train ``name`` on ``mesh`` (``options``: plan options) and compare with one device; the names
+    of the split parameters."""
     ranks = 2 if mesh == (2,) else 4
     expected = train_one_device(CASES[name], BATCH_SIZES, **OPTIMIZER)
-    results = launch(functools.partial(_train, name=name, mesh=mesh, memory_budget=memory_budget), ranks, timeout=900)
+    results = launch(functools.partial(_train, name=name, mesh=mesh, options=options), ranks, timeout=900)
     for history, compiles, _, plan in results:
         assert set(plan["gradients"].values()) == {1}, plan["gradients"]  # one gradient per tensor
         for step, ((loss, params), (want_loss, want_params)) in enumerate(zip(history, expected)):
@@ -81,16 +81,18 @@ def _check(name, mesh, memory_budget):
     _, _, split, plan = results[0]
     if name == "gpt2":  # lm_head.weight is transformer.wte.weight: one tensor, one placement
         assert ("m.transformer.wte.weight" in plan["placed"]) != ("m.lm_head.weight" in plan["placed"])
-    if memory_budget is not None:
-        assert plan["memory"] <= memory_budget
+    if "memory_budget" in options:
+        assert plan["memory"] <= options["memory_budget"]
     return split
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_training_on_two_ranks_equals_one_device(name):
-    _check(name, (2,), None)
+    _check(name, (2,), time_limit=10)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_training_with_weights_split_on_a_two_by_two_mesh_equals_one_device(name):
-    assert _check(name, (2, 2), CASES[name].memory_budget)  # the budget splits some weight
+    # The greedy solver: under these budgets the ILP runs to its time limit, and its plan would
+    # depend on how loaded the machine is (or be none at all).
+    assert _check(name, (2, 2), memory_budget=CASES[name].memory_budget, solver="greedy")  # some weight split
