@@ -184,12 +184,14 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int, tra
                      "step_ms": 1000 * statistics.median(times)})
         if rank == 0:
             _say(f"rank 0: batch {batch} done")
-    losses = _train(rank, batch_sizes[0], train_steps) if train_steps else []
-    return {"rows": rows, "compile_seconds": pm.compile_seconds, "timings": pm.timings, "losses": losses}
+    losses, train_compiles = _train(rank, batch_sizes[0], train_steps) if train_steps else ([], 0)
+    return {"rows": rows, "compile_seconds": pm.compile_seconds, "timings": pm.timings, "losses": losses,
+            "train_compiles": train_compiles}
 
 
-def _train(rank: int, batch: int, steps: int) -> list[float]:
-    """``steps`` AdamW steps of a training module (planned on rank 0) on one batch: next-token cross-entropy."""
+def _train(rank: int, batch: int, steps: int) -> tuple[list[float], int]:
+    """``steps`` AdamW steps of a training module (planned on rank 0) on one batch (next-token
+    cross-entropy): the losses, and the module's compile count."""
     import torch
     from torch.nn import functional as F
 
@@ -211,7 +213,7 @@ def _train(rank: int, batch: int, steps: int) -> list[float]:
         losses.append(loss.item())
         if rank == 0:
             _say(f"rank 0: training step {step + 1}: loss {losses[-1]:.4f}")
-    return losses
+    return losses, pm.compile_count
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
     if losses:
         falling = losses[-1] < losses[0]
         ok &= falling
-        _say(f"training ({len(losses)} AdamW steps on one batch): loss " + " -> ".join(f"{x:.3f}" for x in losses)
-             + ("" if falling else " DID NOT fall"))
+        compiles = sorted({r["train_compiles"] for r in results})
+        _say(f"training ({len(losses)} AdamW steps on one batch, forward and backward compiled {compiles} time(s) per "
+             "rank): loss " + " -> ".join(f"{x:.3f}" for x in losses) + ("" if falling else " DID NOT fall"))
     _say(f"total {time.monotonic() - start:.0f} s")
     return 0 if ok else 1
