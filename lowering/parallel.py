@@ -191,7 +191,14 @@ class ParallelModule(nn.Module):
 
     ``training=True`` traces the joint forward+backward graph, so a loss computed from the
     outputs backpropagates into the parameters; ``global_outputs=True`` returns plain global
-    tensors instead of DTensors. ``plan_options`` go to :func:`planner.plan` (``constraints``,
+    tensors instead of DTensors.
+
+    Outputs are DTensors, and DTensor refuses an op mixing a DTensor with a plain tensor
+    (PyTorch's convention), so a loss against plain labels takes one of: the global value
+    (``F.cross_entropy(pm(x).full_tensor(), labels)``: an all-gather, differentiable, the loss
+    computed whole on every rank); ``global_outputs=True`` (the same, built in); or the loss
+    under ``torch.distributed.tensor.experimental.implicit_replication()``, which takes the
+    labels as replicated and lets DTensor compute the loss on the output's pieces. ``plan_options`` go to :func:`planner.plan` (``constraints``,
     ``batch_sizes``, ``hardware``, ``memory_budget`` …); ``plan`` skips planning;
     ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
     peer for benchmarks); ``progress`` is called with the name of each construction phase as
