@@ -39,7 +39,6 @@ PACKAGES = ("shapecore", "planner", "lowering")
 # Modules with logic that have no mirrored test module, each with the reason. An entry that is no
 # longer needed (the module got its mirror, or lost its logic, or is gone) fails the test below.
 UNMIRRORED = {
-    "lowering/partition.py": "its one-process tests come with the partition rework of the training module (issue 11)",
 }
 
 
