@@ -246,6 +246,10 @@ def _run_simplify(args: argparse.Namespace) -> int:
     guards = _read_input(args.file)
     facts, ranges = _guard_scope(args, guards)
     result = simplify([g.expr for g in guards.guards], facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
+    if result.backstop_fired:
+        print(f"shapecore simplify: warning: z3's wall-clock backstop fired before its --timeout-ms budget was spent "
+              f"(a loaded machine): guards it could not decide were kept, so another run may drop more",
+              file=sys.stderr)
     rows = [("where", "guard", "outcome", "why")] + [
         (guards.guards[f.source].where, str(f.guard), f.outcome, f.detail) for f in result.fates
     ]

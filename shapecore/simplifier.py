@@ -168,13 +168,15 @@ class Simplified:
     backstop_fired: bool = False
 
     def to_json(self) -> dict[str, object]:
-        """``{"guards", "dropped", "rewritten", "contradiction", "ranges"}``, guards in torch syntax."""
+        """``{"guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired"}``, guards in torch
+        syntax."""
         return {
             "guards": [str(g) for g in self.guards],
             "dropped": [{"guard": str(d.guard), "reason": d.reason} for d in self.dropped],
             "rewritten": [{"guard": str(r.guard), "as": str(r.to)} for r in self.rewritten],
             "contradiction": None if self.contradiction is None else [str(g) for g in self.contradiction],
             "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()},
+            "backstop_fired": self.backstop_fired,
         }
 
 

@@ -96,10 +96,24 @@ def test_simplify_drops_the_arange_guards_on_their_range(guard_file, capsys):
 def test_simplify_json_is_one_object(guard_file, capsys):
     assert main(["simplify", guard_file(VIEW8), "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges"]
-    assert document["guards"] == ["s77 >= 16", "Eq(Mod(s77, 8), 0)"]
+    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired"]
+    assert document["guards"] == ["s77 >= 16", "Eq(Mod(s77, 8), 0)"] and document["backstop_fired"] is False
     assert all(set(d) == {"guard", "reason"} and d["reason"] for d in document["dropped"])
     assert document["contradiction"] is None and document["ranges"] == {"s77": [16, None]}
+
+
+def test_simplify_says_when_the_wall_clock_backstop_fired(monkeypatch, capsys):
+    """With more z3 units than fit in the time, only the backstop stops z3: the answer then depends on the
+    machine's load, and the command says so (stderr in text, a field in JSON)."""
+    monkeypatch.setattr("shapecore.budget.RLIMIT_PER_MS", 10**9)
+    guards = "x*x*x + y*y*y != z*z*z\nx >= 1\ny >= 1\nz >= 1\nx*y > 3\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(guards))
+    assert main(["simplify", "-", "--timeout-ms", "100"]) == 0
+    captured = capsys.readouterr()
+    assert "Ne(x**3 + y**3, z**3)" in captured.out and "wall-clock backstop fired" in captured.err
+    monkeypatch.setattr("sys.stdin", io.StringIO(guards))
+    assert main(["simplify", "-", "--timeout-ms", "100", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backstop_fired"] is True
 
 
 def test_simplify_rewrites_and_assumes(monkeypatch, capsys):

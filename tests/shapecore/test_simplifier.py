@@ -223,7 +223,7 @@ def test_every_input_conjunct_has_a_fate_in_order():
         ("s0 >= 1", 0), ("s1 >= 1", 0), ("s0 >= 1", 1), ("Eq(Mod(s0, 4), 0)", 2)]
     assert all(f.detail for f in result.fates)
     document = result.to_json()
-    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges"]
+    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired"]
     assert all(set(d) == {"guard", "reason"} for d in document["dropped"])
 
 
