@@ -11,9 +11,11 @@ A plan is costed not at one example size but at a distribution of sizes: ``batch
 Symbols a point does not name keep their hint; symbols defined through the trace's
 replacements (``s77 := 4*s26``) follow their definition. A data-dependent (unbacked) size
 (``nonzero``, masking, routing) has no hint: it takes the expectation the user gives for it
-(``PlanOptions.unbacked_sizes``: an int or an expression over Dim names and symbols), else one
-a fact equates it with, else half of the largest backed size at the point, clamped to its
-value range; ``BatchPoints.unbacked`` states what each one was costed at. Weights are normalized to sum to 1,
+(``PlanOptions.unbacked_sizes``: an int or an expression over Dim names and symbols, in torch's
+or Python's syntax: ``"batch // 4"``), else one a fact equates it with, else by default half of
+the largest backed size at the point (recorded as that expression over the Dim names:
+``batch // 2``, ``Max(batch, seq) // 2``, which ``unbacked_sizes`` accepts back), clamped to
+its value range; ``BatchPoints.unbacked`` states what each one was costed at. Weights are normalized to sum to 1,
 so the objective is the expected cost. Every point must satisfy the trace's guards and the
 user's constraints (checked exactly; a point that breaks one is an error naming it).
 """
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from shapecore import ShapeEnv, evaluate, extend_assignment, holds
+from shapecore import FloorDiv, Max, ShapeEnv, evaluate, extend_assignment, holds, parse, python_str
 
 __all__ = ["BatchPoints", "BatchSizes"]
 
@@ -95,7 +97,7 @@ class BatchPoints:
         roots = sorted({s for s in shape_symbols if sympy.Symbol(s, integer=True) not in replacements})
         unbacked = [s for s in roots if env.symbols[s].kind == "unbacked"]
         roots = [s for s in roots if s not in unbacked]
-        expectations = _expectations(unbacked, env, dims, unbacked_sizes or {})
+        expectations = _expectations(unbacked, roots, env, dims, unbacked_sizes or {})
         to_name = {v: k for k, v in dims.items()}
         raw = _normalize(batch_sizes)
         if raw and any(isinstance(v, int) for v, _ in raw):
@@ -129,13 +131,18 @@ class BatchPoints:
         w = np.array(weights)
         if (w < 0).any() or w.sum() <= 0:
             raise ValueError(f"batch size weights must be nonnegative with a positive sum, got {weights}")
-        return cls(values, labels, w / w.sum(), dict(replacements), {k: str((unbacked_sizes or {}).get(k, v)) for k, v in expectations.items()})
+        named = {sympy.Symbol(symbol, integer=True): sympy.Symbol(name, integer=True) for name, symbol in dims.items()}
+        stated = {k: str(unbacked_sizes[k]) if unbacked_sizes and k in unbacked_sizes else python_str(v.xreplace(named))
+                  for k, v in expectations.items()}
+        return cls(values, labels, w / w.sum(), dict(replacements), stated)
 
 
-def _expectations(unbacked: Sequence[str], env: ShapeEnv, dims: Mapping[str, str],
+def _expectations(unbacked: Sequence[str], roots: Sequence[str], env: ShapeEnv, dims: Mapping[str, str],
                   given: Mapping[str, int | str]) -> dict[str, sympy.Basic]:
-    """Each unbacked symbol's expected value as an expression over the backed symbols (see the module docstring)."""
-    by_name = {name: sympy.Symbol(symbol, integer=True) for name, symbol in dims.items()}
+    """Each unbacked symbol's expected value as an expression over the backed ``roots`` (see the module docstring)."""
+    by_name = {sympy.Symbol(name, integer=True): sympy.Symbol(symbol, integer=True) for name, symbol in dims.items()}
+    backed = [sympy.Symbol(name, integer=True) for name in roots]
+    half_of_largest = FloorDiv(Max(*backed), 2) if backed else sympy.Integer(0)
     for name in given:
         if name not in env.symbols or env.symbols[name].kind != "unbacked":
             raise ValueError(f"unbacked_sizes names {name!r}, which is no data-dependent symbol of the trace "
@@ -143,22 +150,19 @@ def _expectations(unbacked: Sequence[str], env: ShapeEnv, dims: Mapping[str, str
     out: dict[str, sympy.Basic] = {}
     for name in unbacked:
         if name in given:
-            out[name] = sympy.sympify(given[name], locals=by_name)
+            out[name] = parse(str(given[name])).xreplace(by_name)
             continue
         symbol = sympy.Symbol(name, integer=True)
         equal = [f.rhs if f.lhs == symbol else f.lhs for f in env.facts
                  if isinstance(f, sympy.Eq) and symbol in (f.lhs, f.rhs) and (f.rhs if f.lhs == symbol else f.lhs).is_Symbol]
         twin = next((e for e in equal if e.name in out), None)
-        out[name] = twin if twin is not None else sympy.Symbol("half_of_largest_size")
+        out[name] = twin if twin is not None else half_of_largest
     return out
 
 
 def _expected_value(name: str, expectation: sympy.Basic, point: Mapping[str, int], env: ShapeEnv) -> int:
     """``expectation`` at ``point``, clamped to the symbol's value range."""
-    if expectation == sympy.Symbol("half_of_largest_size"):
-        value = max((v for v in point.values()), default=0) // 2
-    else:
-        value = int(evaluate(expectation, dict(point)))
+    value = int(evaluate(expectation, dict(point)))
     bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
     if bounds is not None:
         value = value if bounds.lo is None else max(value, int(bounds.lo))

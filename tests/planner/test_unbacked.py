@@ -22,14 +22,14 @@ def _unbacked_dims(plan):
 def test_a_routed_expert_plans_with_its_data_dependent_size_whole_and_states_the_expectation():
     plan = _plan()
     assert set(plan.options["unbacked_sizes"]) >= {"u0"}
-    assert plan.options["unbacked_sizes"]["u0"] == "half_of_largest_size"
+    assert plan.options["unbacked_sizes"]["u0"] == "batch // 2"  # the default, over the Dim names
     assert not _unbacked_dims(plan)  # no dim of size u0 is split
     assert any("(size u0)" in p.reason and "Eq(Mod(u0, 2), 0) is refuted" in p.reason for p in plan.pruned)
 
 
 def test_the_plan_says_why_a_data_dependent_dim_stays_whole():
     plan = _plan()
-    assert ("data-dependent sizes: u0 costed at half_of_largest_size; a dim of one is split only with a proof that it "
+    assert ("data-dependent sizes: u0 costed at batch // 2; a dim of one is split only with a proof that it "
             "divides evenly: every one kept whole") in str(plan)
     expert = next(name for name, d in plan.decisions.items() if d.op == "aten.addmm.default"
                   and any("(size u0)" in p.reason for p in plan.pruned if p.node == name))
@@ -50,6 +50,14 @@ def test_the_users_expectation_is_what_the_plan_is_costed_at():
     assert few.options["unbacked_sizes"]["u0"] == "1"
     assert many.options["unbacked_sizes"]["u0"] == "batch"
     assert many.cost.compute > few.cost.compute
+
+
+def test_an_expectation_in_pythons_syntax_is_read_and_the_default_given_back_costs_the_same():
+    quarter, default = _plan(unbacked_sizes={"u0": "batch // 4"}), _plan()
+    assert quarter.options["unbacked_sizes"]["u0"] == "batch // 4"
+    assert quarter.cost.compute < default.cost.compute
+    again = _plan(unbacked_sizes={"u0": default.options["unbacked_sizes"]["u0"]})
+    assert again.cost == default.cost
 
 
 def test_no_guard_stands_in_for_a_proof_on_a_data_dependent_size():
