@@ -34,6 +34,7 @@ import sympy
 from planner.graph import GraphNode, TensorMeta
 from planner.mesh import Mesh
 from planner.placements import Codes, Placement, code_shard_axes, encode, format_codes, parse_placement, parse_placements
+from shapecore.errors import ShapecoreError
 
 if TYPE_CHECKING:
     from planner.divisibility import Divisibility
@@ -68,9 +69,11 @@ _KEYWORDS = {"inputs": "input", "outputs": "output", "parameters": "param", "buf
 _INDEXED = re.compile(r"^(input|output):(\d+)$")
 
 
-class PlacementConflict(ValueError):
+class PlacementConflict(ShapecoreError, ValueError):
     """No plan satisfies the placement constraints: ``constraints`` names the one or two at odds,
-    ``node`` where they meet."""
+    ``node`` where they meet. It pickles with these fields, as every shapecore error does (it
+    crosses ``lowering.launch`` from a rank intact), provided its constraints pickle: a target
+    given as a lambda does not."""
 
     def __init__(self, message: str, constraints: tuple[PlacementConstraint, ...], node: str) -> None:
         super().__init__(message)

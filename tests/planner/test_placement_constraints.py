@@ -4,6 +4,7 @@ greedy baseline; unsatisfiable ones are a PlacementConflict naming the constrain
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 import torch
@@ -88,6 +89,16 @@ def test_two_constraints_at_odds_are_named_as_a_pair(forward):
         _plan(forward, placement_constraints=[pin, fsdp])
     assert info.value.constraints == (pin, fsdp)
     assert "Pin('fc1.weight', 'R') and MinShards(2, 'parameters') conflict on parameter fc1.weight" in str(info.value)
+
+
+def test_a_conflict_pickles_with_its_fields_so_it_crosses_launch_intact(forward):
+    pin, fsdp = Pin("fc1.weight", "R"), MinShards(2)
+    with pytest.raises(PlacementConflict) as info:
+        _plan(forward, placement_constraints=[pin, fsdp])
+    copy = pickle.loads(pickle.dumps(info.value))  # what lowering.launch does with a rank's error
+    assert type(copy) is PlacementConflict and isinstance(copy, ValueError)
+    assert (str(copy), copy.node) == (str(info.value), info.value.node) and copy.node
+    assert [(type(c), str(c)) for c in copy.constraints] == [(Pin, str(pin)), (MinShards, str(fsdp))]
 
 
 def test_a_gradient_pinned_against_its_parameter_is_a_conflict_naming_both(training):
