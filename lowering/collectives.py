@@ -23,16 +23,22 @@ and only add a split inside the existing ones; :func:`apply_step` refuses any ot
 (it would scramble the data while keeping every shape right).
 
 ``Partial("avg")`` is reduced as a sum divided by the group size: gloo has no ``AVG``.
+
+A dim of data-dependent size (``uneven``: dim → its global size, known only when the program
+runs) is cut into ``torch.chunk``'s uneven pieces and gathered and scattered with padding
+(:mod:`lowering.uneven`); an ``all_to_all`` that moves such a dim is an ``all_gather`` then a
+``chunk`` (exact; it moves more bytes than the planner priced).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch.distributed.tensor import Partial, Placement, Replicate, Shard
 
+from lowering import uneven as pieces_of
 from lowering.errors import LoweringError
 from lowering.mesh_groups import MeshGroups
 
@@ -160,19 +166,50 @@ def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, g
     return incoming.movedim(0, gather_dim).flatten(gather_dim, gather_dim + 1)
 
 
+def _whole_size(size: Any, dim: int, axis: int, state: Placements, groups: MeshGroups,
+                coordinate: torch.Tensor | None, where: str) -> Any:
+    """The rows of dim ``dim`` (global ``size``) that mesh ``axis`` splits: this rank's piece of
+    the outer axes' splits (a lower axis is the outer split)."""
+    if size is None:
+        raise LoweringError(f"{where}: gathering a data-dependent dim {dim} whose global size the program never "
+                            "held whole; only sizes born whole (nonzero, masking) can be split unevenly")
+    for b in range(axis):
+        if state[b] == Shard(dim):
+            index = coordinate[b] if coordinate is not None else groups.coordinate[b]
+            size = pieces_of.piece_length(size, groups.axis_size(b), pieces_of.rank_of(index, groups.axis_size(b)))
+    return size
+
+
 def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshGroups,
-               where: str = "redistribution", coordinate: torch.Tensor | None = None) -> tuple[torch.Tensor, Placements]:
+               where: str = "redistribution", coordinate: torch.Tensor | None = None,
+               uneven: Mapping[int, Any] | None = None) -> tuple[torch.Tensor, Placements]:
     """``x`` (placed as ``state``) after ``step``, and the new placements.
 
     ``coordinate``: this rank's mesh coordinate as an int64 tensor, for traced programs that
-    must not bake it in (``chunk``); by default ``groups.coordinate``. Raises
-    :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
+    must not bake it in (``chunk``); by default ``groups.coordinate``. ``uneven``: the dims of
+    data-dependent size, each with its global size (None: unknown), split in ``torch.chunk``'s
+    pieces. Raises :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
     """
     from shapecore.torch.private import functional_collectives as funcol
 
     _validate(state, step, where)
     axis, group, pieces = step.axis, groups.group_name(step.axis), groups.axis_size(step.axis)
-    if step.kind == "all_gather":
+    uneven = uneven or {}
+    moved = {p.dim for p in (step.src, step.dst) if isinstance(p, Shard)} & uneven.keys()
+    index = coordinate[axis] if coordinate is not None else groups.coordinate[axis]
+    if moved and step.kind == "all_to_all":
+        y, middle = apply_step(x, Step(axis, "all_gather", step.src, Replicate()), state, groups, where, coordinate, uneven)
+        return apply_step(y, Step(axis, "chunk", Replicate(), step.dst), middle, groups, where, coordinate, uneven)
+    if moved and step.kind == "all_gather":
+        size = _whole_size(uneven[step.src.dim], step.src.dim, axis, state, groups, coordinate, where)
+        y = pieces_of.all_gather(x, step.src.dim, pieces, size, group)
+    elif moved and step.kind == "reduce_scatter":
+        op, divide = _reduce_op(step.src)
+        y = pieces_of.reduce_scatter(x, op, step.dst.dim, pieces, index, group)
+        y = y / pieces if divide else y
+    elif moved:  # chunk
+        y = pieces_of.chunk(x, step.dst.dim, pieces, index)
+    elif step.kind == "all_gather":
         y = _ready(funcol.all_gather_single(x, step.src.dim, group))
     elif step.kind == "all_reduce":
         op, divide = _reduce_op(step.src)
@@ -185,7 +222,6 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
     elif step.kind == "all_to_all":
         y = _all_to_all(x, step.src.dim, step.dst.dim, pieces, group)
     else:
-        index = coordinate[axis] if coordinate is not None else groups.coordinate[axis]
         y = _chunk(x, step.dst.dim, pieces, index) if step.kind == "chunk" else _keep_on_first(x, index)
     new_state = list(state)
     new_state[axis] = step.dst
@@ -193,11 +229,13 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
 
 
 def apply_steps(x: torch.Tensor, steps: Sequence[StepLike], src: Placements, dst: Placements,
-                groups: MeshGroups, where: str = "redistribution", coordinate: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` moved from ``src`` to ``dst`` by ``steps``, which must end exactly at ``dst``."""
+                groups: MeshGroups, where: str = "redistribution", coordinate: torch.Tensor | None = None,
+                uneven: Mapping[int, Any] | None = None) -> torch.Tensor:
+    """``x`` moved from ``src`` to ``dst`` by ``steps``, which must end exactly at ``dst``
+    (``uneven``: as :func:`apply_step` takes it)."""
     state = tuple(src)
     for step in steps:
-        x, state = apply_step(x, step, state, groups, where, coordinate)
+        x, state = apply_step(x, step, state, groups, where, coordinate, uneven)
     if state != tuple(dst):
         raise LoweringError(f"{where}: the steps end at {state}, not at the target {tuple(dst)}")
     return x

@@ -222,17 +222,19 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
     """
     from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
 
-    if plan.divisibility == "uneven" and any(p.status == "uneven" for p in plan.proofs):
-        uneven = next(p for p in plan.proofs if p.status == "uneven")
-        raise LoweringError(f"the plan splits dim {uneven.dim} of {uneven.node} (size {uneven.size}) unevenly; the "
-                            "lowering needs even splits: plan with divisibility='prove' or 'assume'")
     groups = groups or mesh_groups(plan.mesh)
     torch_env = graph_shape_env(gm)  # None: the trace has no symbolic sizes
     shapes = _GlobalShapes()
     env = from_torch(torch_env if torch_env is not None else TorchShapeEnv(), facts=plan.guards)
+    for proof in plan.proofs:
+        if proof.status == "uneven" and not _is_data_dependent_symbol(env, proof.size):
+            raise LoweringError(f"the plan splits dim {proof.dim} of {proof.node} (size {proof.size}) unevenly; the "
+                                "lowering splits unevenly only a data-dependent size (one unbacked symbol, which each "
+                                "rank cuts as torch.chunk does): plan with divisibility='prove' or 'assume'")
     sharded = _sharded_symbols(gm, plan, shapes)
-    multipliers = {name: 1 for name in _all_symbols(gm, shapes) if env.symbols[name].kind != "unbacked"}
-    multipliers.update(choose_multipliers(env, sharded, plan.mesh.size))
+    backed = {name for name in _all_symbols(gm, shapes) if env.symbols[name].kind != "unbacked"}
+    multipliers = {name: 1 for name in backed}  # a data-dependent size has no local symbol: the program cuts its pieces
+    multipliers.update(choose_multipliers(env, sharded & backed, plan.mesh.size))
     localizer = Localizer(make_symbols(multipliers, env.hints))
     replay = _Replay(gm, plan, localizer, groups, shapes)
     local_gm, example_inputs = replay.trace()
@@ -246,6 +248,11 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
     )
 
 
+def _is_data_dependent_symbol(env: ShapeEnv, size: str) -> bool:
+    """Whether ``size`` (a proof's size text) is one data-dependent symbol of ``env``."""
+    return size in env.symbols and env.symbols[size].kind == "unbacked"
+
+
 # -- 1. sizes ----------------------------------------------------------------------------------------
 
 
@@ -256,16 +263,16 @@ class _LocalShapes:
         self.shapes, self.localizer, self.mesh = shapes, localizer, mesh
 
     def shape(self, value: Any, placements: Sequence[Any] | None) -> tuple[sympy.Basic | None, ...]:
-        """The local shape; ``None`` for a data-dependent dim (whole: the planner never splits one
-        without a proof), whose size only the running program knows."""
+        """The local shape; ``None`` for a data-dependent dim, whose size (whole, or this rank's
+        ``torch.chunk`` piece of it) only the running program knows."""
         shape = self.shapes.shape(value)
         factors = [1] * len(shape) if placements is None else [self.mesh.shard_factor(placements, d) for d in range(len(shape))]
         local: list[sympy.Basic | None] = []
         for e, k in zip(shape, factors):
             if not self.localizer.defines(e):
-                if k != 1:
-                    raise LoweringError(f"the plan splits a dim of data-dependent size {e} {k} ways; only whole "
-                                        "data-dependent dims can be lowered")
+                if k != 1 and not e.is_Symbol:
+                    raise LoweringError(f"the plan splits a dim of data-dependent size {e} {k} ways; only a dim whose "
+                                        "size is one data-dependent symbol can be split (into torch.chunk's pieces)")
                 local.append(None)
             else:
                 local.append(self.localizer.value(e) if placements is None else self.localizer.extent(e, k))
@@ -289,8 +296,9 @@ class _Redistributor:
         self.emitted.clear()
         self.coordinate = coordinate
 
-    def operand(self, consumer: str, k: int, producer: Node, local: Any) -> Any:
-        """Operand ``k`` of ``consumer`` (``local``, produced by ``producer``) as the consumer needs it."""
+    def operand(self, consumer: str, k: int, producer: Node, local: Any, uneven: dict[int, Any] | None = None) -> Any:
+        """Operand ``k`` of ``consumer`` (``local``, produced by ``producer``) as the consumer needs it
+        (``uneven``: its data-dependent dims and their global sizes, see :func:`~lowering.collectives.apply_step`)."""
         r = self.redistributions.get((consumer, k))
         if r is None:
             return local
@@ -302,7 +310,8 @@ class _Redistributor:
             raise LoweringError(f"{r}: the plan places {producer.name} as {placed}, not {r.src}")
         for step in r.steps:
             self.emitted.append(EmittedCollective(consumer, k, producer.name, step.axis, step.kind))
-        return apply_steps(local, r.steps, r.src, r.dst, self.groups, where=str(r), coordinate=self.coordinate)
+        return apply_steps(local, r.steps, r.src, r.dst, self.groups, where=str(r), coordinate=self.coordinate,
+                           uneven=uneven)
 
     def placements(self, consumer: str, k: int, producer: Node) -> tuple[Any, ...] | None:
         """The placements operand ``k`` of ``consumer`` has when the consumer reads it (None: unplaced)."""
@@ -330,7 +339,7 @@ class _ShapeArguments:
         value = node.meta.get("val")
         if node.target in _SIZE_ARGUMENT and _is_tensor(value):
             index = _SIZE_ARGUMENT[node.target]
-            local = [symint(e) for e in self.local.shape(value, _placements(self.plan, node.name))]
+            local = self._size_argument(node, self.local.shape(value, _placements(self.plan, node.name)), symint)
             args[index] = local
             if node.target == _aten.empty_strided.default:
                 args[index + 1] = self._dense_strides(value, local)
@@ -339,6 +348,17 @@ class _ShapeArguments:
         if target in _VIEWS:  # local strides may differ from the trace's: copy where a view cannot
             target = _aten.reshape.default
         return target, args, adjust
+
+    @staticmethod
+    def _size_argument(node: Node, shape: tuple[sympy.Basic | None, ...], symint: Callable[[sympy.Basic], Any]
+                       ) -> list[Any]:
+        """The local shape as a size argument: a data-dependent dim (``None``) is ``-1``, which a
+        view infers and an expand keeps, when it is the only one."""
+        unknown = [d for d, e in enumerate(shape) if e is None]
+        if unknown and (len(unknown) > 1 or node.target not in (*_VIEWS, _aten.reshape.default, _aten.expand.default)):
+            raise LoweringError(f"{node.name} ({node.target}) takes a size with data-dependent dims {unknown}, which "
+                                "the lowering cannot write over the local symbols")
+        return [-1 if e is None else symint(e) for e in shape]
 
     def _dense_strides(self, value: Any, local: list[Any]) -> list[Any]:
         order = sorted(range(value.dim()), key=lambda d: (self.shapes.expr(value.stride()[d]).sort_key(), -d))
@@ -447,6 +467,8 @@ class _Replay:
         self.arguments = _ShapeArguments(plan, shapes, self.local, localizer)
         self.checks = _Checks(plan, shapes, self.local, self.redistributor, self.symbols, localizer)
         self.inputs = self._inputs()
+        self.data_dependent: dict[sympy.Basic, Any] = {}
+        """Each data-dependent size → its value in the local program, read off the first tensor that holds it whole."""
 
     def _inputs(self) -> tuple[LocalInput, ...]:
         inputs = []
@@ -484,6 +506,7 @@ class _Replay:
         tensor_iter = iter(tensors)
         self.redistributor.start(coordinate)
         symint = functools.cache(lambda expr: to_symint(expr, symbols))
+        self.data_dependent.clear()
         for node in self.gm.graph.nodes:
             value = node.meta.get("val")
             if node.op == "placeholder":
@@ -497,6 +520,7 @@ class _Replay:
                 return self._outputs(node, values)
             elif node.op == "call_function":
                 values[node] = self._call(node, values, symint, coordinate)
+                self._hold_sizes(node, values[node])
             else:
                 raise LoweringError(f"node {node.name} is a {node.op}; the lowering reads flat aten graphs")
         raise LoweringError("the graph has no output node")
@@ -516,7 +540,7 @@ class _Replay:
             if _is_tensor(arg.meta.get("val")):
                 k = len(operands)
                 operands.append(arg)
-                return self.redistributor.operand(node.name, k, arg, values[arg])
+                return self.redistributor.operand(node.name, k, arg, values[arg], self._uneven(arg))
             return values[arg]
 
         args, kwargs = map_arg((node.args, node.kwargs), fetch)
@@ -532,6 +556,25 @@ class _Replay:
             result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
         return result
+
+    def _hold_sizes(self, node: Node, local: Any) -> None:
+        """Note the data-dependent sizes ``node``'s result holds whole (its rows on every rank)."""
+        value, placements = node.meta.get("val"), self.plan.placements.get(node.name)
+        if not _is_tensor(value) or placements is None:
+            return
+        for d, size in enumerate(value.shape):
+            expr = self.shapes.expr(size)
+            if (expr not in self.data_dependent and not self.localizer.defines(expr)
+                    and self.plan.mesh.shard_factor(placements, d) == 1):
+                self.data_dependent[expr] = local.shape[d]
+
+    def _uneven(self, producer: Node) -> dict[int, Any]:
+        """``producer``'s data-dependent dims, each with its global size in the local program (None: not yet held)."""
+        value = producer.meta.get("val")
+        if not _is_tensor(value):
+            return {}
+        exprs = [self.shapes.expr(size) for size in value.shape]
+        return {d: self.data_dependent.get(e) for d, e in enumerate(exprs) if not self.localizer.defines(e)}
 
     def _synced_axes(self, node: Node, args: list[Any], operands: list[Node]) -> tuple[int, ...]:
         """Mesh axes a batch norm with batch statistics must all-reduce them over: those that split
@@ -565,7 +608,7 @@ class _Replay:
         results, k = [], 0
         for leaf in leaves:
             if isinstance(leaf, FxNode) and _is_tensor(leaf.meta.get("val")):
-                results.append(self.redistributor.operand(node.name, k, leaf, values[leaf]))
+                results.append(self.redistributor.operand(node.name, k, leaf, values[leaf], self._uneven(leaf)))
                 k += 1
             else:
                 results.append(values[leaf] if isinstance(leaf, FxNode) else leaf)

@@ -40,6 +40,7 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
                         "torch's sympy classes (FloorDiv, Mod, PythonMod, …) that its guards are made of"),
     "int_oo": ("torch.utils._sympy.numbers", "int_oo", "torch's integer infinity, the open end of a symbol's range"),
     # -- fake tensors and tracing
+    "check": ("torch", "_check", "a condition on sizes that traced code asserts at run time (uneven pieces' bounds)"),
     "detect_fake_mode": ("torch._guards", "detect_fake_mode", "the fake mode (and so the ShapeEnv) of traced values"),
     "FakeTensorMode": ("torch._subclasses.fake_tensor", "FakeTensorMode",
                        "fake tensors for the local replay and for Inductor's example inputs"),
