@@ -13,8 +13,15 @@ applies the policy:
   cost model; the lowering must then handle uneven shards.
 
 A data-dependent (unbacked) size is known only when the program runs, so no guard at the
-entry can stand in for its proof: under ``"prove"`` and ``"assume"`` a dim of it is split only
-when proved, and otherwise stays whole, with a reason that names the symbol.
+entry can stand in for its proof: under every policy a dim of it is split *evenly* only when
+proved. A dim whose size is one data-dependent symbol (``u0``) may instead be split *unevenly*,
+as ``torch.chunk`` and DTensor do: rank ``r`` of ``m`` gets
+``min(ceil(u0/m), max(0, u0 - r*ceil(u0/m)))`` rows, a size each rank computes when the program
+runs (:mod:`lowering.uneven`); its verdict is ``uneven`` with the method ``data-dependent``,
+never ``proved``, and the cost model prices the largest piece at the expected size. A dim of
+any other data-dependent size (``16*u0``, ``u0 + 1``) stays whole, proved or not: its pieces
+would not be ``torch.chunk``'s pieces of what it was computed from (a view merging an unevenly
+split ``u0`` with 16 features holds ``16*len_r`` elements per rank, not ``ceil(16*u0/m)``).
 
 Answers are cached per ``(size, m)``; the reasoner caches per fact-set version, so one plan
 queries one scope. Once the problem is built, :meth:`Divisibility.detach` keeps the verdicts and
@@ -91,22 +98,26 @@ class Divisibility:
                 f"the obligation {obligation} was not decided while the problem was built, and its fact scope "
                 "has ended; decide every symbolic candidate before detach()"
             )
+        data_dependent = sorted(s.name for s in size.free_symbols if self.env.symbols[s.name].kind == "unbacked")
+        if data_dependent and not size.is_Symbol:
+            return Verdict(obligation, False, "unknown", "none",
+                           f"{size} is a data-dependent size that is not one symbol: a dim of it is kept whole (only a "
+                           f"data-dependent symbol's dim is cut into pieces when the program runs)")
         proof = self.env.prove(claim)
         if proof.proved:
             return Verdict(obligation, True, "proved", proof.method)
-        data_dependent = sorted(s.name for s in size.free_symbols if self.env.symbols[s.name].kind == "unbacked")
-        kept_whole = (f"; {', '.join(data_dependent)} is a data-dependent size, which no guard at the entry can check: "
-                      f"a dim of it is split only with a proof (torch._check({size} % {m} == 0) in the model would "
-                      "give one), so it stays whole" if data_dependent else "")
+        if data_dependent:
+            verdict = "refuted" if proof.refuted else "unknown"
+            return Verdict(obligation, True, "uneven", "data-dependent",
+                           f"{obligation} is {verdict}; {size} is a data-dependent size, split unevenly as torch.chunk "
+                           f"does: rank r of {m} gets min(ceil({size}/{m}), max(0, {size} - r*ceil({size}/{m}))) rows")
         if proof.refuted:
             example = ", ".join(f"{k}={v}" for k, v in sorted((proof.counterexample or {}).items()))
             why = f"{obligation} is refuted" + (f" (counterexample {example})" if example else "")
             if self.policy == "uneven":
                 return Verdict(obligation, True, "uneven", proof.method, why)
-            return Verdict(obligation, False, "refuted", proof.method, why + kept_whole)
+            return Verdict(obligation, False, "refuted", proof.method, why)
         why = f"{obligation} is unknown ({proof.reason or 'not provable from the facts'})"
-        if data_dependent and self.policy != "uneven":
-            return Verdict(obligation, False, "unknown", "none", why + kept_whole)
         if self.policy == "assume":
             return Verdict(obligation, True, "guard", "guard", why)
         if self.policy == "uneven":

@@ -121,8 +121,14 @@ class PlacementConstraint(abc.ABC):
     targeted = True
     """True when it names nodes (it then keeps them out of shared decisions)."""
 
-    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic]) -> None:
-        """Resolve mesh axes and Dim names (an error naming the constraint when one is unknown)."""
+    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()) -> None:
+        """Resolve mesh axes and Dim names (an error naming the constraint when one is unknown);
+        ``data_dependent``: the trace's data-dependent (unbacked) symbols."""
+
+    def own_decision(self, node: GraphNode) -> bool:
+        """Whether ``node``, which the constraint applies to, keeps a decision of its own (never
+        follows its producer's placement): every node a targeted constraint names does."""
+        return self.targeted
 
     @abc.abstractmethod
     def applies_to(self, info: NodeInfo) -> bool:
@@ -170,7 +176,7 @@ class Pin(PlacementConstraint):
         where = "" if self.axis is None else f", axis={self.axis!r}"
         return f"Pin({_target_text(self.target)}, {format_codes(self.codes)!r}{where})"
 
-    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic]) -> None:
+    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()) -> None:
         if self.axis is None:
             if len(self.codes) != mesh.ndim:
                 raise ValueError(f"{self}: {len(self.codes)} placements for the {mesh.ndim}-axis mesh {mesh}; "
@@ -199,7 +205,7 @@ class MinShards(PlacementConstraint):
     def __str__(self) -> str:
         return f"MinShards({self.ways}, {_target_text(self.target)})"
 
-    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic]) -> None:
+    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()) -> None:
         self._sizes = mesh.shape
         if self.ways > mesh.size:
             raise ValueError(f"{self}: the mesh {mesh} has {mesh.size} devices, fewer than {self.ways}")
@@ -226,17 +232,22 @@ class _DimOnAxis(PlacementConstraint):
         self._symbols: frozenset[sympy.Symbol] = frozenset()
         self._axis = 0
         self._sizes: tuple[int, ...] = ()
+        self._data_dependent = False
 
     def __str__(self) -> str:
         return f"{type(self).__name__}({self.dim!r}, axis={self.axis!r})"
 
-    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic]) -> None:
+    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()) -> None:
         self._axis, self._sizes = _axis_index(mesh, self.axis, self), mesh.shape
         if self.dim not in dims:
             raise ValueError(f"{self}: {self.dim!r} is not a Dim name ({', '.join(dims) or 'none given'})")
         expr = dims[self.dim]
         expr = sympy.Symbol(expr, integer=True) if isinstance(expr, str) else expr
         self._symbols = frozenset(s for s in expr.free_symbols)
+        self._data_dependent = bool(self._symbols) and {s.name for s in self._symbols} <= data_dependent
+
+    def _has_dim(self, meta: TensorMeta | None) -> bool:
+        return meta is not None and any(size.free_symbols & self._symbols for size in meta.shape)
 
     def _of_dim(self, meta: TensorMeta, codes: Codes) -> tuple[bool, bool]:
         """(meta has a dim of the Dim, codes split one of them on the axis)."""
@@ -276,9 +287,18 @@ class RequireShard(_DimOnAxis):
     """Every output with a dim of ``dim`` is split along one such dim on mesh ``axis``.
 
     ``dim`` is a Dim name, or a data-dependent size's symbol (``u0``, as the plan's
-    ``runtime_asserts`` name it)."""
+    ``runtime_asserts`` name it). A data-dependent size is born whole, in the output of the op
+    that computes it from data (``nonzero``: no operand has a dim of it): that output is exempt,
+    and every tensor computed from it is split, unevenly unless proved even (see
+    :mod:`planner.divisibility`)."""
+
+    def own_decision(self, node: GraphNode) -> bool:
+        """A tensor of a data-dependent size may not follow the whole one it is computed from."""
+        return self._data_dependent and any(self._has_dim(m) for m in node.outputs)
 
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
+        if self._data_dependent and not any(self._has_dim(m) for m in operand_metas):
+            return True  # where the size is born
         for meta, codes in zip(node.outputs, candidate.outputs):
             if meta is not None and codes is not None:
                 has, split = self._of_dim(meta, codes)
@@ -298,13 +318,15 @@ def check_constraints(constraints: Any) -> tuple[PlacementConstraint, ...]:
 
 
 def constrained_nodes(nodes: Sequence[GraphNode], constraints: Sequence[PlacementConstraint], mesh: Mesh,
-                      dims: Mapping[str, str | sympy.Basic]) -> dict[str, tuple[int, ...]]:
-    """Node name → indices of the constraints that apply to it (a targeted one: to single-tensor nodes).
+                      dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()
+                      ) -> dict[str, tuple[int, ...]]:
+    """Node name → indices of the constraints that apply to it (a targeted one: to single-tensor nodes);
+    ``data_dependent``: the trace's data-dependent symbols.
 
     A targeted constraint that applies to no node is an error naming it.
     """
     for c in constraints:
-        c.bind(mesh, dims)
+        c.bind(mesh, dims, data_dependent)
     infos = [(node, node_info(node)) for node in nodes]
     found: dict[str, tuple[int, ...]] = {}
     for k, c in enumerate(constraints):

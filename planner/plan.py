@@ -42,7 +42,10 @@ The contract (names and meanings the lowering relies on):
   ``divisibility="assume"``, the obligations that were assumed rather than proved.
 * ``proofs`` — one :class:`ShardProof` per (node, dim, mesh axes) the plan shards: the
   symbolic size, the obligation ``Eq(Mod(size, m), 0)`` and how it is justified (a proof's
-  method, ``guard``, or ``uneven`` when padding was accepted).
+  method, ``guard``, or ``uneven`` when padding was accepted). The lowering runs an ``uneven``
+  split of a data-dependent size (method ``data-dependent``: the size is one unbacked symbol,
+  split into ``torch.chunk``'s pieces, each rank's computed when the program runs), and refuses
+  any other ``uneven`` one.
 * ``pruned`` — each candidate strategy that was dropped, and why.
 * ``cost`` (expected seconds and bytes per device), ``batch_costs`` (cost at each batch point
   beside that point's own optimum: the regret), ``stats`` (solver statistics).
@@ -252,7 +255,8 @@ class ShardProof:
 
     ``status`` is ``proved`` (``method`` names the shapecore layer that proved it), ``guard``
     (assumed; the obligation is in the plan's guards) or ``uneven`` (refuted or unknown and
-    accepted with padding under ``divisibility="uneven"``).
+    accepted with padding under ``divisibility="uneven"``, or, with the method
+    ``data-dependent``, a data-dependent size split into ``torch.chunk``'s pieces under any policy).
     """
 
     node: str
@@ -653,10 +657,12 @@ class Plan:
             out.append("runtime asserts: " + "; ".join(self.runtime_asserts))
         unbacked = self.options.get("unbacked_sizes") or {}
         if unbacked:
-            split = [name for name in sorted(unbacked) if any(re.search(rf"\b{name}\b", p.size) for p in self.proofs)]
+            split = {name: {"split unevenly" if p.status == "uneven" else "proved and split evenly"
+                            for p in self.proofs if re.search(rf"\b{name}\b", p.size)} or {"kept whole"}
+                     for name in sorted(unbacked)}
             out.append("data-dependent sizes: " + ", ".join(f"{name} costed at {e}" for name, e in sorted(unbacked.items()))
-                       + "; a dim of one is split only with a proof that it divides evenly: "
-                       + (f"{', '.join(split)} proved and split" if split else "every one kept whole"))
+                       + "; a dim of one is split evenly only with a proof, else unevenly (torch.chunk's pieces) or kept "
+                       "whole: " + ", ".join(f"{name} {' and '.join(sorted(how))}" for name, how in split.items()))
         by_status = Counter(p.status for p in self.proofs)
         out.append("sharded dims: " + (", ".join(f"{n} {s}" for s, n in sorted(by_status.items())) or "none")
                    + f"; {len(self.pruned)} strategies pruned")

@@ -14,7 +14,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   replicated tensor stay partial;
 * ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
-  backward; ``sum``/``mean``;
+  backward; ``index_select``; ``sum``/``mean``;
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
   (batch and heads); ``convolution`` and its backward; factory ops.
 
@@ -561,6 +561,18 @@ def _embedding_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | N
     indices = graph.operand_meta(node, 1)
     rules = [_replicate_all(node), AxisRule((Shard(1),), (Shard(grad.ndim - 1), R), "embedding_dim")]
     rules.extend(AxisRule((P,), (Shard(d), Shard(d)), f"S{d}") for d in range(indices.ndim))
+    return rules
+
+
+@_rule("index_select")
+def _index_select(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``index_select(x, dim, index)``: the index split splits the output's ``dim`` alike (routed
+    tokens: ``u0`` of them, split unevenly when not proved even); ``x`` split off ``dim`` splits
+    the output there."""
+    x = graph.operand_meta(node, 0)
+    dim = _dim(_args(node)[1], x.ndim)
+    rules = [_replicate_all(node), AxisRule((Shard(dim),), (R, Shard(0)), "index")]
+    rules.extend(AxisRule((Shard(d),), (Shard(d), R), f"S{d}") for d in range(x.ndim) if d != dim)
     return rules
 
 

@@ -133,3 +133,12 @@ class Routed(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         sel = (self.gate(x).argmax(-1) == 0).nonzero().squeeze(-1)
         return x.index_add(0, sel, self.expert(x.index_select(0, sel)))
+
+
+class EvenlyRouted(Routed):
+    """:class:`Routed` whose model states that it routes an even number of tokens (``torch._check``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sel = (self.gate(x).argmax(-1) == 0).nonzero().squeeze(-1)
+        torch._check(sel.size(0) % 2 == 0)
+        return x.index_add(0, sel, self.expert(x.index_select(0, sel)))

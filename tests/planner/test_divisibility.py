@@ -108,3 +108,24 @@ def test_a_detached_checker_keeps_its_verdicts_and_refuses_new_symbolic_ones():
     assert checker.check(b, 4) == decided and checker.check(int_symbol("s") * 0 + 12, 4).allowed
     with pytest.raises(LookupError, match=r"Eq\(Mod\(b, 8\), 0\) was not decided"):
         checker.check(b, 8)
+
+
+@pytest.mark.parametrize("policy", ["prove", "assume", "uneven"])
+def test_a_data_dependent_symbol_splits_evenly_only_when_proved_else_unevenly(policy):
+    env = _env()
+    env.create_unbacked_symbol(name="u0", min=0, max=1024)
+    u0 = int_symbol("u0")
+    verdict = Divisibility(env, policy).check(u0, 2)
+    assert (verdict.allowed, verdict.status, verdict.method) == (True, "uneven", "data-dependent")  # never "guard"
+    assert "min(ceil(u0/2), max(0, u0 - r*ceil(u0/2))) rows" in verdict.reason
+    env.add_fact("Eq(Mod(u0, 2), 0)")  # torch._check(u0 % 2 == 0) in the model
+    assert Divisibility(env, policy).check(u0, 2).status == "proved"
+
+
+def test_a_data_dependent_size_other_than_one_symbol_stays_whole_even_when_proved():
+    env = _env()
+    env.create_unbacked_symbol(name="u0", min=0, max=1024)
+    u0 = int_symbol("u0")
+    for size in (16 * u0, u0 + 1, u0 * b):
+        verdict = Divisibility(env, "uneven").check(size, 2)
+        assert not verdict.allowed and "not one symbol" in verdict.reason

@@ -5,8 +5,10 @@ import torch
 from torch.export import Dim
 
 import planner
-from planner import Mesh, PlacementConflict, RequireShard
-from tests.planner.models import Routed
+from torch.distributed.tensor import Replicate
+
+from planner import ForbidShard, Mesh, RequireShard
+from tests.planner.models import EvenlyRouted, Routed
 
 
 def _plan(**options):
@@ -19,30 +21,53 @@ def _unbacked_dims(plan):
     return [(p.node, p.status) for p in plan.proofs if "u" in p.size]
 
 
-def test_a_routed_expert_plans_with_its_data_dependent_size_whole_and_states_the_expectation():
-    plan = _plan()
+def _uneven(plan):
+    """The proofs of the plan's splits of a dim of size u0 (uneven unless proved even)."""
+    return [p for p in plan.proofs if p.size == "u0"]
+
+
+def test_a_routed_expert_plans_with_its_data_dependent_size_whole_when_cheaper_and_states_the_expectation():
+    plan = _plan()  # 16 features on the h100 preset: gathering the expert's rows costs more than it saves
     assert set(plan.options["unbacked_sizes"]) >= {"u0"}
     assert plan.options["unbacked_sizes"]["u0"] == "batch // 2"  # the default, over the Dim names
     assert not _unbacked_dims(plan)  # no dim of size u0 is split
-    assert any("(size u0)" in p.reason and "Eq(Mod(u0, 2), 0) is refuted" in p.reason for p in plan.pruned)
+    assert ("data-dependent sizes: u0 costed at batch // 2; a dim of one is split evenly only with a proof, else "
+            "unevenly (torch.chunk's pieces) or kept whole: u0 kept whole") in str(plan)
 
 
-def test_the_plan_says_why_a_data_dependent_dim_stays_whole():
+def test_the_uneven_split_is_a_costed_option_of_the_expert():
     plan = _plan()
-    assert ("data-dependent sizes: u0 costed at batch // 2; a dim of one is split only with a proof that it "
-            "divides evenly: every one kept whole") in str(plan)
-    expert = next(name for name, d in plan.decisions.items() if d.op == "aten.addmm.default"
-                  and any("(size u0)" in p.reason for p in plan.pruned if p.node == name))
-    why = plan.explain(expert)
-    assert "dim 0 (size u0)" in why and "u0 is a data-dependent size" in why
-    assert "split only with a proof (torch._check(u0 % 2 == 0) in the model would give one), so it stays whole" in why
+    why = plan.explain("addmm_1")
+    assert "S(0) <- R; S(0); R: +" in why  # its rows split: u0 of them, unevenly
 
 
-def test_requiring_a_data_dependent_dim_split_is_a_conflict_naming_it():
-    with pytest.raises(PlacementConflict, match=r"RequireShard\('u0', axis=0\).* may not split dim 0 \(size u0\): "
-                       r"Eq\(Mod\(u0, 2\), 0\) is refuted .*u0 is a data-dependent size") as conflict:
-        _plan(placement_constraints=[RequireShard("u0", 0)])
-    assert [str(c) for c in conflict.value.constraints] == ["RequireShard('u0', axis=0)"]
+def test_a_wide_expert_on_gloo_splits_its_routed_tokens_unevenly_because_it_is_cheaper():
+    wide = planner.plan_module(Routed(512), (torch.randn(8, 512),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+                               mesh=Mesh((2,)), batch_sizes=[64, 256, 512], hardware="cpu-gloo")
+    assert any(p.node == "addmm_1" for p in _uneven(wide))
+    assert all(p.status == "uneven" and p.method == "data-dependent" for p in _uneven(wide))  # never passed off as even
+    assert "u0 split unevenly" in str(wide)
+    whole = planner.plan_module(Routed(512), (torch.randn(8, 512),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+                                mesh=Mesh((2,)), batch_sizes=[64, 256, 512], hardware="cpu-gloo",
+                                placement_constraints=[ForbidShard("u0", 0)])
+    assert not _uneven(whole) and whole.cost.total > wide.cost.total
+
+
+def test_requiring_a_data_dependent_dim_split_splits_it_unevenly_past_where_it_is_born():
+    plan = _plan(placement_constraints=[RequireShard("u0", 0)])
+    split = {p.node for p in _uneven(plan)}
+    assert {"squeeze", "index_select", "addmm_1"} <= split  # every tensor computed from the routed tokens
+    assert plan.placements["nonzero"] == (Replicate(),)  # where u0 is born: whole, cut by a chunk
+    assert all(p.status == "uneven" and p.obligation == "Eq(Mod(u0, 2), 0)" for p in _uneven(plan))
+    assert "u0 split unevenly" in str(plan)
+
+
+def test_a_proved_data_dependent_dim_splits_evenly():
+    plan = planner.plan_module(EvenlyRouted(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+                               mesh=Mesh((2,)), batch_sizes=[4, 32, 256], placement_constraints=[RequireShard("u0", 0)])
+    statuses = {p.node: p.status for p in _uneven(plan)}
+    assert {"index_select", "addmm_1"} <= statuses.keys() and set(statuses.values()) == {"proved"}
+    assert "u0 proved and split evenly" in str(plan)
 
 
 def test_the_users_expectation_is_what_the_plan_is_costed_at():
