@@ -55,7 +55,8 @@ class PlanOptions:
     :class:`~planner.RequireShard`, :class:`~planner.MinShards` (see :mod:`planner.placement_constraints`)."""
     unbacked_sizes: Mapping[str, int | str] = dataclasses.field(default_factory=dict)
     """Expected value of each data-dependent (unbacked) size, by symbol: an int or an expression over
-    Dim names (``{"u0": "batch // 4"}``); unnamed ones are costed as :mod:`planner.batches` says."""
+    Dim names (``{"u0": "batch // 4"}``); an unnamed one is costed at half the largest size (recorded
+    over the Dim names: ``batch // 2``), see :mod:`planner.batches`."""
     memory_budget: float | None = None
     """Bytes per device the plan may use (parameters, gradients, optimizer state, activations); None: no limit."""
     divisibility: Policy = "prove"
