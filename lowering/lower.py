@@ -222,7 +222,6 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
     """
     from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
 
-    groups = groups or mesh_groups(plan.mesh)
     torch_env = graph_shape_env(gm)  # None: the trace has no symbolic sizes
     shapes = _GlobalShapes()
     env = from_torch(torch_env if torch_env is not None else TorchShapeEnv(), facts=plan.guards)
@@ -231,6 +230,7 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
             raise LoweringError(f"the plan splits dim {proof.dim} of {proof.node} (size {proof.size}) unevenly; the "
                                 "lowering splits unevenly only a data-dependent size (one unbacked symbol, which each "
                                 "rank cuts as torch.chunk does): plan with divisibility='prove' or 'assume'")
+    groups = groups or mesh_groups(plan.mesh)
     sharded = _sharded_symbols(gm, plan, shapes)
     backed = {name for name in _all_symbols(gm, shapes) if env.symbols[name].kind != "unbacked"}
     multipliers = {name: 1 for name in backed}  # a data-dependent size has no local symbol: the program cuts its pieces

@@ -186,3 +186,16 @@ def _gather_with_a_split_index(rank):
 def test_gather_takes_an_index_split_along_the_gathered_dim():
     # was refused: "gather needs dim 1 of index whole", though only the gathered tensor needs it whole
     assert launch(_gather_with_a_split_index, 2, timeout=120) == [True, True]
+
+
+def test_an_uneven_split_of_a_size_that_is_not_data_dependent_is_refused_before_any_process_group():
+    import planner
+    from planner import RequireShard
+    from shapecore.torch import trace_for_planning
+
+    traced = trace_for_planning(MLP(), (torch.randn(8, 8),), dynamic_shapes={"x": {0: 4 * Dim("k")}})
+    plan = planner.plan(traced.graph_module, Mesh((3,)), shape_env=traced.env, dims=traced.dim_exprs,
+                        divisibility="uneven", placement_constraints=[RequireShard("k", 0)])
+    assert any(p.status == "uneven" and p.size.startswith("4*s") for p in plan.proofs)
+    with pytest.raises(LoweringError, match=r"unevenly; the lowering splits unevenly only a data-dependent size"):
+        lower(traced.graph_module, plan)
