@@ -327,6 +327,11 @@ def constrained_nodes(nodes: Sequence[GraphNode], constraints: Sequence[Placemen
     """
     for c in constraints:
         c.bind(mesh, dims, data_dependent)
+        if isinstance(c, RequireShard) and not any(c._has_dim(m) for node in nodes for m in node.outputs):
+            sizes = sorted({s.name for node in nodes for m in node.outputs if m is not None for size in m.shape
+                            for s in size.free_symbols if s.name in data_dependent})
+            raise ValueError(f"{c}: no tensor of the graph has a dim of {c.dim!r}, so it requires nothing"
+                             + (f"; the graph's data-dependent sizes are {', '.join(sizes)}" if sizes else ""))
     infos = [(node, node_info(node)) for node in nodes]
     found: dict[str, tuple[int, ...]] = {}
     for k, c in enumerate(constraints):

@@ -61,13 +61,53 @@ def _uneven_forward(rank):
         out = pm(*pm.shard_inputs(x)).full_tensor()
         errors.append(float((out - model(x)).abs().max()))
     split = {p.node: (p.status, p.method) for p in pm.plan.proofs if p.size == "u0"}
-    return errors, pm.compile_count, split
+    ops = [str(n.target) for n in pm.program.graph_module.graph.nodes if n.op == "call_function"]
+    asserts = [k for k, op in enumerate(ops) if "_assert_scalar" in op]
+    first_collective = next(k for k, op in enumerate(ops) if "c10d_functional" in op)
+    return errors, pm.compile_count, split, len(asserts) == 2 and max(asserts) < first_collective
 
 
 @pytest.mark.slow  # gloo ranks
 def test_the_routed_tokens_split_unevenly_run_equal_to_one_device_from_one_compile():
-    for errors, compiles, split in launch(_uneven_forward, 2, timeout=300):
+    for errors, compiles, split, asserted_first in launch(_uneven_forward, 2, timeout=300):
         assert {"index_select", "addmm_1"} <= split.keys()  # the expert runs on this rank's piece of the u0 tokens
         assert set(split.values()) == {("uneven", "data-dependent")}
+        assert asserted_first  # the plan's runtime asserts on u0 (0 <= u0 <= 1024) run before any collective
         assert max(errors) <= 1e-5, errors
+        assert compiles == 1
+
+
+def _uneven_training(rank):
+    import planner
+
+    model = _routing_by_sign()
+    shapes = ({0: 2 * Dim("batch", max=512)},)
+    routed = next(iter(planner.plan_module(model, (torch.randn(8, 16),), dynamic_shapes=shapes, mesh=(2,),
+                                           training=True, batch_sizes=[4, 32]).options["unbacked_sizes"]))
+    pm = ParallelModule(model, (torch.randn(8, 16),), dynamic_shapes=shapes, mesh=(2,), training=True,
+                        batch_sizes=[4, 32, 256], placement_constraints=[RequireShard(routed, 0)])
+    errors = []
+    for batch, count in ((6, 1), (24, 0), (50, 25)):
+        x = _tokens(batch, count)
+        out = pm(*pm.shard_inputs(x)).full_tensor()
+        out.square().sum().backward()
+        model.zero_grad()
+        expected = model(x)
+        expected.square().sum().backward()
+        errors.append(float((out - expected).abs().max()))
+        for name, p in pm.named_parameters():
+            grad = model.get_parameter(name).grad  # None for the gate: argmax passes no gradient
+            got = None if p.grad is None else p.grad.full_tensor()
+            errors.append(float((got - grad).abs().max()) / (1 + float(grad.abs().max())) if grad is not None
+                          else float(got.abs().max()) if got is not None else 0.0)
+            p.grad = None
+    split = {p.status for p in pm.plan.proofs if p.size == routed}
+    return max(errors), pm.compile_count, split
+
+
+@pytest.mark.slow  # gloo ranks
+def test_training_with_the_routed_tokens_split_unevenly_equals_one_device_from_one_compile():
+    for error, compiles, split in launch(_uneven_training, 2, timeout=300):
+        assert split == {"uneven"}
+        assert error <= 1e-5
         assert compiles == 1

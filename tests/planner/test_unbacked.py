@@ -101,3 +101,12 @@ def test_the_plan_carries_the_runtime_asserts_on_data_dependent_sizes():
     assert plan.runtime_asserts and all("u" in a for a in plan.runtime_asserts)
     assert type(plan).from_json(plan.to_json()).runtime_asserts == plan.runtime_asserts
     assert "runtime asserts: " in str(plan)
+
+
+def test_requiring_a_split_of_a_size_no_tensor_has_is_an_error_naming_those_it_has():
+    # the joint trace sizes the routed tokens u1 (u0 is only asserted on); requiring u0 would require nothing
+    with pytest.raises(ValueError, match=r"RequireShard\('u0', axis=0\): no tensor of the graph has a dim of 'u0'.*"
+                                         r"data-dependent sizes are u1"):
+        planner.plan_module(Routed(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+                            mesh=Mesh((2,)), batch_sizes=[4, 32], training=True,
+                            placement_constraints=[RequireShard("u0", 0)])
