@@ -10,7 +10,7 @@ from lowering import uneven
 from lowering.collectives import Step, apply_steps
 from lowering.launch import launch
 from lowering.mesh_groups import mesh_groups
-from planner.mesh import Mesh
+from tests.lowering.test_collectives import MESH, _partial_total
 
 R, P, S0, S1 = Replicate(), Partial(), Shard(0), Shard(1)
 
@@ -38,7 +38,6 @@ def test_a_traced_piece_reads_the_rank_from_the_coordinate_tensor():
         assert torch.equal(uneven.chunk(x, 0, 3, torch.tensor(r)), _torch_piece(x, 3, r))
 
 
-MESH = Mesh((2, 2), ("dp", "tp"))
 # (source placements, steps, target placements) moving dim 0 (data-dependent) on one axis or both.
 CASES = [
     ((R, R), [Step(0, "chunk", R, S0), Step(1, "chunk", R, S0)], (S0, S0)),
@@ -58,14 +57,6 @@ def _piece(x, placements, groups):
         elif isinstance(p, Partial):
             x = x * (groups.coordinate[axis] + 1)
     return x
-
-
-def _partial_total(placements):
-    total = 1
-    for axis, p in enumerate(placements):
-        if isinstance(p, Partial):
-            total *= sum(c + 1 for c in range(MESH.shape[axis]))
-    return total
 
 
 def _run_cases(rank):
