@@ -352,10 +352,10 @@ class _ShapeArguments:
     @staticmethod
     def _size_argument(node: Node, shape: tuple[sympy.Basic | None, ...], symint: Callable[[sympy.Basic], Any]
                        ) -> list[Any]:
-        """The local shape as a size argument: a data-dependent dim (``None``) is ``-1``, which a
-        view infers and an expand keeps, when it is the only one."""
+        """The local shape as a size argument: a data-dependent dim (``None``) is ``-1`` in a view,
+        which infers it from the other dims, when it is the only one."""
         unknown = [d for d, e in enumerate(shape) if e is None]
-        if unknown and (len(unknown) > 1 or node.target not in (*_VIEWS, _aten.reshape.default, _aten.expand.default)):
+        if unknown and (len(unknown) > 1 or node.target not in (*_VIEWS, _aten.reshape.default)):
             raise LoweringError(f"{node.name} ({node.target}) takes a size with data-dependent dims {unknown}, which "
                                 "the lowering cannot write over the local symbols")
         return [-1 if e is None else symint(e) for e in shape]

@@ -1,6 +1,8 @@
 """A data-dependent size (mixture-of-experts routing): planned, lowered and run on 2 gloo ranks,
 the routed tokens kept whole or split into torch.chunk's uneven pieces."""
 
+import functools
+
 import pytest
 import torch
 from torch.export import Dim
@@ -8,7 +10,7 @@ from torch.export import Dim
 from lowering import launch
 from lowering.parallel import ParallelModule
 from planner import RequireShard
-from tests.planner.models import Routed
+from tests.planner.models import Routed, RoutedThroughViews
 
 
 def _forward(rank):
@@ -32,10 +34,10 @@ def test_a_routed_expert_runs_equal_to_one_device_from_one_compile():
         assert unbacked  # the plan states what the data-dependent sizes were costed at
 
 
-def _routing_by_sign() -> Routed:
+def _routing_by_sign(model_class: type[Routed] = Routed) -> Routed:
     """A Routed model whose gate sends exactly the tokens with a positive first feature to the expert."""
     torch.manual_seed(0)
-    model = Routed()
+    model = model_class()
     with torch.no_grad():
         model.gate.weight.zero_()
         model.gate.weight[0, 0], model.gate.weight[1, 0] = 1.0, -1.0
@@ -50,8 +52,8 @@ def _tokens(batch: int, routed: int) -> torch.Tensor:
     return x
 
 
-def _uneven_forward(rank):
-    model = _routing_by_sign()
+def _uneven_forward(rank, model_class):
+    model = _routing_by_sign(model_class)
     pm = ParallelModule(model, (torch.randn(8, 16),), dynamic_shapes=({0: 2 * Dim("batch", max=512)},), mesh=(2,),
                         batch_sizes=[4, 32, 256], placement_constraints=[RequireShard("u0", 0)])
     errors = []
@@ -68,8 +70,10 @@ def _uneven_forward(rank):
 
 
 @pytest.mark.slow  # gloo ranks
-def test_the_routed_tokens_split_unevenly_run_equal_to_one_device_from_one_compile():
-    for errors, compiles, split, asserted_first in launch(_uneven_forward, 2, timeout=300):
+@pytest.mark.parametrize("model_class", [Routed, RoutedThroughViews])  # views of [u0, 4, 4]: -1 stands for the piece
+def test_the_routed_tokens_split_unevenly_run_equal_to_one_device_from_one_compile(model_class):
+    for errors, compiles, split, asserted_first in launch(functools.partial(_uneven_forward, model_class=model_class),
+                                                          2, timeout=300):
         assert {"index_select", "addmm_1"} <= split.keys()  # the expert runs on this rank's piece of the u0 tokens
         assert set(split.values()) == {("uneven", "data-dependent")}
         assert asserted_first  # the plan's runtime asserts on u0 (0 <= u0 <= 1024) run before any collective

@@ -135,6 +135,15 @@ class Routed(nn.Module):
         return x.index_add(0, sel, self.expert(x.index_select(0, sel)))
 
 
+class RoutedThroughViews(Routed):
+    """:class:`Routed` whose expert's output goes through views of the routed tokens ``[u0, 4, 4]``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sel = (self.gate(x).argmax(-1) == 0).nonzero().squeeze(-1)
+        out = self.expert(x.index_select(0, sel))
+        return x.index_add(0, sel, out.view(-1, 4, x.shape[1] // 4).relu().view(-1, x.shape[1]))
+
+
 class EvenlyRouted(Routed):
     """:class:`Routed` whose model states that it routes an even number of tokens (``torch._check``)."""
 
