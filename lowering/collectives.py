@@ -27,7 +27,8 @@ and only add a split inside the existing ones; :func:`apply_step` refuses any ot
 A dim of data-dependent size (``uneven``: dim → its global size, known only when the program
 runs) is cut into ``torch.chunk``'s uneven pieces and gathered and scattered with padding
 (:mod:`lowering.uneven`); an ``all_to_all`` that moves such a dim is an ``all_gather`` then a
-``chunk`` (exact; it moves more bytes than the planner priced).
+``chunk`` (the planner routes such a move that way itself, and prices it so; a plan made by
+hand may still ask for the ``all_to_all``).
 """
 
 from __future__ import annotations

@@ -63,7 +63,9 @@ class StateGraph:
     """Allowed placements of one tensor and the single-axis steps between them.
 
     ``bytes_of(state)`` gives local bytes per device at every batch point; ``collective(kind,
-    axis, before, after)`` prices a step from arrays of bytes (one row per arc).
+    axis, before, after)`` prices a step from arrays of bytes (one row per arc);
+    ``exchanged(d)``: whether an ``all_to_all`` may move dim ``d`` (a data-dependent dim's
+    uneven pieces move by an ``all_gather`` then a ``chunk``, priced as such).
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class StateGraph:
         allowed: Callable[[Codes], bool],
         bytes_of: Callable[[Codes], np.ndarray],
         collective: Callable[[CollectiveKind, int, np.ndarray, np.ndarray], np.ndarray],
+        exchanged: Callable[[int], bool] = lambda d: True,
     ) -> None:
         options = [R_CODE, P_CODE] + [2 + d for d in range(tensor_ndim)]
         self.states: list[Codes] = [s for s in itertools.product(options, repeat=mesh_ndim) if allowed(s)]
@@ -82,7 +85,7 @@ class StateGraph:
             for axis in range(mesh_ndim):
                 for new in options:
                     kind = transition_kind(state, axis, new)
-                    if kind is None:
+                    if kind is None or (kind == "all_to_all" and not (exchanged(state[axis] - 2) and exchanged(new - 2))):
                         continue
                     j = self.index.get(state[:axis] + (new,) + state[axis + 1 :])
                     if j is not None:

@@ -30,6 +30,7 @@ from planner.plan import MEMORY_PARTS, CollectiveKind, MemoryBreakdown
 from planner.problem.liveness import Liveness
 from planner.resharding import StateGraph
 from planner.strategies.base import Strategy
+from shapecore import int_symbol
 
 __all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "Evaluation", "PeakMemory", "MEMORY_PARTS"]
 
@@ -195,9 +196,11 @@ class Problem:
     def state_graph(self, meta: TensorMeta) -> StateGraph:
         found = self._state_graphs.get(meta)
         if found is None:
+            data_dependent = {int_symbol(name) for name in self.points.unbacked or ()}
             found = self._state_graphs[meta] = StateGraph(
                 meta.ndim, self.mesh.ndim, lambda s: self.allowed(meta, s),
                 lambda s: self.local(meta, s).nbytes, self.cost_model.collective_seconds,
+                lambda d: not meta.shape[d].free_symbols & data_dependent,
             )
         return found
 

@@ -121,3 +121,11 @@ def test_cheapest_path_is_cheapest(data):
 def test_disallowed_states_are_never_passed_through():
     graph = StateGraph(2, 2, lambda s: S1 not in s, lambda s: np.ones(1), lambda k, a, b, c: np.ones((len(b), 1)))
     assert all(S1 not in s for s in graph.states)
+
+
+def test_an_all_to_all_never_moves_a_dim_it_may_not_exchange():
+    # dim 0 is data-dependent (uneven pieces): S(0) <-> S(1) goes through R by all_gather and chunk
+    graph = StateGraph(2, 1, lambda s: True, lambda s: np.ones(1), lambda k, a, b, c: np.ones((len(b), 1)),
+                       exchanged=lambda d: d != 0)
+    assert not [arc for arc in graph.arcs if arc[3] == "all_to_all"]
+    assert [graph.arcs[a][3] for a in graph.path((S0,), (S1,), np.ones(1))] == ["all_gather", "chunk"]
