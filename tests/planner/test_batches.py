@@ -99,3 +99,17 @@ def test_points_that_cannot_be_costed_are_refused_naming_them(batch_sizes, const
 def test_ints_need_a_symbolic_size_to_bind():
     with pytest.raises(ValueError, match="the graph has no symbolic size; trace with a dynamic batch dim"):
         BatchPoints.build([8], ShapeEnv(), [], {}, None)
+
+
+def test_the_default_expectation_of_a_data_dependent_size_is_recorded_as_an_expression_that_reads_back():
+    env = ShapeEnv()
+    env.create_symbol(8, name="s0")
+    env.create_symbol(6, name="s1")
+    env.create_unbacked_symbol(name="u0", min=0, max=1024)
+    dims = {"batch": "s0", "seq": "s1"}
+    points = BatchPoints.build([{"batch": 10, "seq": 4}, {"batch": 3, "seq": 9}], env, ["s0", "s1", "u0"], dims, None)
+    assert points.unbacked == {"u0": "(max(batch, seq)) // 2"}  # half of the largest size, over the Dim names
+    assert [v["u0"] for v in points.values] == [5, 4]
+    again = BatchPoints.build([{"batch": 10, "seq": 4}, {"batch": 3, "seq": 9}], env, ["s0", "s1", "u0"], dims, None,
+                              unbacked_sizes=points.unbacked)
+    assert again.values == points.values
