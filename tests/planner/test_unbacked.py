@@ -41,7 +41,7 @@ def test_the_uneven_split_is_a_costed_option_of_the_expert():
     assert "S(0) <- R; S(0); R: +" in why  # its rows split: u0 of them, unevenly
 
 
-def test_a_wide_expert_on_gloo_splits_its_routed_tokens_unevenly_because_it_is_cheaper():
+def test_a_wide_expert_on_gloo_splits_its_routed_tokens_unevenly_where_the_cost_model_prices_that_cheaper():
     wide = planner.plan_module(Routed(512), (torch.randn(8, 512),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
                                mesh=Mesh((2,)), batch_sizes=[64, 256, 512], hardware="cpu-gloo")
     assert any(p.node == "addmm_1" for p in _uneven(wide))
