@@ -349,16 +349,26 @@ class _ShapeArguments:
             target = _aten.reshape.default
         return target, args, adjust
 
-    @staticmethod
-    def _size_argument(node: Node, shape: tuple[sympy.Basic | None, ...], symint: Callable[[sympy.Basic], Any]
+    def _size_argument(self, node: Node, shape: tuple[sympy.Basic | None, ...], symint: Callable[[sympy.Basic], Any]
                        ) -> list[Any]:
         """The local shape as a size argument: a data-dependent dim (``None``) is ``-1`` in a view,
-        which infers it from the other dims, when it is the only one."""
+        which infers it from the other dims, when it is the only one, and in an expand that keeps
+        the operand's dim (one it broadcasts from 1 has no local size to write)."""
         unknown = [d for d, e in enumerate(shape) if e is None]
-        if unknown and (len(unknown) > 1 or node.target not in (*_VIEWS, _aten.reshape.default)):
-            raise LoweringError(f"{node.name} ({node.target}) takes a size with data-dependent dims {unknown}, which "
+        if node.target == _aten.expand.default:
+            refused = [d for d in unknown if not self._expand_keeps(node, d)]
+        else:
+            refused = unknown if len(unknown) > 1 or node.target not in (*_VIEWS, _aten.reshape.default) else []
+        if refused:
+            raise LoweringError(f"{node.name} ({node.target}) takes a size with data-dependent dims {refused}, which "
                                 "the lowering cannot write over the local symbols")
         return [-1 if e is None else symint(e) for e in shape]
+
+    def _expand_keeps(self, node: Node, d: int) -> bool:
+        """Whether ``expand`` keeps dim ``d`` of its output from its operand's (no broadcast there)."""
+        out, operand = node.meta["val"], node.args[0].meta["val"]
+        j = d - (out.dim() - operand.dim())
+        return j >= 0 and self.shapes.expr(operand.shape[j]) == self.shapes.expr(out.shape[d])
 
     def _dense_strides(self, value: Any, local: list[Any]) -> list[Any]:
         order = sorted(range(value.dim()), key=lambda d: (self.shapes.expr(value.stride()[d]).sort_key(), -d))
