@@ -6,7 +6,12 @@ every rank gets the same ``Hardware`` back (each figure is the slowest rank's). 
 * per mesh axis (of more than one rank) and per collective the plans use (``all_reduce``,
   ``all_gather``, ``reduce_scatter``, ``all_to_all``): the time at a few message sizes, fitted
   by least squares to the cost model's own formula (``AlphaBetaCostModel``: ``hops·latency +
-  ring·bytes / bandwidth``), so the figures price exactly what was measured;
+  ring·bytes / bandwidth``), so the figures price exactly what was measured. Each collective is
+  timed *as a program issues it*: after a kernel of local work (``gap``), less that kernel's
+  own time. Back to back, the ranks stay in lock-step and a collective costs only its transfer;
+  in a program every collective follows compute, and the ranks meet there after drifting apart.
+  On a CPU shared by its ranks (gloo) that meeting is most of the cost: on 2 busy cores, an
+  all-reduce of 1 KiB took 0.3 ms back to back and 1.1 ms after 0.1 ms of compute;
 * the device's matrix-product throughput (FLOP/s, 32-bit and bfloat16) and its elementwise
   throughput (bytes moved per second by ``a + b``, the roofline's memory bandwidth);
 * the memory per device (the accelerator's, or this host's RAM shared by its ranks) and how
@@ -41,6 +46,7 @@ def calibrate(
     message_bytes: Sequence[int] = (1 << 10, 1 << 16, 1 << 20),
     matmul_size: int = 512,
     elementwise_bytes: int = 1 << 24,
+    gap: int = 128,
     repeats: int = 5,
     name: str = "calibrated",
 ) -> Hardware:
@@ -50,8 +56,9 @@ def calibrate(
     ``message_bytes``: the per-device message sizes each collective is timed at (at least two;
     latency comes from the small ones, bandwidth from the large); ``matmul_size``: the side of
     the square matrices multiplied; ``elementwise_bytes``: the size of each operand of the
-    elementwise add; ``repeats``: timed runs per measurement (the median counts), after one
-    warm-up. Call it on every rank; it is a collective.
+    elementwise add; ``gap``: the side of the square matrix product each collective is timed
+    after (the local work a program runs between its collectives); ``repeats``: timed runs per
+    measurement (the median counts), after one warm-up. Call it on every rank; it is a collective.
     """
     import torch
     import torch.distributed as dist
@@ -64,10 +71,14 @@ def calibrate(
         raise ValueError(f"message_bytes must hold at least two distinct sizes of 8 bytes or more, got {message_bytes!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+    if gap < 1:
+        raise ValueError(f"gap must be a positive int (the side of a square matrix), got {gap!r}")
     device_mesh, planning = _device_mesh(mesh)
     device = torch.device(device_mesh.device_type, torch.cuda.current_device()) if device_mesh.device_type == "cuda" \
         else torch.device(device_mesh.device_type)
-    timings = [_time_collective(kind, device_mesh.get_group(axis), planning.shape[axis], size, repeats, device)
+    work = torch.randn(gap, gap, device=device)
+    timings = [_time_collective(kind, device_mesh.get_group(axis), planning.shape[axis], size, repeats, device,
+                                between=lambda: work @ work)
                for axis in range(planning.ndim) if planning.shape[axis] > 1 for kind in KINDS for size in sizes]
     fp32 = torch.randn(matmul_size, matmul_size, device=device)
     bf16 = fp32.to(torch.bfloat16)
@@ -143,8 +154,32 @@ def _time(fn: Callable[[], Any], repeats: int, device: Any) -> float:
     return float(np.median(runs))
 
 
-def _time_collective(kind: str, group: Any, n: int, nbytes: int, repeats: int, device: Any) -> float:
-    """Median seconds of one ``kind`` over ``group`` on a local tensor of ``nbytes`` (rounded to ``n`` floats)."""
+def _time_after(fn: Callable[[], Any], between: Callable[[], Any], repeats: int, device: Any,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds ``fn()`` adds after ``between()``: ``between(); fn()`` and ``between()`` alone
+    timed alternately ``repeats`` times each (after one warm-up), the difference of their medians
+    (never below zero)."""
+    between()
+    fn()
+    _sync(device)
+    alone, both = [], []
+    for _ in range(repeats):
+        start = clock()
+        between()
+        _sync(device)
+        alone.append(clock() - start)
+        start = clock()
+        between()
+        fn()
+        _sync(device)
+        both.append(clock() - start)
+    return max(0.0, float(np.median(both) - np.median(alone)))
+
+
+def _time_collective(kind: str, group: Any, n: int, nbytes: int, repeats: int, device: Any,
+                     between: Callable[[], Any]) -> float:
+    """Median seconds one ``kind`` over ``group`` on a local tensor of ``nbytes`` (rounded to ``n``
+    floats) adds to a program when issued after the local work ``between`` (see :func:`_time_after`)."""
     import torch
     import torch.distributed as dist
 
@@ -169,7 +204,7 @@ def _time_collective(kind: str, group: Any, n: int, nbytes: int, repeats: int, d
         def run() -> Any:
             return dist.all_to_all_single(exchanged, x, group=group)
     dist.barrier(group=group)
-    return _time(run, repeats, device)
+    return _time_after(run, between, repeats, device)
 
 
 def _slowest(seconds: list[float], device: Any) -> list[float]:
@@ -193,7 +228,7 @@ def _fit(kind: str, n: int, sizes: Sequence[int], seconds: Sequence[float]) -> t
     """
     ring = (2.0 if kind == "all_reduce" else 1.0) * (n - 1) / n
     volume = np.array([float(s * n if kind == "all_gather" else s) for s in sizes]) * ring
-    t = np.array(seconds, dtype=float)
+    t = np.maximum(np.array(seconds, dtype=float), 1e-9)  # a collective that added nothing measurable is ~free
     slope, intercept = np.polyfit(volume, t, 1)
     if slope <= 0:  # noise swamped the sizes: charge the largest message's time to bandwidth
         slope = t[-1] / volume[-1]

@@ -15,7 +15,7 @@ from torch.export import Dim
 import planner
 from lowering import launch
 from planner import HARDWARE_PRESETS, AlphaBetaCostModel, Hardware, LinkCost, Mesh
-from planner.calibrate import KINDS, _fit
+from planner.calibrate import KINDS, _fit, _time_after
 from tests.planner.models import MLP, on_meta
 
 MEASURED = dataclasses.replace(
@@ -61,6 +61,28 @@ def test_fit_recovers_the_figures_the_cost_model_would_charge(kind, n, latency, 
     seconds = model.collective_seconds(kind, 0, local, after)
     fitted = _fit(kind, n, sizes, seconds.tolist())
     assert math.isclose(fitted[0], latency, rel_tol=1e-6) and math.isclose(fitted[1], bandwidth, rel_tol=1e-6)
+
+
+def test_a_collective_is_charged_what_it_adds_after_the_local_work_before_it():
+    # A program issues each collective after compute, where the ranks meet after drifting apart;
+    # back to back they stay in lock-step and the collective looks cheaper than it is in a program.
+    now, calls = [0.0], []
+
+    def work():
+        calls.append("work")
+        now[0] += 2.0
+
+    def collective():
+        calls.append("collective")
+        now[0] += 3.0 if calls[-2] == "work" else 0.5  # what it costs after work, and back to back
+
+    assert _time_after(collective, work, 4, torch.device("cpu"), clock=lambda: now[0]) == 3.0
+    assert all(calls[k - 1] == "work" for k, c in enumerate(calls) if c == "collective")
+
+
+def test_fit_of_collectives_too_fast_to_measure_prices_them_near_free():
+    latency, bandwidth = _fit("all_reduce", 2, [1 << 10, 1 << 16], [0.0, 0.0])
+    assert 0 < latency < 1e-6 and math.isfinite(bandwidth) and bandwidth > 1e12
 
 
 def test_calibrate_needs_a_process_group():
