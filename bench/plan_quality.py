@@ -14,11 +14,13 @@ ranks (a 1-D mesh), the script
    node); and the planner's runners-up
    (its plan with the node whose alternative costs least switched to it, re-solved around it);
 3. lowers and compiles each contender (``ParallelModule(..., plan=...)``) and times its forward
-   step, interleaved (one call of each contender per round, the ranks barriered per call, the
-   slowest rank's time counting), the median over rounds;
-4. prints per case each contender's predicted and measured seconds, the chosen plan's measured
-   time over the fastest measured (goal: within 10%), and Spearman's rho between predicted and
-   measured costs.
+   step, interleaved (each round times every contender once, starting one further along the
+   list each round; a timing is the mean of ``--calls`` calls in a row, the ranks barriered
+   before it, the slowest rank's counting), the median over rounds;
+4. prints per case each contender's collectives issued, predicted compute and communication,
+   predicted and measured seconds, the chosen plan's measured time over the fastest's (goal:
+   within 10%; against each contender, the median over rounds of their ratio in the same round,
+   the largest counting), and Spearman's rho between predicted and measured costs.
 
 The machine is shared with other work: measured times are comparable only inside one run.
 At the default sizes a step is milliseconds of fixed per-call work (the entry check's
@@ -186,11 +188,14 @@ def _contenders(case: Case, n: int, hardware: Hardware, runners_up: int) -> list
 
 
 def _calibrate(rank: int, n: int) -> Hardware:
-    return planner.calibrate((n,), message_bytes=(1 << 10, 1 << 16, 1 << 20), matmul_size=256, repeats=5, name=f"gloo-{n}")
+    return planner.calibrate((n,), message_bytes=(1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 20), matmul_size=256,
+                             repeats=10, name=f"gloo-{n}")
 
 
-def _time(rank: int, case: Case, n: int, plans: list[str], rounds: int) -> list[list[float]]:
-    """Seconds per round per plan of one forward step, on this rank (the caller takes the slowest rank)."""
+def _time(rank: int, case: Case, n: int, plans: list[str], rounds: int, calls: int) -> list[list[float]]:
+    """Seconds per round per plan of one forward step (the mean of ``calls`` calls in a row), on
+    this rank (the caller takes the slowest rank). Round ``r`` starts at contender ``r`` and goes
+    round the list, so no plan always runs first, or always after the same one."""
     import torch.distributed as dist
 
     from lowering.parallel import ParallelModule
@@ -200,15 +205,17 @@ def _time(rank: int, case: Case, n: int, plans: list[str], rounds: int) -> list[
                for p in plans]
     with torch.no_grad():
         for pm in modules:
-            pm(x)  # warm-up
+            for _ in range(calls):
+                pm(x)  # warm-up
         times = []
-        for _ in range(rounds):
-            row = []
-            for pm in modules:
+        for r in range(rounds):
+            row = [0.0] * len(modules)
+            for k in [(r + j) % len(modules) for j in range(len(modules))]:
                 dist.barrier()
                 start = time.perf_counter()
-                pm(x)
-                row.append(time.perf_counter() - start)
+                for _ in range(calls):
+                    modules[k](x)
+                row[k] = (time.perf_counter() - start) / calls
             times.append(row)
     return times
 
@@ -234,17 +241,26 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def chosen_over_fastest(rounds: np.ndarray) -> float:
+    """How much slower contender 0 is than the fastest, from ``rounds[r, k]`` (seconds of contender
+    ``k`` in round ``r``): against each contender, the median over rounds of the ratio of their
+    times in the same round (paired, so load that changes between rounds cancels out); the
+    largest of these (1.0 when contender 0 is fastest against each)."""
+    return float(max(np.median(rounds[:, 0] / rounds[:, k]) for k in range(rounds.shape[1])))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["mlp", "gqa", "decoder"], choices=["mlp", "gqa", "decoder"])
     parser.add_argument("--worlds", nargs="+", type=int, default=[2, 4])
-    parser.add_argument("--rounds", type=int, default=10, help="timed rounds (one call of every contender each)")
+    parser.add_argument("--rounds", type=int, default=30, help="timed rounds (every contender timed once each)")
+    parser.add_argument("--calls", type=int, default=5, help="calls in a row per timing (their mean counts)")
     parser.add_argument("--runners-up", type=int, default=2, help="planner runners-up per case")
     parser.add_argument("--scale", type=int, default=1, help="multiplies the models' widths")
     args = parser.parse_args()
     cases = _cases(args.scale)
     print(f"# plan quality on gloo ranks of this machine (shared with other work: times compare within a run); "
-          f"{args.rounds} rounds, median")
+          f"{args.rounds} rounds of {args.calls} calls, median; scale {args.scale}")
     summary = []
     for n in args.worlds:
         hardware = launch(functools.partial(_calibrate, n=n), n)[0]
@@ -255,16 +271,21 @@ def main() -> None:
             case = cases[key]
             contenders = _contenders(case, n, hardware, args.runners_up)
             per_rank = launch(functools.partial(_time, case=case, n=n, plans=[p.to_json() for _, p in contenders],
-                                                rounds=args.rounds), n, timeout=1800)
-            measured = np.median(np.max(np.array(per_rank), axis=0), axis=0)
+                                                rounds=args.rounds, calls=args.calls), n, timeout=1800)
+            rounds = np.max(np.array(per_rank), axis=0)  # (round, contender): the slowest rank's seconds
+            measured = np.median(rounds, axis=0)
             predicted = [p.cost.total for _, p in contenders]
             print(f"\n{case.name} on {n} ranks:")
-            print(f"  {'plan':58s} {'predicted ms':>12s} {'measured ms':>12s}")
-            for (name, _), p, m in zip(contenders, predicted, measured):
-                print(f"  {name[:58]:58s} {p * 1e3:12.3f} {m * 1e3:12.3f}")
-            ratio = measured[0] / measured.min()
+            print(f"  {'plan':50s} {'collectives':>11s} {'compute ms':>10s} {'comm ms':>9s} {'predicted ms':>12s} "
+                  f"{'measured ms':>11s}")
+            for (name, p), m in zip(contenders, measured):
+                issued = sum(s.kind not in ("chunk", "to_partial") for r in p.redistributions for s in r.steps)
+                print(f"  {name[:50]:50s} {issued:11d} {p.cost.compute * 1e3:10.3f} {p.cost.communication * 1e3:9.3f} "
+                      f"{p.cost.total * 1e3:12.3f} {m * 1e3:11.3f}")
+            ratio = chosen_over_fastest(rounds)
             rho = spearman(predicted, list(measured))
-            print(f"  chosen / fastest measured: {ratio:.3f} ({'within' if ratio <= 1.10 else 'NOT within'} 10%); "
+            print(f"  chosen / fastest measured: {ratio:.3f} ({'within' if ratio <= 1.10 else 'NOT within'} 10%; "
+                  f"{measured[0] / measured.min():.3f} as a ratio of the medians); "
                   f"Spearman rho {rho:.2f} over {len(contenders)} plans")
             summary.append((case.name, n, ratio, rho, len(contenders)))
     print("\n| model | ranks | plans | chosen / fastest | Spearman rho |\n|---|---|---|---|---|")
