@@ -20,8 +20,8 @@ planner minimizes its expectation. The default :class:`AlphaBetaCostModel`:
   every other storage; when each is live, and so the peak, is :mod:`planner.problem.liveness`'s.
 
 :class:`Hardware` holds the constants; ``"h100-nvlink"`` (8 GPUs per NVLink node, InfiniBand
-between nodes), ``"h100-ib"`` (every axis over InfiniBand) and ``"cpu-gloo"`` (TCP loopback)
-are presets; pass a ``Hardware`` for other machines, or measure one with
+between nodes), ``"h100-ib"`` (every axis over InfiniBand) and ``"cpu-gloo"`` (gloo over TCP
+loopback, ranks sharing a CPU: measured by :func:`planner.calibrate` on such a host) are presets; pass a ``Hardware`` for other machines, or measure one with
 :func:`planner.calibrate` (``Hardware.save``/``Hardware.load`` keep it as JSON).
 """
 
@@ -130,7 +130,9 @@ class Hardware:
 HARDWARE_PRESETS: dict[str, Hardware] = {
     "h100-nvlink": Hardware("h100-nvlink", 989e12, 67e12, 3.35e12, 80e9, 450e9, 5e-6, 50e9, 10e-6, 8),
     "h100-ib": Hardware("h100-ib", 989e12, 67e12, 3.35e12, 80e9, 50e9, 10e-6, 50e9, 10e-6, 1),
-    "cpu-gloo": Hardware("cpu-gloo", 2e11, 1e11, 2e10, 16e9, 2e9, 5e-5, 2e9, 5e-5, 1 << 20),
+    # calibrate((2,)) on a 2-core x86 host, 2 gloo ranks, medians of three runs: collectives as a
+    # program issues them (0.22 ms a hop; this preset had 0.05 ms), matmul 256^3
+    "cpu-gloo": Hardware("cpu-gloo", 4e11, 1e11, 4e10, 16e9, 1.8e9, 2.2e-4, 1.8e9, 2.2e-4, 1 << 20),
 }
 
 
