@@ -13,7 +13,10 @@ every rank gets the same ``Hardware`` back (each figure is the slowest rank's). 
   On a CPU shared by its ranks (gloo) that meeting is most of the cost: on 2 busy cores, an
   all-reduce of 1 KiB took 0.3 ms back to back and 1.1 ms after 0.1 ms of compute;
 * the device's matrix-product throughput (FLOP/s, 32-bit and bfloat16) and its elementwise
-  throughput (bytes moved per second by ``a + b``, the roofline's memory bandwidth);
+  throughput (bytes moved per second by ``a + b``, the roofline's memory bandwidth), each the
+  mean over a window with every rank computing at once: ranks sharing a CPU get a share of it
+  (on 2 busy cores, 2 ranks of 256^3 products: 25 GFLOP/s each over 0.1 s, where the median
+  single product ran at 80);
 * the memory per device (the accelerator's, or this host's RAM shared by its ranks) and how
   many ranks share a host (``devices_per_node``).
 
@@ -48,6 +51,7 @@ def calibrate(
     elementwise_bytes: int = 1 << 24,
     gap: int = 128,
     repeats: int = 5,
+    window: float = 0.1,
     name: str = "calibrated",
 ) -> Hardware:
     """Measure this machine on ``mesh`` (a ``DeviceMesh``, a :class:`~planner.Mesh` or a tuple of
@@ -58,7 +62,10 @@ def calibrate(
     the square matrices multiplied; ``elementwise_bytes``: the size of each operand of the
     elementwise add; ``gap``: the side of the square matrix product each collective is timed
     after (the local work a program runs between its collectives); ``repeats``: timed runs per
-    measurement (the median counts), after one warm-up. Call it on every rank; it is a collective.
+    collective and size (the median counts), after one warm-up; ``window``: the seconds each
+    throughput is measured over, every rank at once (the mean over the window counts, so ranks
+    sharing a device, or other work on it, slow it as they slow a program). Call it on every
+    rank; it is a collective.
     """
     import torch
     import torch.distributed as dist
@@ -71,6 +78,8 @@ def calibrate(
         raise ValueError(f"message_bytes must hold at least two distinct sizes of 8 bytes or more, got {message_bytes!r}")
     if repeats < 1:
         raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+    if not window > 0:
+        raise ValueError(f"window must be a positive number of seconds, got {window!r}")
     if gap < 1:
         raise ValueError(f"gap must be a positive int (the side of a square matrix), got {gap!r}")
     device_mesh, planning = _device_mesh(mesh)
@@ -82,11 +91,11 @@ def calibrate(
                for axis in range(planning.ndim) if planning.shape[axis] > 1 for kind in KINDS for size in sizes]
     fp32 = torch.randn(matmul_size, matmul_size, device=device)
     bf16 = fp32.to(torch.bfloat16)
-    matmul_fp32 = _time(lambda: fp32 @ fp32, repeats, device)
-    matmul_bf16 = _time(lambda: bf16 @ bf16, repeats, device)
+    matmul_fp32 = _mean_over(lambda: fp32 @ fp32, window, device)
+    matmul_bf16 = _mean_over(lambda: bf16 @ bf16, window, device)
     n = max(1, elementwise_bytes // 4)
     a, b, out = (torch.rand(n, device=device) for _ in range(3))
-    elementwise = _time(lambda: torch.add(a, b, out=out), repeats, device)
+    elementwise = _mean_over(lambda: torch.add(a, b, out=out), window, device)
     seconds = _slowest(timings + [matmul_fp32, matmul_bf16, elementwise], device)
     ranks_per_host = _ranks_per_host()
 
@@ -141,17 +150,24 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time(fn: Callable[[], Any], repeats: int, device: Any) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` runs after one warm-up."""
+def _mean_over(fn: Callable[[], Any], window: float, device: Any, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Mean seconds of ``fn()`` called back to back until ``window`` seconds have passed (after one
+    warm-up), every rank at once: time lost while the device serves other ranks or other work
+    counts, as it does in a program (a median of single calls would leave it out)."""
+    import torch.distributed as dist
+
     fn()
     _sync(device)
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    if dist.is_initialized():
+        dist.barrier()
+    calls, start = 0, clock()
+    while True:
         fn()
         _sync(device)
-        runs.append(time.perf_counter() - start)
-    return float(np.median(runs))
+        calls += 1
+        elapsed = clock() - start
+        if elapsed >= window:
+            return elapsed / calls
 
 
 def _time_after(fn: Callable[[], Any], between: Callable[[], Any], repeats: int, device: Any,

@@ -15,7 +15,7 @@ from torch.export import Dim
 import planner
 from lowering import launch
 from planner import HARDWARE_PRESETS, AlphaBetaCostModel, Hardware, LinkCost, Mesh
-from planner.calibrate import KINDS, _fit, _time_after
+from planner.calibrate import KINDS, _fit, _mean_over, _time_after
 from tests.planner.models import MLP, on_meta
 
 MEASURED = dataclasses.replace(
@@ -78,6 +78,18 @@ def test_a_collective_is_charged_what_it_adds_after_the_local_work_before_it():
 
     assert _time_after(collective, work, 4, torch.device("cpu"), clock=lambda: now[0]) == 3.0
     assert all(calls[k - 1] == "work" for k, c in enumerate(calls) if c == "collective")
+
+
+def test_throughput_counts_the_time_the_device_spends_on_others():
+    # A rank that shares its CPU is descheduled now and then: one call in four takes 5 units,
+    # the others 1. The program pays the mean (2); a median of single calls (1) would not.
+    now, calls = [0.0], [0]
+
+    def kernel():
+        calls[0] += 1
+        now[0] += 5.0 if calls[0] % 4 == 0 else 1.0
+
+    assert _mean_over(kernel, 39.5, torch.device("cpu"), clock=lambda: now[0]) == 2.0
 
 
 def test_fit_of_collectives_too_fast_to_measure_prices_them_near_free():
