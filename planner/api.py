@@ -225,6 +225,7 @@ def plan_module(
     dims: Mapping[str, str | sympy.Basic] | None = None,
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    share_layers: bool = False,
     **keywords: Any,
 ) -> Plan:
     """Trace ``model`` (forward, or forward+backward with ``training=True``) and :func:`plan` it.
@@ -234,13 +235,17 @@ def plan_module(
     ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so the guards torch
     records there hold at the sizes the plan is costed for. ``constraints`` are written over the
     Dim names. ``options`` and ``keywords`` are :func:`plan`'s, checked before tracing.
+    ``share_layers=True`` (training) traces the first blocks of a run of alike blocks (a
+    decoder's layers) and copies the rest: one block's trace instead of each's; it assumes the
+    model's forward calls every block of the run alike (:mod:`shapecore.torch.repeated`).
     """
     options = options_from(options, keywords, caller="plan_module")
     inputs, hint = covering_inputs(model, example_inputs, dynamic_shapes, options.batch_sizes)
     if progress:
         at = ", ".join(f"{name}={size}" for name, size in hint.items())
         progress("tracing" + (" forward and backward" if training else "") + (f" at {at}" if at else ""))
-    traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training)
+    traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training,
+                                share_layers=share_layers)
     graph = traced.exported if traced.exported is not None else traced.graph_module
     return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})},
                 range_origins=traced.range_origins, options=options, progress=progress)

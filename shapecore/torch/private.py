@@ -23,6 +23,7 @@ __all__ = [
     "device_mesh_without_process_group",
     "evaluate_on_symints",
     "joint_graph_with_export_shapes",
+    "set_joint_calling_convention",
     "make_fx_over_real_tensors",
     "op_schema",
     "register_process_group",
@@ -137,6 +138,27 @@ def joint_graph_with_export_shapes(model: Any, args: tuple[Any, ...], kwargs: di
     except (ConstraintViolationError, ValueRangeError) as exc:
         raise UserError(UserErrorType.CONSTRAINT_VIOLATION, str(exc)) from exc
     return joint.graph_module, fake_mode.shape_env
+
+
+def set_joint_calling_convention(graph: Any, primals: int, tangents: int, outputs: int, *, like: Any) -> None:
+    """Give ``graph`` the calling convention of ``like``, a joint graph (``forward(self, primals,
+    tangents)`` returning the user's outputs and one gradient per primal: FX's ``_PyTreeCodeGen``,
+    read as ``like._codegen``), for its own numbers of primals, tangents and outputs."""
+    from torch.utils._pytree import tree_structure
+
+    def specs(primals: int, tangents: int, outputs: int) -> tuple[Any, Any]:  # outputs: user's, then a gradient per primal
+        return (tree_structure(([0] * primals, [0] * tangents)),
+                tree_structure((tuple([0] * (outputs - primals)), tuple([0] * primals))))
+
+    codegen = like._codegen
+    info = codegen.pytree_info
+    names = [n.name for n in like.find_nodes(op="placeholder")]
+    tangents_before = sum(1 for n in names if n.startswith("tangents"))
+    if (info.in_spec, info.out_spec) != specs(len(names) - tangents_before, tangents_before,
+                                              len(like.output_node().args[0])):
+        raise ValueError(f"not a joint graph's calling convention: {info}")
+    in_spec, out_spec = specs(primals, tangents, outputs)
+    graph.set_codegen(type(codegen)(info._replace(in_spec=in_spec, out_spec=out_spec)))
 
 
 def make_fx_over_real_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -20,6 +20,8 @@ guard is included.
 from __future__ import annotations
 
 import contextlib
+import functools
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,6 +32,7 @@ from shapecore.env import ShapeEnv
 from shapecore.errors import ShapecoreError
 from shapecore.torch.expressions import map_expr
 from shapecore.torch.fake import graph_shape_env
+from shapecore.torch.repeated import repeated_blocks, replicate, truncated
 from shapecore.torch.shape_env import first_sources, from_torch, range_origins, source_name, torch_guards
 
 if TYPE_CHECKING:
@@ -336,20 +339,37 @@ def _read_tied_parameters_once(gm: GraphModule, model: torch.nn.Module) -> None:
     gm.recompile()
 
 
+def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
+           share_layers: bool) -> tuple[GraphModule, TorchShapeEnv]:
+    """The joint graph and its ShapeEnv; with ``share_layers``, a run of alike blocks traced once
+    (:mod:`shapecore.torch.repeated`), or the whole model with a warning saying why not."""
+    from shapecore.torch.private import joint_graph_with_export_shapes, set_joint_calling_convention
+
+    run = repeated_blocks(model) if share_layers else None
+    if run is not None:
+        with truncated(run), _recording_module_stack(model):
+            gm, shape_env = joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
+        made = replicate(gm, run.path, run.count, functools.partial(set_joint_calling_convention, like=gm.graph))
+        if not isinstance(made, str):
+            return made, shape_env
+        warnings.warn(f"share_layers: the blocks of {run.path!r} are traced one by one: {made}", stacklevel=3)
+    with _recording_module_stack(model):
+        return joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
+
+
 def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any,
-                       training: bool = False) -> Traced:
+                       training: bool = False, share_layers: bool = False) -> Traced:
     """The graph the planner plans and the lowering lowers (see the module docstring).
 
     ``graph_module`` is the decomposed export graph, ``exported`` its ``ExportedProgram`` (whose
     signature names the parameters); with ``training=True`` the joint forward+backward graph,
     and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
+    ``share_layers=True`` (training only) traces the first blocks of a run of alike blocks and
+    copies the rest (:mod:`shapecore.torch.repeated`, which says what that assumes of the model).
     """
     with backend_neutral():
         if training:
-            from shapecore.torch.private import joint_graph_with_export_shapes
-
-            with _recording_module_stack(model):
-                gm, shape_env = joint_graph_with_export_shapes(model, tuple(example_inputs), {}, dynamic_shapes)
+            gm, shape_env = _joint(model, tuple(example_inputs), dynamic_shapes, share_layers)
             _read_tied_parameters_once(gm, model)
             planned = None
         else:

@@ -3,6 +3,8 @@ export-then-joint graph did, and the same call gives byte-identical plans."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.export import Dim
@@ -42,3 +44,13 @@ def test_the_same_call_gives_the_same_plan():
     first, second = _plan_module(Mesh((2, 2))), _plan_module(Mesh((2, 2)))
     assert first.to_json() == second.to_json()
     assert first.worst_regret is not None and first.worst_regret >= 1.0
+
+
+def test_a_decoder_whose_blocks_are_traced_once_plans_as_the_whole_trace():
+    tokens = torch.randint(0, 256, (8, 32), device="meta")
+    model = on_meta(Decoder, 6)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="share_layers")  # shared, not traced whole
+        plans = [planner.plan_module(model, (tokens,), dynamic_shapes=SPEC, mesh=Mesh((2, 2)), training=True,
+                                     options=OPTIONS, share_layers=share) for share in (True, False)]
+    assert plans[0].to_json() == plans[1].to_json()
