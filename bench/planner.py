@@ -28,6 +28,11 @@ absent; it needs ``pulp``) on its own ``autoparallel._testing.models.llama3`` wi
 on a fake process group, its trace, build and solve seconds beside ours:
 
     python bench/planner.py --whole --layers 32 --meshes 8x8 2x4x8 --peer-autoparallel ../autoparallel
+
+``--share-layers`` plans with ``plan_module(share_layers=True)`` (the decoder's first blocks
+traced, the rest copied); ``--model 70b`` takes LLaMA-3-70B's dims; the table gives the peak RSS:
+
+    python bench/planner.py --whole --share-layers --model 70b --layers 80 --meshes 8x8 4x8x8
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
 import sys
 import time
 import warnings
@@ -111,7 +117,7 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    """LLaMA-3-8B shapes with ``layers`` blocks."""
+    """LLaMA-3-8B shapes with ``layers`` blocks (other dims: :data:`MODELS`)."""
 
     def __init__(self, layers: int, dim: int = 4096, heads: int = 32, kv_heads: int = 8, hidden: int = 14336,
                  vocab: int = 128256, seq: int = SEQ) -> None:
@@ -133,6 +139,10 @@ class Llama(nn.Module):
         for layer in self.layers:
             h = layer(h, cos, sin)
         return self.output(self.norm(h))
+
+
+MODELS = {"8b": {}, "70b": {"dim": 8192, "heads": 64, "kv_heads": 8, "hidden": 28672}}
+"""``Llama`` keywords per model: LLaMA-3-8B (the defaults) and LLaMA-3-70B."""
 
 
 def _trace(layers: int, training: bool):
@@ -306,11 +316,12 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
 # -- the whole call, per phase, beside the peer ---------------------------------------------------------
 
 
-def whole_call(layers: int, mesh: Mesh, options: PlanOptions) -> dict:
-    """One ``plan_module(training=True, objective="regret")`` call: wall and CPU seconds per phase
-    (trace, build, bounds, solve, assemble, whole), the worst regret it reports, its objective."""
+def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool = False, dims: dict | None = None) -> dict:
+    """One ``plan_module(training=True, objective="regret", share_layers=...)`` call on ``Llama(layers, **dims)``:
+    wall and CPU seconds per phase (trace, build, bounds, solve, assemble, whole), the worst regret it
+    reports, its objective, and the peak resident memory of the process so far."""
     with torch.device("meta"):
-        model = Llama(layers).to(torch.bfloat16)
+        model = Llama(layers, **(dims or {})).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
     marks: list[tuple[float, float, str]] = []
 
@@ -322,7 +333,7 @@ def whole_call(layers: int, mesh: Mesh, options: PlanOptions) -> dict:
         warnings.simplefilter("ignore")
         plan = planner.plan_module(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, mesh=mesh,
                                    training=True, options=dataclasses.replace(options, objective="regret"),
-                                   progress=progress)
+                                   progress=progress, share_layers=share_layers)
     marks.append((time.perf_counter(), _cpu(), "end"))
     phases = {"tracing": "trace", "reading": "build", "building": "build", "bounding": "bounds", "solving": "solve",
               "assembling": "assemble"}
@@ -332,7 +343,8 @@ def whole_call(layers: int, mesh: Mesh, options: PlanOptions) -> dict:
         row[f"{phase}_s"] += wall2 - wall
         row[f"{phase}_cpu_s"] += cpu2 - cpu
     row.update(whole_s=marks[-1][0] - start[0], whole_cpu_s=marks[-1][1] - start[1],
-               reported_worst=plan.worst_regret, objective_s=plan.stats.objective)
+               reported_worst=plan.worst_regret, objective_s=plan.stats.objective,
+               peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     return row
 
 
@@ -353,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-unclustered", action="store_true", help="also solve without clustering and follower merging")
     parser.add_argument("--whole", action="store_true",
                         help="time whole plan_module(training=True, objective='regret') calls per phase instead")
+    parser.add_argument("--share-layers", action="store_true",
+                        help="with --whole: plan_module(share_layers=True), the decoder's blocks traced once")
+    parser.add_argument("--model", choices=sorted(MODELS), default="8b",
+                        help="with --whole: LLaMA-3-8B's dims or LLaMA-3-70B's (dim 8192, 64 heads, FFN 28672)")
     parser.add_argument("--peer-autoparallel", metavar="PATH",
                         help="with --whole: also run meta-pytorch/autoparallel (a checkout at PATH) on its LLaMA-3")
     parser.add_argument("--json", help="write the rows to this file")
@@ -403,16 +419,16 @@ def _main_whole(args, options: PlanOptions) -> int:
     """The whole-call table (``--whole``): ours per phase, then the peer's, each wall (CPU) seconds."""
     print(f"# load: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; seconds as wall (CPU of this process)", flush=True)
     print(f"{'who':12} {'L':>2} {'mesh':6} {'trace':>13} {'build':>13} {'bounds':>13} {'solve':>13} {'whole':>13} "
-          f"{'worst':>6} {'objective':>10}", flush=True)
+          f"{'worst':>6} {'objective':>10} {'RSS GiB':>7}", flush=True)
     rows = []
     for layers in args.layers:
         for text in args.meshes:
-            row = whole_call(layers, _mesh(text), options)
+            row = whole_call(layers, _mesh(text), options, share_layers=args.share_layers, dims=MODELS[args.model])
             row.update(who="shapecore", layers=layers, mesh=text)
             rows.append(row)
             cells = [f"{row[f'{p}_s']:6.1f} ({row[f'{p}_cpu_s']:4.1f})" for p in ("trace", "build", "bounds", "solve", "whole")]
             print(f"{'shapecore':12} {layers:>2} {text:6} {' '.join(cells)} {row['reported_worst']:6.3f} "
-                  f"{row['objective_s']:10.6f}", flush=True)
+                  f"{row['objective_s']:10.6f} {row['peak_rss_gib']:7.2f}", flush=True)
             if not args.peer_autoparallel:
                 continue
             peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape)
@@ -432,7 +448,7 @@ def _main_whole(args, options: PlanOptions) -> int:
           "its sharding optimizer and constraints); bounds = each batch size's optimum bounded below (the regret "
           "objective's denominators); solve = the regret ILP (the peer: its ILP at its one batch size); whole = the "
           "call. CPU = this process's CPU seconds, steadier than wall time on a loaded machine. worst = the worst "
-          "regret the plan reports")
+          "regret the plan reports; RSS GiB = the process's peak resident memory so far")
     _write_json(args.json, rows)
     return 0
 
