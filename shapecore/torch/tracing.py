@@ -367,6 +367,8 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
     ``share_layers=True`` (training only) traces the first blocks of a run of alike blocks and
     copies the rest (:mod:`shapecore.torch.repeated`, which says what that assumes of the model).
     """
+    if share_layers and not training:
+        raise ValueError("share_layers=True shares the blocks of the training (joint) trace: pass training=True too")
     with backend_neutral():
         if training:
             gm, shape_env = _joint(model, tuple(example_inputs), dynamic_shapes, share_layers)

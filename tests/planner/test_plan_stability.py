@@ -46,11 +46,27 @@ def test_the_same_call_gives_the_same_plan():
     assert first.worst_regret is not None and first.worst_regret >= 1.0
 
 
-def test_a_decoder_whose_blocks_are_traced_once_plans_as_the_whole_trace():
+def _plan_and_lower(rank: int) -> tuple[list[str], list[str]]:
+    from lowering.lower import lower
+    from shapecore.torch import trace_for_planning
+
     tokens = torch.randint(0, 256, (8, 32), device="meta")
     model = on_meta(Decoder, 6)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="share_layers")  # shared, not traced whole
-        plans = [planner.plan_module(model, (tokens,), dynamic_shapes=SPEC, mesh=Mesh((2, 2)), training=True,
-                                     options=OPTIONS, share_layers=share) for share in (True, False)]
-    assert plans[0].to_json() == plans[1].to_json()
+    plans, programs = [], []
+    for share in (True, False):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="share_layers")  # shared, not traced whole
+            traced = trace_for_planning(model, (tokens,), dynamic_shapes=SPEC, training=True, share_layers=share)
+        plan = planner.plan(traced.graph_module, Mesh((2,)), shape_env=traced.env, dims=traced.dim_exprs, options=OPTIONS)
+        plans.append(plan.to_json())
+        programs.append(lower(traced.graph_module, plan).graph_module.code)
+    return plans, programs
+
+
+@pytest.mark.slow  # two gloo ranks
+def test_a_decoder_whose_blocks_are_traced_once_plans_and_lowers_as_the_whole_trace():
+    from lowering.launch import launch
+
+    for (shared_plan, whole_plan), (shared_program, whole_program) in launch(_plan_and_lower, 2, timeout=300):
+        assert shared_plan == whole_plan
+        assert shared_program == whole_program

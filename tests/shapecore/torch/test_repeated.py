@@ -127,3 +127,8 @@ def test_truncation_restores_the_blocks_under_their_names():
 def test_replicate_says_why_when_the_trace_has_no_such_blocks():
     gm = _trace(_Decoder(TRACED_BLOCKS), share_layers=False)
     assert "not in one run per block" in replicate(gm, "norm", 8, lambda *args: None)
+
+
+def test_sharing_the_forward_trace_s_blocks_is_refused_by_name():
+    with pytest.raises(ValueError, match="share_layers=True .* training=True"):
+        trace_for_planning(_Decoder(8), (torch.randint(0, 32, (4, 8)),), dynamic_shapes=SPEC, share_layers=True)
