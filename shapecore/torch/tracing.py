@@ -315,6 +315,8 @@ def _read_tied_parameters_once(gm: GraphModule, model: torch.nn.Module) -> None:
 
     first: dict[int, str] = {}
     tied = {name: first.setdefault(id(p), name) for name, p in model.named_parameters(remove_duplicate=False)}
+    if all(name == own for name, own in tied.items()):
+        return  # nothing tied: the graph stays as traced (recompiling a large graph costs seconds)
     inputs = {getattr(n.meta.get("desc"), "target", None): n for n in gm.graph.find_nodes(op="placeholder")}
     output = gm.graph.output_node()
     leaves = list(output.args[0])
