@@ -12,7 +12,11 @@ middle ones checked alike node for node (ops, shapes, module paths, and what eac
 its own block's nodes and parameters, the neighbouring blocks' nodes at the same places, the
 same nodes outside), and the second middle one copied for every block in between, with its
 parameters' inputs, gradients and module paths renamed. The result is the graph the whole model
-traces to, node for node but for the nodes' names (tested against the full trace).
+traces to, node for node (names too, as FX numbers them: each copy moves the per-name counters on
+by the step between the two middle blocks; tested against the full trace).
+
+A block whose configuration differs from the others' (HF's ``layer_idx``, an attention type per
+layer) makes the run not alike: such models are traced whole.
 
 What is assumed, and why it is opt-in (``trace_for_planning(share_layers=True)``): that the
 model's own forward calls each block in the run alike, as it calls the traced ones (the same
@@ -95,7 +99,7 @@ def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2
         uses[id(tensor)] = uses.get(id(tensor), 0) + 1
     best: RepeatedBlocks | None = None
     for path, module in model.named_modules():
-        if not isinstance(module, torch.nn.ModuleList) or len(module) < at_least:
+        if not path or not isinstance(module, torch.nn.ModuleList) or len(module) < at_least:
             continue
         if best is not None and len(module) <= best.count:
             continue
