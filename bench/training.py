@@ -5,6 +5,9 @@ cross-entropy on next-token labels, trained on 2 gloo processes by
 
 (a) ``shapecore``: ``lowering.parallelize(..., training=True)`` planned for the ``cpu-gloo``
     hardware (one forward and one backward program, compiled once with the batch dynamic);
+    ``shapecore-dp``: the same with a data-parallel plan forced (``RequireShard("batch", 0)``:
+    every tensor of the batch split on the mesh), which tells the runtime's cost apart from the
+    plan's choice;
 (b) ``ddp``: ``DistributedDataParallel``, each rank on its half of the batch (eager);
 (c) ``fsdp2``: ``fully_shard`` on each block and on the model, each rank on its half (eager);
 (d) ``tp``: ``parallelize_module`` with the attention's q/k/v and the MLP's gate/up
@@ -36,7 +39,8 @@ from typing import Any
 # this directory holds a file named like the package it benchmarks: keep it off the import path
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
-VARIANTS = ("shapecore", "ddp", "fsdp2", "tp")
+VARIANTS = ("shapecore", "shapecore-dp", "ddp", "fsdp2", "tp")
+OURS = ("shapecore", "shapecore-dp")  # the peers are the others
 CONFIG = dict(vocab=256, dim=64, heads=4, hidden=128, layers=2, seq=16)
 LR = 1e-3
 
@@ -149,17 +153,18 @@ def _tp(rank: int, mesh: Any) -> _Eager:
 
 
 class _Shapecore(_Variant):
-    def __init__(self, example: Any, mesh: Any, memory_budget: int | None, batch_sizes: list[int]) -> None:
+    def __init__(self, name: str, example: Any, mesh: Any, memory_budget: int | None, batch_sizes: list[int],
+                 placement_constraints: tuple[Any, ...] = ()) -> None:
         import torch
         from torch.export import Dim
 
         import lowering
 
-        self.name = "shapecore"
+        self.name = name
         self.model = lowering.parallelize(
             _decoder(), (example,), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
             constraints=["Eq(Mod(batch, 2), 0)"], hardware="cpu-gloo", batch_sizes=batch_sizes,
-            memory_budget=memory_budget)
+            memory_budget=memory_budget, placement_constraints=placement_constraints)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LR)
 
     @property
@@ -204,7 +209,12 @@ def _rank(rank: int, batch_sizes: list[int], steps: int, blocks: int, memory_bud
 
     mesh = init_device_mesh("cpu", (2,))
     torch.compile(lambda x: (x * 2).sum())(torch.ones(4))  # Inductor's one-time start-up, paid by no variant
-    makers = {"shapecore": lambda: _Shapecore(_batch(batch_sizes[0])[0], mesh, memory_budget, batch_sizes),
+    from planner import RequireShard
+
+    example = _batch(batch_sizes[0])[0]
+    makers = {"shapecore": lambda: _Shapecore("shapecore", example, mesh, memory_budget, batch_sizes),
+              "shapecore-dp": lambda: _Shapecore("shapecore-dp", example, mesh, memory_budget, batch_sizes,
+                                                 (RequireShard("batch", 0),)),
               "ddp": lambda: _DDP(rank), "fsdp2": lambda: _fsdp2(rank, mesh), "tp": lambda: _tp(rank, mesh)}
     built = {name: makers[name]() for name in variants}
     reference = _Eager("one device", _decoder(), rank, split_batch=False)
@@ -252,15 +262,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.blocks}x{args.steps} timed steps each (a loaded machine: compare ratios, not times)")
     print("first-step losses vs one device, worst relative error: "
           + ", ".join(f"{n} {max(r['loss_error'][n] for r in results):.1e}" for n in variants))
-    print(f"{'batch':>6} {'variant':>10} {'ms/step':>9} {'/ fastest peer':>15} {'peak MiB/rank':>14} {'compiles':>9}")
+    print(f"{'batch':>6} {'variant':>12} {'ms/step':>9} {'/ fastest peer':>15} {'peak MiB/rank':>14} {'compiles':>9}")
     for b in batch_sizes:
         ms = {n: max(r["median_ms"][n][b] for r in results) for n in variants}
-        peers = [ms[n] for n in variants if n != "shapecore"]
+        peers = [ms[n] for n in variants if n not in OURS]
         fastest = min(peers) if peers else None
         for n in variants:
             mib = max(r["memory"][n][b] for r in results) / 2**20
             ratio = f"{ms[n] / fastest:.3f}" if fastest else "-"
-            print(f"{b:>6} {n:>10} {ms[n]:>9.2f} {ratio:>15} {mib:>14.2f} {results[0]['compiles'][n]:>9}")
+            print(f"{b:>6} {n:>12} {ms[n]:>9.2f} {ratio:>15} {mib:>14.2f} {results[0]['compiles'][n]:>9}")
     print(f"total {time.monotonic() - start:.0f} s")
     return 0
 
