@@ -5,10 +5,18 @@ as SymInts of the program's own ShapeEnv, the local tensors as fake tensors whos
 polynomials in them) straight to Inductor's ``compile_fx``: no Dynamo, so nothing re-derives
 the shapes and the only symbols Inductor sees are the local ones.
 
+Inductor compiles size-obliviously (``backed_size_oblivious``, as ``torch.export`` traces): a
+choice it makes only for speed or precision at some sizes, asked of a local size that the
+ranges do not decide, takes the general code instead of guarding on the example's size (its
+CPU sum's chunked accumulation above 4096 elements guarded ``b0 <= 4096`` at a small example
+and the converse at a large one, so one side of a range of batch sizes compiled again).
+Independent all-reduces on one group, such as the gradients of replicated weights, are
+bucketed into one (Inductor's ``bucket_all_reduces_fx``), as DDP buckets them: one collective's
+latency per backward instead of one per weight.
+
 What the compiled code assumes is read back from that ShapeEnv afterwards: each symbol's
 range (backed symbols are assumed ``>= 2``) and every guard recorded while tracing and
-compiling (Inductor guards on size hints, e.g. to pick a reduction strategy), except those
-shapecore proves from the ranges alone. They are returned as
+compiling, except those shapecore proves from the ranges alone. They are returned as
 :attr:`CompiledProgram.guards`, over the local symbol names; the caller checks them on every
 call and compiles again when they fail (Dynamo would do the same through its guards).
 ``values=`` compiles a program specialized to fixed local symbol values instead.
@@ -107,10 +115,13 @@ def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None =
     the local symbols, or specialized to ``values``."""
     from shapecore import int_symbol
     from shapecore.torch import backend_neutral
-    from shapecore.torch.private import compile_fx
+    from shapecore.torch.private import compile_fx, inductor_config, symbolic_shapes_config
 
     def compiled(gm: Any, example: Sequence[Any]) -> Any:
-        with backend_neutral():  # no guard from a convolution backend's choice (see backend_neutral)
+        # no guard from a convolution backend's choice (see backend_neutral) nor from a size hint; the
+        # all-reduces bucketed (see the module docstring)
+        with backend_neutral(), inductor_config.patch(bucket_all_reduces_fx="all"), \
+                symbolic_shapes_config.patch(backed_size_oblivious=True):
             return compile_fx(gm, list(example) if values is None else _at(program, values, example))
 
     start = time.perf_counter()

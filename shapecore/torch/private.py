@@ -75,6 +75,10 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
                                "collectives as traceable ops (all_gather_single, all_reduce, reduce_scatter_single, "
                                "all_to_all_single, AsyncCollectiveTensor)"),
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx", "Inductor's compile of an FX graph, without Dynamo"),
+    "inductor_config": ("torch._inductor", "config",
+                        "Inductor's options, patched around a compile (its pass bucketing all-reduces into one)"),
+    "symbolic_shapes_config": ("torch.fx.experimental", "_config",
+                               "symbolic shapes' options: a compile reasoning size-obliviously (backed_size_oblivious)"),
 }
 """Private names used as torch defines them: ``name: (module, attribute, purpose)``."""
 

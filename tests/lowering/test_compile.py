@@ -104,3 +104,29 @@ def test_a_program_specialized_to_values_assumes_exactly_them(program, mlp):
     assert specialized.first_broken({"b0": 3}) is None and specialized.first_broken({"b0": 1}) == sympy.Eq(b0, 3)
     out, expected, _ = _run(program, specialized, mlp, 6)
     assert torch.allclose(out, expected, rtol=1e-4, atol=1e-6)
+
+
+class _RowSums(torch.nn.Module):
+    """A reduction over the batch: Inductor's CPU code picks its summation by the reduction's size."""
+
+    def forward(self, x):
+        return x.sum(0)
+
+
+@pytest.mark.parametrize("traced_at", [4, 8192])
+def test_a_reduction_over_the_batch_compiles_once_for_small_and_large_batches(traced_at):
+    """Inductor's CPU sum chooses a chunked summation above 4096 elements; asked with the size
+    hint, that choice guarded the compiled code to the hint's side (``b0 <= 4096`` when traced at
+    a small batch, the converse at a large one), so the other side compiled again."""
+    traced = trace_for_planning(_RowSums(), (torch.randn(traced_at, 4),), dynamic_shapes=({0: Dim("batch")},))
+    gm = traced.graph_module
+    placements = {n.name: "R" for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)}
+    plan = handmade_plan(gm, MESH, placements, output_placements=["R"], exported=traced.exported)
+    program = lower(gm, plan, groups=rank_view(MESH, RANK))
+    result = compile_program(program)
+    (b0,) = [s.name for s in program.symbols]
+    assert result.first_broken({b0: 2}) is None and result.first_broken({b0: 100_000}) is None, result.guards
+    for batch in (2, 5000):
+        x = torch.randn(batch, 4, generator=torch.Generator().manual_seed(batch))
+        (out,) = result.run([batch], [x])
+        assert torch.allclose(out, x.sum(0), rtol=1e-4, atol=1e-4), batch
