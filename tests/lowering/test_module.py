@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from lowering import GuardViolation, launch, parallelize
 from lowering.examples import MLP, Decoder
+from planner import RequireShard
 from tests.lowering.budgets import sharding_budget
 
 pytestmark = pytest.mark.slow  # gloo ranks
@@ -155,6 +156,29 @@ def test_a_training_module_trains_like_one_device():
         assert r["no_grad"] == (True, True) and r["eval"] == (True, True)
         assert r["compiles_after"] == 1
         assert r["odd_batch"] is not None
+
+
+def _data_parallel(rank):
+    """A data-parallel plan (forced): how many programs compile over batches 4 to 64, and how
+    many all-reduces one backward runs (one per replicated weight's gradient, unless bucketed)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    pm = parallelize(_new_decoder(), (_tokens(4, 0)[0],), placement_constraints=[RequireShard("batch", 0)],
+                     **{**DECODER, "batch_sizes": [4, 16, 64]})
+    for batch in (4, 16, 64):
+        tokens, labels = _tokens(batch, batch)
+        loss = F.cross_entropy(pm(tokens).full_tensor().flatten(0, 1), labels.flatten())
+        with profile(activities=[ProfilerActivity.CPU]) as backward:
+            loss.backward()
+    return {"compiles": pm.compile_count,
+            "all_reduces": sum(e.name == "_c10d_functional::all_reduce_" for e in backward.events()),
+            "replicated": sum(all(q.is_replicate() for q in p.placements) for p in pm.parameters())}
+
+
+def test_a_data_parallel_step_compiles_once_and_reduces_the_gradients_in_one_all_reduce():
+    for r in launch(_data_parallel, 2, timeout=600):
+        assert r["compiles"] == 1
+        assert r["replicated"] > 1 and r["all_reduces"] == 1, r
 
 
 def _pieces(p):
