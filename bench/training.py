@@ -4,7 +4,8 @@ One decoder (:class:`lowering.examples.Decoder`, seeded: the same weights everyw
 cross-entropy on next-token labels, trained on 2 gloo processes by
 
 (a) ``shapecore``: ``lowering.parallelize(..., training=True)`` planned for the ``cpu-gloo``
-    hardware (one forward and one backward program, compiled once with the batch dynamic);
+    hardware (one forward and one backward program, compiled once with the batch dynamic), the
+    loss computed by DTensor on the output's pieces, with the labels placed like the output;
     ``shapecore-dp``: the same with a data-parallel plan forced (``RequireShard("batch", 0)``:
     every tensor of the batch split on the mesh), which tells the runtime's cost apart from the
     plan's choice;
@@ -21,8 +22,10 @@ allocation the profiler sees during a step, at op granularity; DDP's gradient bu
 counted as held), and Inductor compiles; every variant's first losses are checked against one
 device.
 
-Run: ``python bench/training.py`` (``--batch-sizes``, ``--steps``, ``--blocks``,
-``--memory-budget``; a few minutes here).
+Run: ``python bench/training.py`` (``--decoder`` ``small``, the default, or ``tiny``, whose steps
+are mostly per-call overhead; ``--batch-sizes``, ``--steps``, ``--blocks``, ``--memory-budget``,
+``--variants``; a few minutes here). Each shapecore variant's plan is printed: where it puts the
+batch and how many parameters it splits.
 """
 
 from __future__ import annotations
@@ -41,24 +44,27 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 VARIANTS = ("shapecore", "shapecore-dp", "ddp", "fsdp2", "tp")
 OURS = ("shapecore", "shapecore-dp")  # the peers are the others
-CONFIG = dict(vocab=256, dim=64, heads=4, hidden=128, layers=2, seq=16)
+DECODERS = {
+    "tiny": dict(vocab=256, dim=64, heads=4, hidden=128, layers=2, seq=16),  # per-call overhead dominates
+    "small": dict(vocab=1024, dim=256, heads=8, hidden=768, layers=2, seq=64),
+}
 LR = 1e-3
 
 
-def _decoder() -> Any:
+def _decoder(config: dict[str, int]) -> Any:
     import torch
 
     from lowering.examples import Decoder
 
     torch.manual_seed(0)
-    return Decoder(**CONFIG)
+    return Decoder(**config)
 
 
-def _batch(batch: int) -> tuple[Any, Any]:
+def _batch(config: dict[str, int], batch: int) -> tuple[Any, Any]:
     import torch
 
     generator = torch.Generator().manual_seed(batch)
-    tokens = torch.randint(0, CONFIG["vocab"], (batch, CONFIG["seq"] + 1), generator=generator)
+    tokens = torch.randint(0, config["vocab"], (batch, config["seq"] + 1), generator=generator)
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
@@ -119,29 +125,30 @@ class _Eager(_Variant):
 
 
 class _DDP(_Eager):
-    def __init__(self, rank: int) -> None:
+    def __init__(self, config: dict[str, int], rank: int) -> None:
         from torch.nn.parallel import DistributedDataParallel
 
-        super().__init__("ddp", DistributedDataParallel(_decoder(), gradient_as_bucket_view=True), rank, split_batch=True)
+        super().__init__("ddp", DistributedDataParallel(_decoder(config), gradient_as_bucket_view=True), rank,
+                         split_batch=True)
 
     def held_bytes(self) -> int:
         return super().held_bytes() + sum(p.nbytes for p in self.model.parameters())  # the gradient buckets
 
 
-def _fsdp2(rank: int, mesh: Any) -> _Eager:
+def _fsdp2(config: dict[str, int], rank: int, mesh: Any) -> _Eager:
     from torch.distributed.fsdp import fully_shard
 
-    model = _decoder()
+    model = _decoder(config)
     for block in model.layers:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return _Eager("fsdp2", model, rank, split_batch=True)
 
 
-def _tp(rank: int, mesh: Any) -> _Eager:
+def _tp(config: dict[str, int], rank: int, mesh: Any) -> _Eager:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    model = _decoder()
+    model = _decoder(config)
     plan = {}
     for i, block in enumerate(model.layers):
         block.attention.heads //= mesh.size()  # each rank computes its heads
@@ -153,8 +160,8 @@ def _tp(rank: int, mesh: Any) -> _Eager:
 
 
 class _Shapecore(_Variant):
-    def __init__(self, name: str, example: Any, mesh: Any, memory_budget: int | None, batch_sizes: list[int],
-                 placement_constraints: tuple[Any, ...] = ()) -> None:
+    def __init__(self, name: str, config: dict[str, int], mesh: Any, memory_budget: int | None,
+                 batch_sizes: list[int], placement_constraints: tuple[Any, ...] = ()) -> None:
         import torch
         from torch.export import Dim
 
@@ -162,8 +169,8 @@ class _Shapecore(_Variant):
 
         self.name = name
         self.model = lowering.parallelize(
-            _decoder(), (example,), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
-            constraints=["Eq(Mod(batch, 2), 0)"], hardware="cpu-gloo", batch_sizes=batch_sizes,
+            _decoder(config), (_batch(config, batch_sizes[0])[0],), dynamic_shapes=({0: Dim("batch")},), mesh=mesh,
+            training=True, constraints=["Eq(Mod(batch, 2), 0)"], hardware="cpu-gloo", batch_sizes=batch_sizes,
             memory_budget=memory_budget, placement_constraints=placement_constraints)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LR)
 
@@ -172,11 +179,23 @@ class _Shapecore(_Variant):
         return self.model.compile_count
 
     def step(self, tokens: Any, labels: Any) -> float:
-        loss = _loss(self.model(tokens).full_tensor(), labels)
+        from torch.distributed.tensor import distribute_tensor
+
+        logits = self.model(tokens)  # a DTensor: the labels placed alike (each rank keeps its piece, no communication)
+        loss = _loss(logits, distribute_tensor(labels, logits.device_mesh, logits.placements, src_data_rank=None))
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad()
-        return loss.item()
+        return loss.full_tensor().item()
+
+
+def _plan_summary(plan: Any) -> str:
+    """Where a plan puts the batch (the tokens' placements) and how many parameters it splits."""
+    from planner import format_placements
+
+    split = sum(any(p.is_shard() for p in placements) for placements in plan.param_placements.values())
+    return (f"tokens {format_placements(plan.input_placements[0])}, {split} of {len(plan.param_placements)} "
+            "parameters split")
 
 
 def _peak_step_bytes(variant: _Variant, tokens: Any, labels: Any) -> int:
@@ -201,34 +220,35 @@ def _timed(variant: _Variant, tokens: Any, labels: Any, count: int) -> list[floa
     return times
 
 
-def _rank(rank: int, batch_sizes: list[int], steps: int, blocks: int, memory_budget: int | None,
-          variants: tuple[str, ...]) -> dict[str, Any]:
+def _rank(rank: int, config: dict[str, int], batch_sizes: list[int], steps: int, blocks: int,
+          memory_budget: int | None, variants: tuple[str, ...]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh("cpu", (2,))
-    torch.compile(lambda x: (x * 2).sum())(torch.ones(4))  # Inductor's one-time start-up, paid by no variant
     from planner import RequireShard
 
-    example = _batch(batch_sizes[0])[0]
-    makers = {"shapecore": lambda: _Shapecore("shapecore", example, mesh, memory_budget, batch_sizes),
-              "shapecore-dp": lambda: _Shapecore("shapecore-dp", example, mesh, memory_budget, batch_sizes,
+    mesh = init_device_mesh("cpu", (2,))
+    torch.compile(lambda x: (x * 2).sum())(torch.ones(4))  # Inductor's one-time start-up, paid by no variant
+    makers = {"shapecore": lambda: _Shapecore("shapecore", config, mesh, memory_budget, batch_sizes),
+              "shapecore-dp": lambda: _Shapecore("shapecore-dp", config, mesh, memory_budget, batch_sizes,
                                                  (RequireShard("batch", 0),)),
-              "ddp": lambda: _DDP(rank), "fsdp2": lambda: _fsdp2(rank, mesh), "tp": lambda: _tp(rank, mesh)}
+              "ddp": lambda: _DDP(config, rank), "fsdp2": lambda: _fsdp2(config, rank, mesh),
+              "tp": lambda: _tp(config, rank, mesh)}
     built = {name: makers[name]() for name in variants}
-    reference = _Eager("one device", _decoder(), rank, split_batch=False)
+    plans = {name: _plan_summary(v.model.plan) for name, v in built.items() if name in OURS}
+    reference = _Eager("one device", _decoder(config), rank, split_batch=False)
     first_losses = {name: [] for name in built}
     expected = []
     for batch in batch_sizes:  # first steps: every variant from the same weights, compared with one device
-        tokens, labels = _batch(batch)
+        tokens, labels = _batch(config, batch)
         expected.append(reference.step(tokens, labels))
         for name, variant in built.items():
             first_losses[name].append(variant.step(tokens, labels))
     timings = {name: {b: [] for b in batch_sizes} for name in built}
     memory = {name: {} for name in built}
     for batch in batch_sizes:
-        tokens, labels = _batch(batch)
+        tokens, labels = _batch(config, batch)
         for name, variant in built.items():
             memory[name][batch] = _peak_step_bytes(variant, tokens, labels)
         for _ in range(blocks):
@@ -238,11 +258,13 @@ def _rank(rank: int, batch_sizes: list[int], steps: int, blocks: int, memory_bud
     return {"median_ms": {n: {b: 1000 * statistics.median(t) for b, t in per.items()} for n, per in timings.items()},
             "memory": memory, "compiles": {n: v.compiles for n, v in built.items()},
             "loss_error": {n: max(abs(a - e) / abs(e) for a, e in zip(losses, expected)) for n, losses in first_losses.items()},
-            "losses": first_losses, "expected": expected}
+            "losses": first_losses, "expected": expected, "plans": plans}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decoder", choices=sorted(DECODERS), default="small",
+                        help="the decoder's size: " + "; ".join(f"{k} {v}" for k, v in DECODERS.items()))
     parser.add_argument("--batch-sizes", default="8,32,128")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per block (default 3)")
     parser.add_argument("--blocks", type=int, default=5, help="alternating blocks per batch size (default 5)")
@@ -256,12 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     from lowering.launch import launch
 
     start = time.monotonic()
-    results = launch(functools.partial(_rank, batch_sizes=batch_sizes, steps=args.steps, blocks=args.blocks,
+    config = DECODERS[args.decoder]
+    results = launch(functools.partial(_rank, config=config, batch_sizes=batch_sizes, steps=args.steps, blocks=args.blocks,
                                        memory_budget=args.memory_budget, variants=variants), 2, timeout=3000)
-    print(f"decoder {CONFIG} trained with AdamW on 2 gloo processes, batch sizes {batch_sizes}, "
+    print(f"decoder {args.decoder} {config} trained with AdamW on 2 gloo processes, batch sizes {batch_sizes}, "
           f"{args.blocks}x{args.steps} timed steps each (a loaded machine: compare ratios, not times)")
     print("first-step losses vs one device, worst relative error: "
           + ", ".join(f"{n} {max(r['loss_error'][n] for r in results):.1e}" for n in variants))
+    for name, summary in results[0]["plans"].items():
+        print(f"{name} plan: {summary}")
     print(f"{'batch':>6} {'variant':>12} {'ms/step':>9} {'/ fastest peer':>15} {'peak MiB/rank':>14} {'compiles':>9}")
     for b in batch_sizes:
         ms = {n: max(r["median_ms"][n][b] for r in results) for n in variants}
