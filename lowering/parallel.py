@@ -504,17 +504,21 @@ class ParallelModule(nn.Module):
     def _parameter_grads(self, outputs: Sequence[Any], trainable: Sequence[str]) -> list[Any]:
         """The gradients of the ``trainable`` parameters as DTensors placed like them, from the
         backward program's outputs (the joint program's outputs after the user outputs)."""
+        from shapecore.torch.private import dtensor_placed_like
+
         assert self.partitioned is not None
         offset = self.partitioned.user_outputs
         by_name = {self._grad_names[fqn]: k for k, fqn in self._grad_outputs()}
         grads = []
         for name in trainable:
             parameter, k = self.get_parameter(name), by_name[name]
-            grad = DTensor.from_local(outputs[k - offset], self.groups.device_mesh, self.plan.output_placements[k],
-                                      run_check=False, shape=parameter.shape, stride=parameter.stride())
-            if tuple(grad.placements) != tuple(parameter.placements):
-                grad = grad.redistribute(self.groups.device_mesh, parameter.placements)
-            grads.append(grad)
+            local, placed = outputs[k - offset], tuple(self.plan.output_placements[k])
+            if placed == tuple(parameter.placements) and local.dtype == parameter.dtype:
+                grads.append(dtensor_placed_like(parameter, local))  # as the parameter is: its spec serves
+                continue
+            grad = DTensor.from_local(local, self.groups.device_mesh, placed, run_check=False, shape=parameter.shape,
+                                      stride=parameter.stride())
+            grads.append(grad.redistribute(self.groups.device_mesh, parameter.placements))
         return grads
 
     # -- calling -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ __all__ = [
     "CHECKED_TORCH_VERSION",
     "NAMES",
     "device_mesh_without_process_group",
+    "dtensor_placed_like",
     "evaluate_on_symints",
     "joint_graph_with_export_shapes",
     "set_joint_calling_convention",
@@ -184,6 +185,16 @@ def sharding_propagator() -> Any:
     from torch.distributed.tensor import DTensor
 
     return DTensor._op_dispatcher.sharding_propagator
+
+
+def dtensor_placed_like(like: Any, local: Any) -> Any:
+    """A DTensor holding ``local`` as this rank's piece, with the mesh, placements, global shape,
+    strides and dtype of the DTensor ``like`` (its spec ``like._spec``), made by DTensor's own
+    constructor: ``DTensor.from_local`` builds a new spec through an autograd function, about ten
+    times the cost, at every parameter's gradient of every step."""
+    from torch.distributed.tensor import DTensor
+
+    return DTensor(local, like._spec, requires_grad=False)
 
 
 def device_mesh_without_process_group(shape: Sequence[int], axis_names: Sequence[str] | None) -> Any:
