@@ -50,8 +50,9 @@ DECODERS = {
 }
 OPTIMIZER = dict(lr=1e-3, foreach=True)
 """Every variant's AdamW: the foreach implementation (one op over all parameters, the default on
-GPUs), since DTensor parameters (shapecore, FSDP2, TP) pay DTensor's dispatch once per op and
-parameter with the per-parameter one, CPU's default."""
+GPUs), since DTensor parameters (shapecore, FSDP2) pay DTensor's dispatch once per op and
+parameter with the per-parameter one, CPU's default. TP's parameters mix DTensors and plain
+tensors, which foreach ops refuse: it runs the per-parameter implementation."""
 
 
 def _decoder(config: dict[str, int]) -> Any:
@@ -106,8 +107,11 @@ class _Eager(_Variant):
     def __init__(self, name: str, model: Any, rank: int, *, split_batch: bool) -> None:
         import torch
 
+        from torch.distributed.tensor import DTensor
+
         self.name, self.model, self.rank, self.split_batch = name, model, rank, split_batch
-        self.optimizer = torch.optim.AdamW(model.parameters(), **OPTIMIZER)
+        mixed = len({isinstance(p, DTensor) for p in model.parameters()}) > 1
+        self.optimizer = torch.optim.AdamW(model.parameters(), **{**OPTIMIZER, "foreach": not mixed})
 
     def step(self, tokens: Any, labels: Any) -> float:
         if self.split_batch:  # each rank's mean loss; DDP and FSDP average the gradients: the global mean's
