@@ -171,7 +171,8 @@ class _Step(torch.autograd.Function):
     def forward(ctx: Any, module: ParallelModule, call: _Call, *parameters: Any) -> Any:
         assert module.partitioned is not None
         outputs = call.variant.run(call.symbol_values, call.tensors)
-        ctx.module, ctx.call, ctx.saved = module, call, outputs[module.partitioned.user_outputs:]
+        ctx.module, ctx.call, ctx.parameters = module, call, parameters
+        ctx.saved = outputs[module.partitioned.user_outputs:]
         return tuple(module._update_buffers(outputs))
 
     @staticmethod
@@ -182,7 +183,7 @@ class _Step(torch.autograd.Function):
         tangents = module._tangents(grads, call.values)
         inputs = [ctx.saved[k] if kind == "saved" else tangents[k] for kind, k in partitioned.backward_inputs]
         ctx.saved = None
-        return (None, None, *module._parameter_grads(backward(inputs), call.trainable))
+        return (None, None, *module._parameter_grads(backward(inputs), dict(zip(call.trainable, ctx.parameters))))
 
 
 class ParallelModule(nn.Module):
@@ -239,6 +240,8 @@ class ParallelModule(nn.Module):
         _together("placing the parameters", lambda: register_state(self, model, plan.param_placements, self.groups))
         self._feed = self._feeds(state)
         self._grad_names = self._gradient_names(state)
+        self._grad_positions = {self._grad_names[fqn]: k for k, fqn in self._grad_outputs()}
+        """Parameter name -> position of its gradient among the program's outputs."""
         self._buffer_updates = self._updated_buffers(state)
         self._output_shapes = self._global_output_shapes(gm)
         self.partitioned: Partitioned | None = None
@@ -501,17 +504,16 @@ class ParallelModule(nn.Module):
             tangents.append(grad.contiguous())
         return tangents
 
-    def _parameter_grads(self, outputs: Sequence[Any], trainable: Sequence[str]) -> list[Any]:
-        """The gradients of the ``trainable`` parameters as DTensors placed like them, from the
-        backward program's outputs (the joint program's outputs after the user outputs)."""
+    def _parameter_grads(self, outputs: Sequence[Any], trainable: Mapping[str, Any]) -> list[Any]:
+        """The gradients of the ``trainable`` parameters (name -> parameter) as DTensors placed like
+        them, from the backward program's outputs (the joint program's outputs after the user outputs)."""
         from shapecore.torch.private import dtensor_placed_like
 
         assert self.partitioned is not None
         offset = self.partitioned.user_outputs
-        by_name = {self._grad_names[fqn]: k for k, fqn in self._grad_outputs()}
         grads = []
-        for name in trainable:
-            parameter, k = self.get_parameter(name), by_name[name]
+        for name, parameter in trainable.items():
+            k = self._grad_positions[name]
             local, placed = outputs[k - offset], tuple(self.plan.output_placements[k])
             if placed == tuple(parameter.placements) and local.dtype == parameter.dtype:
                 grads.append(dtensor_placed_like(parameter, local))  # as the parameter is: its spec serves
@@ -549,23 +551,24 @@ class ParallelModule(nn.Module):
         pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
         values = self.program.localizer.local_values(global_values)
         variant = self._variant(values)
-        trainable: list[str] = []
+        parameters = dict(self.named_parameters())
+        trainable: dict[str, Any] = {}
         tensors = []
         with torch.no_grad():
             for kind, what in self._feed:
                 if kind == "input":
                     tensors.append(pieces[what])
                 elif kind == "parameter":
-                    parameter = self.get_parameter(what)
+                    parameter = parameters[what]
                     tensors.append(parameter.to_local())
-                    if parameter.requires_grad and what in self._grad_names.values():
-                        trainable.append(what)
+                    if parameter.requires_grad and what in self._grad_positions:
+                        trainable[what] = parameter
                 elif kind == "buffer":
                     tensors.append(self.get_buffer(what).to_local())
         symbol_values = [values[s.name] for s in self.program.symbols]
         if self.partitioned is not None and self.training and torch.is_grad_enabled() and trainable:
-            call = _Call(variant, values, symbol_values, tensors, trainable)
-            local = _Step.apply(self, call, *(self.get_parameter(name) for name in trainable))
+            call = _Call(variant, values, symbol_values, tensors, list(trainable))
+            local = _Step.apply(self, call, *trainable.values())
         else:
             local = self._update_buffers(variant.run(symbol_values, tensors))
         return self._wrap(local, global_values)
