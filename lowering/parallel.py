@@ -202,13 +202,16 @@ class ParallelModule(nn.Module):
     labels as replicated and lets DTensor compute the loss on the output's pieces. ``plan_options`` go to :func:`planner.plan` (``constraints``,
     ``batch_sizes``, ``hardware``, ``memory_budget`` …); ``plan`` skips planning;
     ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
-    peer for benchmarks); ``progress`` is called with the name of each construction phase as
+    peer for benchmarks); ``share_layers=True`` (training) traces a run of alike blocks once
+    (:func:`shapecore.torch.trace_for_planning`: the same graph, in a fraction of the time on a
+    deep model); ``progress`` is called with the name of each construction phase as
     it starts.
     """
 
     def __init__(self, model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                  training: bool = False, global_outputs: bool = False, plan: Plan | None = None,
-                 dynamic: bool = True, progress: Callable[[str], None] | None = None, **plan_options: Any) -> None:
+                 dynamic: bool = True, share_layers: bool = False, progress: Callable[[str], None] | None = None,
+                 **plan_options: Any) -> None:
         import planner
         from shapecore.torch import trace_for_planning
         from shapecore.torch.private import tree_structure
@@ -223,7 +226,8 @@ class ParallelModule(nn.Module):
         self.groups = mesh_groups(self.mesh)
         self.global_outputs = global_outputs
         traced = _together("tracing", lambda: trace_for_planning(
-            model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training))
+            model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training,
+            share_layers=share_layers))
         gm, exported, self.env = traced.graph_module, traced.exported, traced.env
         self._hidden = (model, gm)  # not submodules: their tensors are not this module's
         dims = {**traced.dim_exprs, **plan_options.pop("dims", {})}

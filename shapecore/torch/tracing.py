@@ -32,7 +32,7 @@ from shapecore.env import ShapeEnv
 from shapecore.errors import ShapecoreError
 from shapecore.torch.expressions import map_expr
 from shapecore.torch.fake import graph_shape_env
-from shapecore.torch.repeated import repeated_blocks, replicate, truncated
+from shapecore.torch.repeated import TRACED_BLOCKS, repeated_blocks, replicate, truncated
 from shapecore.torch.shape_env import first_sources, from_torch, range_origins, source_name, torch_guards
 
 if TYPE_CHECKING:
@@ -355,6 +355,10 @@ def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
         if not isinstance(made, str):
             return made, shape_env
         warnings.warn(f"share_layers: the blocks of {run.path!r} are traced one by one: {made}", stacklevel=3)
+    elif share_layers:
+        warnings.warn(f"share_layers: {type(model).__name__} has no nn.ModuleList of {TRACED_BLOCKS + 2} or more alike "
+                      f"blocks (same class, configuration and parameter shapes, no parameter shared elsewhere): "
+                      f"traced whole", stacklevel=3)
     with _recording_module_stack(model):
         return joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
 

@@ -113,6 +113,13 @@ def test_blocks_the_forward_treats_apart_are_traced_whole_and_the_warning_says_w
     assert _described(shared) == _described(_trace(model, share_layers=False))
 
 
+def test_a_model_with_no_run_of_alike_blocks_is_traced_whole_and_the_warning_says_so():
+    model = _Decoder(8, odd_block=6)
+    with pytest.warns(UserWarning, match="share_layers: _Decoder has no nn.ModuleList of 6 or more alike blocks"):
+        shared = _trace(model, share_layers=True)
+    assert _described(shared) == _described(_trace(model, share_layers=False))
+
+
 def test_truncation_restores_the_blocks_under_their_names():
     model = _Decoder(8)
     before = list(model.state_dict())
