@@ -47,6 +47,7 @@ from shapecore.ranges import ValueRange
 from shapecore.rewrite import Simplifier, canonicalize, divisors, fold, needs_rewriting, substitute, symbols_of
 from shapecore.search import bind_all, find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
+from shapecore import z3_threads
 from shapecore.z3backend import Z3Session
 
 __all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "bound", "residue", "as_expr", "as_claim", "is_claim"]
@@ -152,7 +153,8 @@ class Reasoner:
         self.knowledge.rollback(checkpoint.knowledge)
         self._hints_key, self._hints_checked, self._hints_point = checkpoint.hints_state
         if self._z3_facts > len(self.knowledge.facts):  # z3 saw a forgotten fact: start afresh
-            self._z3, self._z3_facts = None, 0
+            with z3_threads.exclusive():  # its z3 objects are freed here (see shapecore.z3_threads)
+                self._z3, self._z3_facts = None, 0
 
     def commit(self, checkpoint: ReasonerCheckpoint) -> None:
         """Keep the facts added since ``checkpoint`` and close it."""
@@ -341,7 +343,8 @@ class Reasoner:
         A model is reported only if exact evaluation confirms it against ``claim``. ``searched``
         is the search budget already spent on ``claim``; if z3 gives up, a larger search runs.
         """
-        answer = self._session().check(encoded, Budget(self.timeout_ms))
+        with z3_threads.exclusive():
+            answer = self._session().check(encoded, Budget(self.timeout_ms))
         if answer.status == "unsat":
             return self._proof(claim, "proved", "z3", facts_used=self._used(answer.core or ()))
         if answer.status == "sat":

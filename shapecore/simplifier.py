@@ -76,6 +76,7 @@ from shapecore.rewrite import canonicalize, divisors, keep_definedness, short_ci
 from shapecore.validation import check_ranges, guard_list
 from shapecore.group_solver import GroupSolver, minimal_unsat, ordered, unsatisfiable
 from shapecore.z3backend import Translator
+from shapecore import z3_threads
 
 __all__ = ["simplify", "Simplified", "Dropped", "Rewrite", "Fate"]
 
@@ -923,4 +924,6 @@ def simplify(
     >>> [str(g) for g in s.guards]
     ['s0 >= 4']
     """
-    return _Simplification(guard_list(guards, "guards"), guard_list(facts, "facts"), check_ranges(ranges), timeout_ms).run()
+    guard_exprs, fact_exprs, checked = guard_list(guards, "guards"), guard_list(facts, "facts"), check_ranges(ranges)
+    with z3_threads.exclusive():  # every z3 object of the run is made and freed inside (see shapecore.z3_threads)
+        return _Simplification(guard_exprs, fact_exprs, checked, timeout_ms).run()

@@ -36,6 +36,7 @@ import sympy
 import z3
 
 from shapecore import functions as F
+from shapecore import z3_threads
 from shapecore.budget import Budget
 from shapecore.operations import BY_CLASS, SHORT_CIRCUITS
 
@@ -263,10 +264,13 @@ class Z3Session:
 
 def smtlib_script(facts: list[sympy.Basic], claim: sympy.Basic) -> str:
     """SMT-LIB2 asserting the facts and the negated claim: ``unsat`` iff the claim follows."""
-    translator = Translator(z3.Context())
-    solver = z3.Solver(ctx=translator.ctx)
-    for fact in facts:
-        solver.add(translator.holds(fact))
-    solver.add(z3.Not(translator.holds(claim)))
-    solver.add(*translator.axioms)
-    return solver.to_smt2()
+    with z3_threads.exclusive():
+        translator = Translator(z3.Context())
+        solver = z3.Solver(ctx=translator.ctx)
+        for fact in facts:
+            solver.add(translator.holds(fact))
+        solver.add(z3.Not(translator.holds(claim)))
+        solver.add(*translator.axioms)
+        script = solver.to_smt2()
+        del translator, solver  # z3 objects freed inside the block
+    return script
