@@ -13,6 +13,9 @@ Contract:
   with the rank's traceback text as its ``__cause__``;
 * after ``timeout`` seconds every process still running is killed and :class:`LaunchTimeout`
   names the ranks that had not finished;
+* a rank that dies without a result is reported by :class:`RankFailure` with its exit code, or
+  the signal that ended it; on a crash in native code (segfault, abort, ...) ``faulthandler``
+  has written the Python stack of each of its threads to its stderr;
 * no process is left behind: each rank leads its own process group (so helpers it started,
   such as compile workers, die with it) and is killed with its parent;
 * unless ``OMP_NUM_THREADS`` is set, each rank gets ``cpu_count // world_size`` intra-op
@@ -27,6 +30,7 @@ milliseconds rather than an interpreter start, a torch import and a compiler pro
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -42,6 +46,7 @@ __all__ = ["launch", "LaunchTimeout", "RankFailure"]
 T = TypeVar("T")
 
 _HOST = "127.0.0.1"
+_FAULTS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS, signal.SIGILL}  # what faulthandler reports
 _GRACE_SECONDS = 1.0
 _PRELOAD = ["torch", "torch.distributed", "lowering", "lowering._forkserver_warmup"]
 
@@ -78,6 +83,7 @@ def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: st
                timeout: float, conn: multiprocessing.connection.Connection) -> None:
     os.setpgrp()
     _die_with_parent()
+    faulthandler.enable(all_threads=True)  # a crash in native code prints every thread's Python stack
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR=_HOST, MASTER_PORT=str(port))
     raised_at = None
@@ -178,6 +184,19 @@ def launch(fn: Callable[[int], T], world_size: int, backend: str = "gloo", timeo
         del store
 
 
+def _death(rank: int, exitcode: int | None) -> str:
+    """Why rank ``rank`` ended without a result, from its exit code (negative: the signal that ended it)."""
+    if exitcode is None or exitcode >= 0:
+        return f"rank {rank} exited with code {exitcode} without returning a result"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    where = (" (the Python stack of each of its threads at that moment is on its stderr)"
+             if -exitcode in _FAULTS else "")
+    return f"rank {rank} exited with code {exitcode}, killed by {name}, without returning a result{where}"
+
+
 def _collect(processes: list[Any], connections: list[Any], deadline: float) -> list[Any]:
     results: dict[int, Any] = {}
     failures: dict[int, tuple[float, BaseException]] = {}
@@ -205,8 +224,7 @@ def _collect(processes: list[Any], connections: list[Any], deadline: float) -> l
             elif kind == "error":
                 failures[rank] = _failure(rank, body)
             else:
-                failures[rank] = (time.time(), RankFailure(f"rank {rank} exited with code {body} "
-                                                           "without returning a result"))
+                failures[rank] = (time.time(), RankFailure(_death(rank, body)))
             pending.discard(rank)
         if failures and pending:
             deadline = min(deadline, time.monotonic() + _GRACE_SECONDS)

@@ -3,6 +3,7 @@
 import functools
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -82,6 +83,23 @@ def _exit_without_result(rank: int) -> None:
 def test_a_rank_that_dies_is_reported_with_its_exit_code():
     with pytest.raises(RankFailure, match="rank 0 exited with code 7"):
         launch(_exit_without_result, 2, timeout=60)
+
+
+def _abort(rank: int) -> None:
+    if rank == 0:
+        os.abort()  # as glibc does when it finds the heap corrupted
+    time.sleep(60)  # the peer: killed once rank 0's death is seen
+
+
+def test_a_rank_killed_by_a_crash_is_named_with_its_signal_and_its_python_stack_is_printed():
+    """Run in a child interpreter, so that the ranks' stderr (inherited through the forkserver) can be read."""
+    script = ("import pytest\nfrom lowering.launch import launch, RankFailure\nfrom tests.lowering.test_launch import _abort\n"
+              "with pytest.raises(RankFailure) as error:\n    launch(_abort, 2, timeout=60)\nprint(error.value)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert "rank 0 exited with code -6, killed by SIGABRT, without returning a result" in done.stdout
+    assert "Fatal Python error: Aborted" in done.stderr and "in _abort" in done.stderr, done.stderr
 
 
 def _unpicklable(rank: int):
