@@ -16,9 +16,11 @@ monitor, which Inductor's compile starts).
 hook holds the same lock for every collection, in whichever thread it runs: a collection
 waits until shapecore's z3 work is done, and shapecore's z3 work waits until a running
 collection ends. A collection that shapecore's own allocations start inside
-:func:`exclusive` runs at once (the lock is re-entrant). Not covered: z3 objects that another
-thread holds and drops itself (shapecore never hands its z3 objects out), and a collection that
-waited :data:`COLLECTION_WAITS_AT_MOST` seconds (it then runs).
+:func:`exclusive` runs at once (the lock is re-entrant). A long-lived solver session
+(:class:`~shapecore.z3backend.Z3Session`, a Reasoner's) gives its z3 objects back inside
+:func:`exclusive` too, whichever thread drops it. Not covered: z3 objects that another thread
+holds and drops itself (shapecore never hands its z3 objects out), and a collection that waited
+:data:`COLLECTION_WAITS_AT_MOST` seconds (it then runs).
 """
 
 from __future__ import annotations

@@ -225,6 +225,11 @@ class Z3Session:
         self._axioms_sent = 0
         self._queries = 0
 
+    def __del__(self) -> None:
+        # its z3 objects go back to z3 inside exclusive(), whoever drops the session (see shapecore.z3_threads)
+        with z3_threads.exclusive():
+            self._tracks, self.solver, self.translator = [], None, None  # type: ignore[assignment]
+
     def _flush_axioms(self) -> None:
         axioms = self.translator.axioms
         if self._axioms_sent < len(axioms):

@@ -70,3 +70,22 @@ def test_shapecore_asks_z3_only_inside_exclusive(monkeypatch):
     reasoner.prove("Eq(Mod(x, 3), 0)")  # needs z3: nonlinear, beyond the cheap layers
     simplify(["Eq(Mod(x*y, 6), 0)", "Eq(Mod(y, 3), 1)", "Eq(Mod(x, 3), 0)"])
     assert inside and all(inside), inside
+
+
+def test_a_dropped_solver_session_gives_its_z3_objects_back_inside_exclusive(monkeypatch):
+    from shapecore import z3backend
+
+    freed_inside: list[bool] = []
+    original = z3backend.z3.Context.__del__
+
+    def recording(self):
+        freed_inside.append(z3_threads.held())
+        original(self)
+
+    monkeypatch.setattr(z3backend.z3.Context, "__del__", recording)
+    reasoner = Reasoner()
+    reasoner.add_fact("Eq(Mod(x*y, 6), 0)")
+    reasoner.prove("Eq(Mod(x*y, 3), 0)")
+    del reasoner
+    gc.collect()
+    assert freed_inside and all(freed_inside), freed_inside
