@@ -421,8 +421,9 @@ class BatchCost:
 
     ``optimum`` is that optimum when ``optimum_exact``, else a lower bound on it, so
     :attr:`regret` never understates. ``optimum_source`` says how it was found: ``"mip"`` (the
-    point's own ILP), ``"lp relaxation"`` or ``"partial lp relaxation"`` (the relaxation stopped
-    at its time limit: a weaker bound, see :meth:`planner.ilp.IlpModel.lower_bound`).
+    point's own ILP), ``"lp relaxation"`` (exact when the relaxation's optimum is a plan) or
+    ``"partial lp relaxation"`` (the relaxation stopped at its time limit: a weaker bound, see
+    :meth:`planner.ilp.IlpModel.lower_bound`).
     """
 
     values: Mapping[str, int]

@@ -40,11 +40,13 @@ _OPTIONS = {"output_flag": False, "presolve": "off", "solver": "simplex", "simpl
 
 
 class RelaxedBound(NamedTuple):
-    """A lower bound on the relaxation's minimum: the minimum itself when ``finished``."""
+    """A lower bound on the relaxation's minimum: the minimum itself when ``finished``, reached
+    at the column values ``values`` (None when the solve stopped early or found no solution)."""
 
     value: float
     finished: bool
     infeasible: bool = False
+    values: np.ndarray | None = None
 
 
 class LpRelaxation:
@@ -78,13 +80,14 @@ class LpRelaxation:
         """A lower bound on ``min costs·x`` over the relaxation: its minimum if found within
         ``time_limit`` seconds, else the Lagrangian at the duals reached (see the module docstring)."""
         if not self.columns:
-            return RelaxedBound(0.0, True)
+            return RelaxedBound(0.0, True, values=np.zeros(0))
         self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), costs)
         self.highs.setOptionValue("time_limit", self.highs.getRunTime() + float(time_limit))  # HiGHS's clock runs on across runs
         self.highs.run()
         status = self.highs.getModelStatus()
         if status == highspy.HighsModelStatus.kOptimal:
-            return RelaxedBound(float(self.highs.getInfo().objective_function_value), True)
+            return RelaxedBound(float(self.highs.getInfo().objective_function_value), True,
+                                values=np.array(self.highs.getSolution().col_value))
         if status == highspy.HighsModelStatus.kInfeasible:
             return RelaxedBound(float("inf"), True, infeasible=True)
         return RelaxedBound(self.lagrangian(costs, np.array(self.highs.getSolution().row_dual)), False)

@@ -44,7 +44,7 @@ def _pieces(mesh: Mesh, placements) -> int:
 
 def test_pinned_inputs_and_parameters_take_their_placements(forward):
     free = _plan(forward)
-    assert free.input_placements[0] == (R,) and free.param_placements["fc1.weight"] == (R,)  # what the planner picks alone
+    assert free.param_placements["fc1.weight"] == (R,)  # what the planner picks alone: the pin changes the plan
     pinned = _plan(forward, placement_constraints=[Pin("inputs", "S(0)"), Pin("fc1.weight", "S(0)")])
     assert pinned.input_placements[0] == (S0,)
     assert pinned.param_placements["fc1.weight"] == (S0,)
