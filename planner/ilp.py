@@ -71,7 +71,7 @@ import numpy as np
 
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
-from planner.relaxation import LpRelaxation, RelaxedBound
+from planner.relaxation import LinearRows, LpRelaxation, RelaxedBound
 
 __all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
 
@@ -126,6 +126,7 @@ class IlpModel:
         self.model = mip.Model(sense=mip.MINIMIZE, solver_name=SOLVERS[solver])
         self.model.verbose = 0
         self.model.threads = 1
+        self.lp = LinearRows()  # the model's columns and rows again, as arrays: its LP relaxation's
         self.x: list[list[mip.Var] | None] = []
         self.folded: list[EdgeClass] = []  # one row or one column: priced on the other group's choices
         self.transport: list[tuple[EdgeClass, list[list[mip.Var]]]] = []
@@ -135,6 +136,7 @@ class IlpModel:
         self._buffers: dict[tuple, mip.Var | None] = {}
         self._peak: mip.Var | None = None  # least_peak_choices' model: the peak (in units of memory_budget) it minimizes
         self._relaxation: LpRelaxation | None = None  # built by the first lower_bound
+        self._flows: tuple[np.ndarray, np.ndarray] | None = None  # _flow_costs, once
         self._add_choice_variables()
         for cls in problem.edge_classes:
             self._add_routing(cls)
@@ -152,12 +154,23 @@ class IlpModel:
                 self.x.append(None)
                 continue
             xs = [self.model.add_var(var_type=mip.BINARY, name=f"x{g}_{c}") for c in range(group.choices)]
+            self.lp.add_columns(len(xs), upper=1.0)
             self._equation({v: 1.0 for v in xs}, 1.0, f"one{g}")
             self.x.append(xs)
 
     def _equation(self, terms: dict[mip.Var, float], rhs: float, name: str) -> None:
         """Σ terms = rhs (expressions built as dicts: python-mip's operators are slow at this size)."""
-        self.model.add_constr(mip.LinExpr(expr=terms, const=-rhs, sense="="), name)
+        self._add_row(terms, -rhs, "=", name)
+
+    def _add_row(self, terms: dict[mip.Var, float], const: float, sense: str, name: str) -> None:
+        """``Σ terms + const`` ``=`` or ``<`` (≤) 0, in the model and in :attr:`lp`."""
+        self.model.add_constr(mip.LinExpr(expr=terms, const=const, sense=sense), name)
+        self.lp.add_row(((v.idx, c) for v, c in terms.items()), -const if sense == "=" else -np.inf, -const)
+
+    def _add_column(self, name: str) -> mip.Var:
+        """A continuous ``v ≥ 0``, in the model and in :attr:`lp`."""
+        self.lp.add_columns(1)
+        return self.model.add_var(lb=0.0, name=name)
 
     def _indicator(self, g: int, choices: list[int], sign: float, terms: dict[mip.Var, float]) -> float:
         """Add ``sign·Σ x[g,c]`` over ``choices`` to ``terms``; returns the constant part (single-choice groups)."""
@@ -178,6 +191,7 @@ class IlpModel:
         add_var = self.model.add_var
         if len(cls.rows) * len(cls.cols) <= len(graph.arcs):
             ys = [[add_var(lb=0.0, name=f"y{e}_{a}_{b}") for b in range(len(cls.cols))] for a in range(len(cls.rows))]
+            self.lp.add_columns(len(cls.rows) * len(cls.cols))
             for a, (_, block) in enumerate(cls.rows):
                 terms = {y: 1.0 for y in ys[a]}
                 constant = self._indicator(cls.producer_group, block, -1.0, terms)
@@ -189,6 +203,7 @@ class IlpModel:
             self.transport.append((cls, ys))
             return
         fs = [add_var(lb=0.0, name=f"f{e}_{a}") for a in range(len(graph.arcs))]
+        self.lp.add_columns(len(fs))
         balance: list[dict[mip.Var, float]] = [{} for _ in graph.states]
         constant = [0.0] * len(graph.states)
         for a, (i, j, _, _) in enumerate(graph.arcs):
@@ -251,8 +266,7 @@ class IlpModel:
                     terms[u] = 1.0
         if self._peak is not None:
             terms[self._peak] = -1.0
-        self.model.add_constr(mip.LinExpr(expr=terms, const=fixed / self.memory_budget, sense="<"),  # type: ignore[operator]
-                              f"memory{k}_{step}")
+        self._add_row(terms, fixed / self.memory_budget, "<", f"memory{k}_{step}")  # type: ignore[operator]
 
     def _buffer(self, span: tuple[str, int, int, int, bool], k: int) -> mip.Var | None:
         """``u ≥ 0`` (in budgets) whose least value at every one-hot ``x`` is what the
@@ -280,9 +294,9 @@ class IlpModel:
             if not terms and constant <= 0:
                 continue
             if u is None:
-                u = self.model.add_var(lb=0.0, name=f"u{len(self._buffers)}")
+                u = self._add_column(f"u{len(self._buffers)}")
             terms[u] = terms.get(u, 0.0) - 1.0
-            self.model.add_constr(mip.LinExpr(expr=terms, const=constant, sense="<"), f"buffer{len(self._buffers)}_{j}")
+            self._add_row(terms, constant, "<", f"buffer{len(self._buffers)}_{j}")
         self._buffers[key] = u
         return u
 
@@ -301,9 +315,9 @@ class IlpModel:
 
     # -- objective ------------------------------------------------------------------------------
 
-    def _cost_terms(self, route: np.ndarray) -> tuple[dict[mip.Var, np.ndarray], np.ndarray]:
-        """Cost vector (per batch point) of every variable and the constant, with redistributions
-        that are not flows routed for the weights ``route``."""
+    def _cost_matrix(self, route: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cost (per batch point) of every column, ``[columns, points]``, and the constant, with
+        redistributions that are not flows routed for the weights ``route``."""
         problem = self.problem
         costs = [problem.group_costs(g, route) for g in range(len(problem.groups))]
         for cls in self.folded:
@@ -316,35 +330,49 @@ class IlpModel:
                 for c in block:
                     costs[group][c] += value
         constant = np.zeros(len(problem.points))
-        terms: dict[mip.Var, np.ndarray] = {}
+        matrix = np.zeros((self.lp.columns, len(problem.points)))
         for g, xs in enumerate(self.x):
             if xs is None:
                 constant += costs[g][0]
             else:
-                terms.update(zip(xs, costs[g]))
+                matrix[[v.idx for v in xs]] = costs[g]
         for cls, ys in self.transport:
             for a, (src, _) in enumerate(cls.rows):
                 for b, (dst, _) in enumerate(cls.cols):
-                    terms[ys[a][b]] = cls.count * self._dist(cls, src, dst, route)
-        for cls, fs in self.flows:
-            terms.update(zip(fs, self.problem.state_graph(cls.meta).costs * cls.count))
-        return terms, constant
+                    matrix[ys[a][b].idx] = cls.count * self._dist(cls, src, dst, route)
+        columns, flow_costs = self._flow_costs()
+        matrix[columns] = flow_costs
+        return matrix, constant
+
+    def _flow_costs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flow columns and their costs per point (arc costs times edges: no route to choose)."""
+        if self._flows is None:
+            columns = [v.idx for _, fs in self.flows for v in fs]
+            costs = [self.problem.state_graph(cls.meta).costs * cls.count for cls, _ in self.flows]
+            self._flows = (np.array(columns, dtype=np.int64),
+                           np.concatenate(costs) if costs else np.zeros((0, len(self.problem.points))))
+        return self._flows
 
     def _dist(self, cls: EdgeClass, src: tuple, dst: tuple, weights: np.ndarray) -> np.ndarray:
         if src == dst:
             return np.zeros(len(self.problem.points))
         return self.problem.move_cost(cls.meta, src, dst, weights)
 
-    def _objective(self, weights: np.ndarray) -> tuple[dict[mip.Var, float], float]:
-        """The ``weights``-expected cost: each variable's coefficient (microseconds) and the constant part (seconds)."""
-        vectors, constant_vector = self._cost_terms(weights)
-        terms = {v: c for v, c in zip(vectors, (np.stack(list(vectors.values())) @ weights * _SCALE).tolist()) if c}
-        return terms, float(constant_vector @ weights)
+    def _objective(self, weights: np.ndarray) -> tuple[np.ndarray, float]:
+        """The ``weights``-expected cost: every column's coefficient (microseconds) and the constant part (seconds)."""
+        matrix, constant = self._cost_matrix(weights)
+        return matrix @ weights * _SCALE, float(constant @ weights)
+
+    def _linear(self, coefficients: np.ndarray) -> mip.LinExpr:
+        """``Σ coefficient·column`` over the nonzero ``coefficients`` (one per column)."""
+        columns = self.model.vars
+        return mip.LinExpr(expr={columns[i]: c for i, c in zip(np.flatnonzero(coefficients).tolist(),
+                                                                coefficients[coefficients != 0].tolist())})
 
     def _set_objective(self, weights: np.ndarray) -> float:
         """Make the ``weights``-expected cost the objective; returns its constant part (seconds)."""
-        terms, constant = self._objective(weights)
-        self.model.objective = mip.LinExpr(expr=terms)
+        costs, constant = self._objective(weights)
+        self.model.objective = self._linear(costs)
         return constant
 
     def solve(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Solution:
@@ -356,15 +384,15 @@ class IlpModel:
         search (on the 32-layer LLaMA training graph on (2, 4, 8), 0.4 s instead of 6 s, the
         regret objective's relaxation being one-hot there). Otherwise the MIP is solved."""
         start = time.perf_counter()
-        terms, constant = self._objective(weights)
+        costs, constant = self._objective(weights)
         if self._relaxation is not None:
-            bound, choices = self._relaxed(terms, time_limit)
+            bound, choices = self._relaxed(costs, time_limit)
             if choices is not None:
                 objective = bound.value / _SCALE + constant
                 return Solution(choices=choices, status="optimal", objective=objective, bound=objective, gap=0.0,
                                 variables=self.model.num_cols, constraints=self.model.num_rows,
                                 build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
-        self.model.objective = mip.LinExpr(expr=terms)
+        self.model.objective = self._linear(costs)
         status = self._optimize(time_limit)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise self._failure(status, time_limit)
@@ -394,27 +422,25 @@ class IlpModel:
         the optimum on the 32-layer LLaMA training graph on (8, 8), within 0.1% on (2, 4, 8)
         at 2 layers (``bench/planner.py``).
         """
-        terms, constant = self._objective(weights)
+        costs, constant = self._objective(weights)
         if self._relaxation is None:
             unit = [v.idx for _, ys in self.transport for row in ys for v in row] + [v.idx for _, fs in self.flows for v in fs]
-            self._relaxation = LpRelaxation(self.model, unit_columns=np.array(unit, dtype=np.int64))
-        bound, choices = self._relaxed(terms, time_limit)
+            self._relaxation = LpRelaxation(self.lp, unit_columns=np.array(unit, dtype=np.int64))
+        bound, choices = self._relaxed(costs, time_limit)
         if bound.finished:
             return Optimum(bound.value / _SCALE + constant, exact=choices is not None, source="lp relaxation")
         return Optimum(max(bound.value / _SCALE + constant, self.decision_minimum(weights)), exact=False,
                        source="partial lp relaxation")
 
-    def _relaxed(self, terms: dict[mip.Var, float], time_limit: float) -> tuple[RelaxedBound, list[int] | None]:
-        """The LP relaxation minimized for the objective ``terms`` (:meth:`_objective`'s), and the
+    def _relaxed(self, costs: np.ndarray, time_limit: float) -> tuple[RelaxedBound, list[int] | None]:
+        """The LP relaxation minimized for the objective ``costs`` (:meth:`_objective`'s), and the
         plan it chose when that is a plan: every ``x`` within :data:`_INTEGRAL` of 0 or 1 and, under
         a memory budget, a peak that fits it (the relaxation may lack memory constraints added
         since it was built). Such a plan is optimal: no plan costs less than the relaxation's
         minimum, and the flows of a one-hot ``x`` cost what the plan costs."""
         relaxation = self._relaxation
         assert relaxation is not None
-        costs = np.zeros(relaxation.columns)
-        costs[[v.idx for v in terms]] = list(terms.values())
-        bound = relaxation.minimize(costs, time_limit=time_limit)
+        bound = relaxation.minimize(costs[:relaxation.columns], time_limit=time_limit)
         if bound.infeasible:
             raise self._failure(mip.OptimizationStatus.INFEASIBLE, time_limit)
         if bound.values is None:
@@ -439,10 +465,10 @@ class IlpModel:
         each group's cheapest choice, priced with the cheapest redistribution into it on every
         routed edge class (from whichever placement the producer gives). Every edge is charged
         to its consumer at no more than it costs, so no plan costs less."""
-        terms, constant = self._objective(weights)
+        costs, constant = self._objective(weights)
         incoming: dict[int, list[tuple[EdgeClass, list[float]]]] = {}
         for cls, ys in self.transport:
-            cheapest = [min(terms.get(row[b], 0.0) for row in ys) for b in range(len(cls.cols))]
+            cheapest = [min(float(costs[row[b].idx]) for row in ys) for b in range(len(cls.cols))]
             incoming.setdefault(cls.consumer_group, []).append((cls, cheapest))
         for cls, _ in self.flows:
             given = [src for src, _ in cls.rows]
@@ -454,7 +480,7 @@ class IlpModel:
         for g, xs in enumerate(self.x):
             if xs is None:
                 continue
-            best = np.array([terms.get(v, 0.0) for v in xs])
+            best = costs[[v.idx for v in xs]]
             for cls, cheapest in incoming.get(g, ()):
                 for (_, block), cost in zip(cls.cols, cheapest):
                     best[block] += cost
@@ -488,10 +514,13 @@ class IlpModel:
         """
         start = time.perf_counter()
         seed = solve_mean_regret(self, weights, optima, time_limit=time_limit).choices
-        vectors, constant = self._cost_terms(weights)
-        variables = list(vectors)
-        matrix = np.stack([vectors[v] for v in variables]) / optima
-        t = self.model.add_var(lb=0.0, name="worst_regret")
+        costs, constant = self._cost_matrix(weights)
+        used = np.flatnonzero(costs.any(axis=1))
+        columns = self.model.vars
+        variables = [columns[i] for i in used.tolist()]
+        costs = costs[used]
+        matrix = costs / optima
+        t = self.model.add_var(lb=0.0, name="worst_regret")  # removed below, so kept out of self.lp
         rows = []
         for k in range(len(optima)):
             terms = {v: c for v, c in zip(variables, matrix[:, k].tolist()) if c}
@@ -512,7 +541,7 @@ class IlpModel:
                 raise self._failure(status, time_limit)
             choices = self._chosen()
             values = np.array([v.x for v in variables])
-            objective = float((values @ np.stack([vectors[v] for v in variables]) + constant) @ weights)
+            objective = float((values @ costs + constant) @ weights)
             worst, bound = float(self.model.objective_value), float(self.model.objective_bound)
         finally:
             self.model.max_mip_gap = gap
@@ -552,7 +581,7 @@ class IlpModel:
         least = self.least_memory_choices()
         model = IlpModel(problem, solver=self.solver)
         model.memory_budget = float(problem.peak_memory(least).total.max()) or 1.0  # the unit of the memory constraints
-        model._peak = peak = model.model.add_var(lb=0.0, name="peak")
+        model._peak = peak = model._add_column("peak")
         model._set_objective(weights)
         cost = float(problem.evaluate(least, weights).total @ weights) * _SCALE
         model.model.objective = model.model.objective + _PEAK_PRICE * max(cost, 1.0) * peak

@@ -13,7 +13,10 @@ through python-mip, 7 here, ``bench/planner.py --whole``):
   point's basis (about half the iterations of a cold start at batch 64);
 * python-mip sets an objective one coefficient at a time, which after a solve takes seconds on
   that many columns; here it is one array. And the python-mip model's HiGHS clock, which its
-  time limit is measured on across solves, is left to the plan's own solve.
+  time limit is measured on across solves, is left to the plan's own solve;
+* the model reaches HiGHS as arrays (:class:`LinearRows`, which the ILP fills beside its
+  python-mip model) rather than through a model file, which took about a second to write and
+  read back at that size.
 
 Columns the caller names in ``unit_columns`` are bounded above by 1 (a relaxation of the
 problem with that bound, which the caller vouches has the same optimum). When a solve stops
@@ -26,15 +29,13 @@ wrong sign).
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import highspy
-import mip
 import numpy as np
 
-__all__ = ["LpRelaxation", "RelaxedBound"]
+__all__ = ["LinearRows", "LpRelaxation", "RelaxedBound"]
 
 _OPTIONS = {"output_flag": False, "presolve": "off", "solver": "simplex", "simplex_strategy": 1}  # 1: serial dual simplex
 
@@ -49,32 +50,59 @@ class RelaxedBound(NamedTuple):
     values: np.ndarray | None = None
 
 
-class LpRelaxation:
-    """The LP relaxation of ``model`` (a python-mip model, as built so far), in a HiGHS instance of its own."""
+class LinearRows:
+    """A linear program's columns (bounds) and rows (``lower ≤ Σ value·column ≤ upper``), in the
+    order they are added: the LP relaxation of a MIP built beside it, column for column."""
 
-    def __init__(self, model: mip.Model, *, unit_columns: np.ndarray) -> None:
+    def __init__(self) -> None:
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.row_lower: list[float] = []
+        self.row_upper: list[float] = []
+        self.starts: list[int] = [0]
+        self.index: list[int] = []
+        self.value: list[float] = []
+
+    def add_columns(self, count: int, *, upper: float = np.inf) -> None:
+        """``count`` columns in ``[0, upper]``."""
+        self.lower.extend([0.0] * count)
+        self.upper.extend([upper] * count)
+
+    def add_row(self, terms: Iterable[tuple[int, float]], lower: float, upper: float) -> None:
+        """``lower ≤ Σ value·x[column] ≤ upper`` over ``terms`` (column, value; zeros left out)."""
+        for column, value in terms:
+            if value:
+                self.index.append(column)
+                self.value.append(value)
+        self.starts.append(len(self.index))
+        self.row_lower.append(lower)
+        self.row_upper.append(upper)
+
+    @property
+    def columns(self) -> int:
+        return len(self.lower)
+
+
+class LpRelaxation:
+    """The linear program ``rows`` (as built so far), in a HiGHS instance of its own."""
+
+    def __init__(self, rows: LinearRows, *, unit_columns: np.ndarray) -> None:
         self.highs = highspy.Highs()
         for name, value in _OPTIONS.items():
             self.highs.setOptionValue(name, value)
-        self.columns = model.num_cols
-        if self.columns:
-            with tempfile.TemporaryDirectory() as folder:  # python-mip's one public way out is a model file
-                path = os.path.join(folder, "model.mps")
-                model.write(path)
-                if self.highs.readModel(path) != highspy.HighsStatus.kOk:
-                    raise RuntimeError(f"HiGHS could not read back the model python-mip wrote ({path})")
-        every = np.arange(self.columns, dtype=np.int32)
-        self.highs.changeColsIntegrality(self.columns, every, np.full(self.columns, highspy.HighsVarType.kContinuous))
-        lp = self.highs.getLp()
-        self.lower, self.upper = np.array(lp.col_lower_), np.array(lp.col_upper_)
-        unit = np.asarray(unit_columns, dtype=np.int32)
+        self.columns = rows.columns
+        self.lower, self.upper = np.array(rows.lower), np.array(rows.upper)
+        unit = np.asarray(unit_columns, dtype=np.int64)
         self.upper[unit] = np.minimum(self.upper[unit], 1.0)
-        self.highs.changeColsBounds(self.columns, every, self.lower, self.upper)
-        self.highs.changeObjectiveOffset(0.0)
-        matrix = lp.a_matrix_  # column-wise
-        self.entry_column = np.repeat(every, np.diff(np.array(matrix.start_)))
-        self.entry_row, self.entry_value = np.array(matrix.index_, dtype=np.int64), np.array(matrix.value_)
-        self.row_lower, self.row_upper = np.array(lp.row_lower_), np.array(lp.row_upper_)
+        self.row_lower, self.row_upper = np.array(rows.row_lower), np.array(rows.row_upper)
+        starts = np.array(rows.starts, dtype=np.int64)
+        self.entry_column = np.array(rows.index, dtype=np.int64)
+        self.entry_value = np.array(rows.value)
+        self.entry_row = np.repeat(np.arange(len(self.row_lower), dtype=np.int64), np.diff(starts))
+        if self.columns:
+            self.highs.addVars(self.columns, self.lower, self.upper)
+            self.highs.addRows(len(self.row_lower), self.row_lower, self.row_upper, len(self.entry_column),
+                               starts[:-1].astype(np.int32), self.entry_column.astype(np.int32), self.entry_value)
 
     def minimize(self, costs: np.ndarray, *, time_limit: float) -> RelaxedBound:
         """A lower bound on ``min costs·x`` over the relaxation: its minimum if found within

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import highspy
 import numpy as np
 import pytest
 import torch
@@ -30,14 +31,41 @@ def model():
 
 
 def _relaxation(model: IlpModel) -> LpRelaxation:
-    return LpRelaxation(model.model, unit_columns=np.array([v.idx for _, fs in model.flows for v in fs], dtype=np.int64))
+    return LpRelaxation(model.lp, unit_columns=np.array([v.idx for _, fs in model.flows for v in fs], dtype=np.int64))
 
 
 def _costs(model: IlpModel, weights: np.ndarray) -> np.ndarray:
-    terms, _ = model._objective(weights)
-    costs = np.zeros(model.model.num_cols)
-    costs[[v.idx for v in terms]] = list(terms.values())
-    return costs
+    return model._objective(weights)[0]
+
+
+def _read_back(model: IlpModel, folder) -> tuple[np.ndarray, ...]:
+    """The python-mip model through a model file, as HiGHS reads it: column and row bounds, entries."""
+    path = str(folder / "model.mps")
+    model.model.write(path)
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
+    assert highs.readModel(path) == highspy.HighsStatus.kOk
+    lp = highs.getLp()
+    matrix = lp.a_matrix_  # column-wise
+    columns = np.repeat(np.arange(lp.num_col_), np.diff(np.array(matrix.start_)))
+    entries = sorted(zip(np.array(matrix.index_).tolist(), columns.tolist(), np.array(matrix.value_).tolist()))
+    return np.array(lp.col_lower_), np.array(lp.col_upper_), np.array(lp.row_lower_), np.array(lp.row_upper_), np.array(entries)
+
+
+def test_the_rows_kept_beside_the_model_are_the_model_under_a_budget_too(model, tiny_mlp, tmp_path):
+    free = IlpModel(tiny_mlp).solve(tiny_mlp.points.weights)
+    least = IlpModel(tiny_mlp).least_memory_choices()
+    budget = float(tiny_mlp.peak_memory(free.choices).total.max() + tiny_mlp.peak_memory(least).total.max()) / 2
+    budgeted = IlpModel(tiny_mlp, memory_budget=budget)
+    budgeted.solve(tiny_mlp.points.weights)  # memory constraints and buffers added as the solve goes
+    assert budgeted.memory_steps
+    for ilp in (model, budgeted):
+        rows = ilp.lp
+        entries = sorted((r, c, v) for r in range(len(rows.row_lower))
+                         for c, v in zip(rows.index[rows.starts[r]:rows.starts[r + 1]], rows.value[rows.starts[r]:rows.starts[r + 1]]))
+        expected = _read_back(ilp, tmp_path)
+        for mine, theirs in zip((rows.lower, rows.upper, rows.row_lower, rows.row_upper, entries), expected):
+            assert np.allclose(np.array(mine, dtype=float), theirs, rtol=1e-14, atol=0)  # a model file keeps 15 digits
 
 
 def test_warm_started_minima_equal_cold_ones(model):
