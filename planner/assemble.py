@@ -179,7 +179,8 @@ def _decisions(problem: Problem, choices: list[int], incoming: dict[str, float],
         alternatives: tuple[Alternative, ...] = ()
         if explain and len(cands) > 1 and node.name not in problem.shared:
             allowed = problem.allowed_candidates.get(node.name, range(len(cands)))  # placement constraints rule the others out
-            deltas = [(i, _switch_delta(problem, choices, node.name, i, current, weights, getitems)) for i in allowed if i != current]
+            delta = _SwitchDelta(problem, choices, node.name, current, getitems)
+            deltas = [(i, delta(i)) for i in allowed if i != current]
             deltas.sort(key=lambda t: (t[1], t[0]))
             alternatives = tuple(Alternative(_describe(cands[i]), d) for i, d in deltas[:_ALTERNATIVES])
         out[node.name] = Decision(
@@ -202,31 +203,39 @@ def _describe(cand: Candidate) -> str:
     return f"{outs} <- {'; '.join(format_codes(p) for p in cand.inputs)}" if cand.inputs else outs
 
 
-def _switch_delta(problem: Problem, choices: list[int], name: str, new: int, current: int, weights: np.ndarray,
-                  getitems: dict[str, list[Any]]) -> float:
-    """Change in expected total cost if only node ``name`` switched from candidate ``current`` to ``new``."""
-    graph = problem.graph
-    node = graph.nodes[name]
-    cands = problem.candidates[name]
-    old_c, new_c = cands[current], cands[new]
-    delta = float((new_c.compute - old_c.compute) @ weights)
+class _SwitchDelta:
+    """Change in expected total cost if only node ``name`` switched from candidate ``current`` to
+    another: what does not depend on the other candidate (its operands' producers, its readers'
+    needs, the current candidate's costs) is found once, each move's cost once."""
 
-    def move(meta: Any, src: Codes, dst: Codes) -> float:
-        return 0.0 if src == dst else float(problem.move_cost(meta, src, dst, weights) @ weights)
+    def __init__(self, problem: Problem, choices: list[int], name: str, current: int, getitems: dict[str, list[Any]]) -> None:
+        graph = problem.graph
+        node = graph.nodes[name]
+        self.problem, self.weights = problem, problem.points.weights
+        self.cands, self.old = problem.candidates[name], problem.candidates[name][current]
+        self.operands = [(graph.nodes[producer].output, problem.output_codes(choices, producer)) for producer in node.operands]
+        outputs = [(user.name, user.index) for user in getitems.get(name, ())] if node.is_tuple else [(name, 0)]
+        self.readers = [(index, graph.nodes[producer].output,
+                         [problem.chosen(choices, user).inputs[k] for user, k in graph.users[producer]])
+                        for producer, index in outputs]
+        self._moves: dict[tuple[int, Codes, Codes], float] = {}
 
-    for k, producer in enumerate(node.operands):
-        src = problem.output_codes(choices, producer)
-        meta = graph.nodes[producer].output
-        delta += move(meta, src, new_c.inputs[k]) - move(meta, src, old_c.inputs[k])
-    readers: list[tuple[str, Codes, Codes]] = []
-    if node.is_tuple:
-        for user in getitems.get(name, ()):
-            readers.append((user.name, old_c.outputs[user.index], new_c.outputs[user.index]))  # type: ignore[arg-type, index]
-    else:
-        readers.append((name, old_c.outputs[0], new_c.outputs[0]))  # type: ignore[arg-type]
-    for producer, old_out, new_out in readers:
-        meta = graph.nodes[producer].output
-        for user, k in graph.users[producer]:
-            need = problem.chosen(choices, user).inputs[k]
-            delta += move(meta, new_out, need) - move(meta, old_out, need)
-    return delta
+    def _move(self, meta: Any, src: Codes, dst: Codes) -> float:
+        if src == dst:
+            return 0.0
+        key = (id(meta), src, dst)
+        found = self._moves.get(key)
+        if found is None:
+            found = self._moves[key] = float(self.problem.move_cost(meta, src, dst, self.weights) @ self.weights)
+        return found
+
+    def __call__(self, new: int) -> float:
+        old_c, new_c = self.old, self.cands[new]
+        delta = float((new_c.compute - old_c.compute) @ self.weights)
+        for k, (meta, src) in enumerate(self.operands):
+            delta += self._move(meta, src, new_c.inputs[k]) - self._move(meta, src, old_c.inputs[k])
+        for index, meta, needs in self.readers:
+            old_out, new_out = old_c.outputs[index], new_c.outputs[index]
+            for need in needs:
+                delta += self._move(meta, new_out, need) - self._move(meta, old_out, need)  # type: ignore[arg-type]
+        return delta
