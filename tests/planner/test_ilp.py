@@ -215,7 +215,8 @@ def test_a_one_hot_relaxation_is_the_plan_without_the_mip_and_a_fractional_one_f
     monkeypatch.setattr(model.model, "optimize", lambda **keywords: runs.append(keywords["max_seconds"]) or optimize(**keywords))
     monkeypatch.setattr("planner.ilp._INTEGRAL", -1.0)  # no value counts as integral: every relaxation is fractional
     fallback = model.solve(weights, time_limit=30.0)
-    assert runs == [30.0] and fallback.objective == pytest.approx(expected.objective, rel=1e-6)
+    assert len(runs) == 1 and 15.0 <= runs[0] <= 30.0  # the MIP gets what the relaxation left of the limit
+    assert fallback.objective == pytest.approx(expected.objective, rel=1e-6)
 
 
 def test_a_relaxation_out_of_time_weakens_the_regret_report_instead_of_failing_the_plan(mlp_traces, monkeypatch):
