@@ -153,8 +153,7 @@ class Reasoner:
         self.knowledge.rollback(checkpoint.knowledge)
         self._hints_key, self._hints_checked, self._hints_point = checkpoint.hints_state
         if self._z3_facts > len(self.knowledge.facts):  # z3 saw a forgotten fact: start afresh
-            with z3_threads.exclusive():  # its z3 objects are freed here (see shapecore.z3_threads)
-                self._z3, self._z3_facts = None, 0
+            self._z3, self._z3_facts = None, 0  # the session frees its z3 objects inside z3_threads.exclusive()
 
     def commit(self, checkpoint: ReasonerCheckpoint) -> None:
         """Keep the facts added since ``checkpoint`` and close it."""
