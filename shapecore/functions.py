@@ -30,7 +30,11 @@ sympy folds ``s0*0.1*10`` to ``1.0*s0``), ``+ * **`` with a float operand are th
 order written, folded only when both operands are numbers (with Python's floats). So is ``**``
 with an exponent that may be negative (``2 ** -1`` is ``0.5``). Build them with :func:`add`,
 :func:`mul` and :func:`power`, which keep sympy's exact arithmetic when no float is involved.
-They parse, print and evaluate; the reasoner treats them as opaque.
+They parse, print and evaluate; the reasoner treats them as opaque. A float constant is a
+:class:`PythonFloat`: one double, which compares with an int exactly, as in Python
+(``5e17 <= 499999999999999999`` is False; sympy's own ``Float`` rounds the int first). A
+division or ``%`` with a float operand is computed in floats by Python, so it is an integer
+here only when its operands are (``(x*0.5) % 2`` is ``0.5`` at ``x = 1``).
 
 Each class is registered once, with its Python semantics, in :mod:`shapecore.operations`,
 which every layer reads or is tested against.
@@ -83,6 +87,8 @@ __all__ = [
     "power",
     "float_valued",
     "float_number",
+    "as_number",
+    "PythonFloat",
     "int_symbol",
     "float_symbol",
     "symbol_for",
@@ -121,6 +127,11 @@ def _nonzero_constant(value: sympy.Basic) -> bool:
     return isinstance(value, sympy.Rational) and value != 0
 
 
+def _int_if_ints(operation: sympy.Basic) -> bool | None:
+    """True when every operand is an integer, else unknown: ``x % 2.5`` is ``0.0`` at ``x = 0``."""
+    return True if all(a.is_integer for a in operation.args) else None
+
+
 class _Lattice(sympy.Function):
     """``Max``/``Min`` that only flatten, drop duplicates and fold numbers (as torch prints them).
 
@@ -148,7 +159,7 @@ class _Lattice(sympy.Function):
         return None if ordered == args else cls(*ordered)
 
     def _eval_is_integer(self) -> bool | None:
-        return fuzzy_and(a.is_integer for a in self.args)
+        return _int_if_ints(self)  # max(x, 2.5) is 3 at x = 3
 
     def _sympystr(self, printer: sympy.printing.StrPrinter) -> str:
         return printer._print_LatticeOp(self)  # sorted arguments, as torch's Max/Min print
@@ -173,12 +184,21 @@ class Min(_Lattice):
     _pick = min
 
 
+def _int_unless_float(division: sympy.Basic) -> bool | None:
+    """A floor or ceiling division is an int (a Python ``int``, so an integer here) unless an
+    operand is float-valued: then Python computes it in floats (an integral float, or ``inf``)."""
+    return None if any(float_valued(a) for a in division.args) else True
+
+
 class FloorDiv(sympy.Function):
-    """``a // b``: floor division, rounding toward negative infinity."""
+    """``a // b``: floor division, rounding toward negative infinity (an int unless an operand
+    is a float: then Python gives an integral float, or ``inf``)."""
 
     nargs = (2,)
     precedence = 35
-    is_integer = True
+
+    def _eval_is_integer(self) -> bool | None:
+        return _int_unless_float(self)
 
     @classmethod
     def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
@@ -206,10 +226,13 @@ class CleanDiv(FloorDiv):
 
 
 class CeilDiv(sympy.Function):
-    """``-((-a) // b)``: division rounding toward positive infinity."""
+    """``-((-a) // b)``: division rounding toward positive infinity (as :class:`FloorDiv`, an
+    int unless an operand is a float)."""
 
     nargs = (2,)
-    is_integer = True
+
+    def _eval_is_integer(self) -> bool | None:
+        return _int_unless_float(self)
 
     @classmethod
     def eval(cls, base: sympy.Basic, divisor: sympy.Basic) -> sympy.Basic | None:
@@ -224,11 +247,14 @@ class CeilDiv(sympy.Function):
 
 
 class Mod(sympy.Function):
-    """``a % b`` with Python semantics: the result has the sign of ``b`` (zero included)."""
+    """``a % b`` with Python semantics: the result has the sign of ``b`` (zero included); an
+    integer when both operands are (``0.5 % 2`` is ``0.5``)."""
 
     nargs = (2,)
     precedence = 35
-    is_integer = True
+
+    def _eval_is_integer(self) -> bool | None:
+        return _int_if_ints(self)
 
     @classmethod
     def eval(cls, p: sympy.Basic, q: sympy.Basic) -> sympy.Basic | None:
@@ -249,11 +275,13 @@ class PythonMod(Mod):
 
 
 class ModularIndexing(sympy.Function):
-    """``(a // b) % c``, Python semantics."""
+    """``(a // b) % c``, Python semantics; an integer when every operand is."""
 
     nargs = (3,)
     precedence = 35
-    is_integer = True
+
+    def _eval_is_integer(self) -> bool | None:
+        return _int_if_ints(self)
 
     @classmethod
     def eval(
@@ -268,10 +296,100 @@ class ModularIndexing(sympy.Function):
         return None
 
 
-def float_number(value: float) -> sympy.Float:
-    """The double ``value`` as a sympy ``Float``: exactly it, printed with enough digits to read back."""
+class PythonFloat(sympy.Float):
+    """A float constant: exactly one double, compared and combined with numbers exactly.
+
+    Python compares an int with a float exactly (``5e17 <= 499999999999999999`` is False),
+    while sympy's ``Float`` first rounds the other number to its own precision. A double's
+    value is a dyadic rational, so here every comparison with a number, and the arithmetic
+    sympy does on numbers (``Add``/``Mul`` folding their constants, ``lhs - rhs`` when a
+    relation is decided), use that rational: such arithmetic gives an exact ``Rational``, so
+    sympy's ``Add``/``Mul`` never hold a float constant (only negation, exact in floats too,
+    gives a float). Python's own float arithmetic, which rounds, is :class:`FloatAdd` and its
+    kin, which fold two numbers with Python's floats. Build one with :func:`float_number`.
+    """
+
+    __slots__ = ()
+
+    def exact(self) -> sympy.Rational:
+        """The double's exact value."""
+        return sympy.Rational(self)
+
+    @staticmethod
+    def _exact_number(other: object) -> sympy.Rational | None:
+        """``other``'s exact value if it is a finite number (a sympy or Python one), else None."""
+        if isinstance(other, (int, float, Fraction)):
+            other = sympy.sympify(other)
+        if isinstance(other, sympy.Rational) or (isinstance(other, sympy.Float) and other.is_finite):
+            return sympy.Rational(other)
+        return None
+
+    def _arithmetic(self, other: object, combine: Callable[[Any, Any], Any], reflected: bool) -> Any:
+        """``self (op) other`` (``other (op) self`` if ``reflected``): exact with a number, else sympy's."""
+        x = self._exact_number(other)
+        if x is None:
+            return getattr(sympy.Float, f"__{'r' if reflected else ''}{combine.__name__}__")(self, other)
+        return combine(x, self.exact()) if reflected else combine(self.exact(), x)
+
+    def __add__(self, other):
+        return self._arithmetic(other, operator.add, False)
+
+    def __radd__(self, other):
+        return self._arithmetic(other, operator.add, True)
+
+    def __sub__(self, other):
+        return self._arithmetic(other, operator.sub, False)
+
+    def __rsub__(self, other):
+        return self._arithmetic(other, operator.sub, True)
+
+    def __mul__(self, other):
+        if isinstance(other, (int, sympy.Integer)) and other == -1:  # Mul(-1, f): -f, a float as Python's
+            return -self
+        return self._arithmetic(other, operator.mul, False)
+
+    def __rmul__(self, other):
+        return self.__mul__(other) if isinstance(other, (int, sympy.Integer)) and other == -1 else \
+            self._arithmetic(other, operator.mul, True)
+
+    def __truediv__(self, other):
+        if self._exact_number(other) == 0:
+            return sympy.Float.__truediv__(self, other)
+        return self._arithmetic(other, operator.truediv, False)
+
+    def __neg__(self):
+        return float_number(-float(self))
+
+    def _compare(self, other: object, compare: Callable[[Any, Any], bool]) -> Any:
+        x = self._exact_number(other)
+        if x is None:
+            return getattr(sympy.Float, f"__{compare.__name__}__")(self, other)
+        return sympy.true if compare(self.exact(), x) else sympy.false
+
+    def __lt__(self, other):
+        return self._compare(other, operator.lt)
+
+    def __le__(self, other):
+        return self._compare(other, operator.le)
+
+    def __gt__(self, other):
+        return self._compare(other, operator.gt)
+
+    def __ge__(self, other):
+        return self._compare(other, operator.ge)
+
+    def _eval_Eq(self, other: sympy.Basic) -> sympy.Basic | None:
+        """``Eq(self, other)`` for a number ``other``, exactly (sympy asks this before its own rules)."""
+        x = self._exact_number(other)
+        return None if x is None else sympy.true if self.exact() == x else sympy.false
+
+    __hash__ = sympy.Float.__hash__
+
+
+def float_number(value: float) -> PythonFloat:
+    """The double ``value`` as a :class:`PythonFloat`: exactly it, printed with enough digits to read back."""
     mantissa = repr(value).split("e")[0].lstrip("-").replace(".", "").lstrip("0")
-    return sympy.Float(value, max(15, len(mantissa)))
+    return PythonFloat(value, max(15, len(mantissa)))
 
 
 def _python_number(value: sympy.Basic) -> int | Fraction | float | None:
@@ -285,8 +403,8 @@ def _python_number(value: sympy.Basic) -> int | Fraction | float | None:
     return None
 
 
-def _as_number(value: int | Fraction | float) -> sympy.Basic | None:
-    """A Python result as a sympy number (None for a float that is not finite)."""
+def as_number(value: int | Fraction | float) -> sympy.Basic | None:
+    """A Python number as the sympy number with its value (None for a float that is not finite)."""
     if isinstance(value, float):
         return float_number(value) if math.isfinite(value) else None
     if isinstance(value, Fraction):
@@ -303,7 +421,7 @@ class ToFloat(sympy.Function):
     @classmethod
     def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
         if isinstance(number, sympy.Integer):
-            return _as_number(float(int(number)))
+            return as_number(float(int(number)))
         return None
 
 
@@ -324,7 +442,7 @@ class _TrueDiv(sympy.Function):
         if divisor.is_zero:
             raise ZeroDivisionError(f"division by zero in {cls.__name__}({base}, {divisor})")
         if isinstance(base, cls._operand) and isinstance(divisor, cls._operand):
-            return _as_number(cls._divide(base, divisor))
+            return as_number(cls._divide(base, divisor))
         return None
 
 
@@ -369,7 +487,7 @@ class TruncToFloat(sympy.Function):
     @classmethod
     def eval(cls, number: sympy.Basic) -> sympy.Basic | None:
         if isinstance(number, sympy.Number) and number.is_finite:
-            return _as_number(float(math.trunc(float(number))))
+            return as_number(float(math.trunc(float(number))))
         return None
 
 
@@ -386,7 +504,7 @@ class _FloatArithmetic(sympy.Function):
         if x is None or y is None:
             return None
         try:
-            return _as_number(cls._operator(x, y))
+            return as_number(cls._operator(x, y))
         except (ArithmeticError, TypeError):  # 0.0 ** -1, (-8.0) ** 0.5 (complex): left to evaluation
             return None
 

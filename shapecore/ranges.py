@@ -194,6 +194,8 @@ def _constant(expr: sympy.Basic) -> ValueRange | None:
         return ValueRange.point(int(expr))
     if expr.is_Rational:
         return ValueRange.point(Fraction(int(expr.p), int(expr.q)))
+    if isinstance(expr, F.PythonFloat):  # a double's exact value, as Python compares it
+        return ValueRange.point(Fraction(float(expr)))
     return None
 
 

@@ -12,7 +12,8 @@ Encoding (each symbol is a z3 ``Int``):
 * Every division contributes the definedness condition ``b != 0``; a formula *holds* when it
   is defined and true (see :func:`shapecore.evaluation.holds`). Python's short-circuiting
   ``A and B`` (``A or B``) is defined where ``A`` is and, unless ``A`` is false (true), ``B``.
-* Rational constants are z3 reals (mixed integer/real arithmetic, exact).
+* Rational constants are z3 reals (mixed integer/real arithmetic, exact); so is a float
+  constant, at its double's exact value, as Python compares it with an int.
 * ``CleanDiv``, ``PythonMod``, ``CeilDiv`` and ``ModularIndexing`` are encoded through the
   above node by node, without rebuilding (and so re-simplifying) the sympy tree.
 * Float-valued functions and anything else outside the integer vocabulary become fresh,
@@ -119,6 +120,9 @@ class Translator:
             return z3.IntVal(int(expr), ctx), ()
         if expr.is_Rational:
             return z3.RealVal(f"{expr.p}/{expr.q}", ctx), ()
+        if isinstance(expr, F.PythonFloat):  # a double's exact value, as Python compares it
+            exact = expr.exact()
+            return z3.RealVal(f"{exact.p}/{exact.q}", ctx), ()
         if expr is sympy.true:
             return z3.BoolVal(True, ctx), ()
         if expr is sympy.false:

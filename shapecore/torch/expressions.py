@@ -119,7 +119,9 @@ def _map_atom(node: sympy.Basic, root: sympy.Basic) -> sympy.Basic:
         if F.FLOAT_SYMBOL_NAME.fullmatch(node.name):  # torch's unbacked floats carry no assumptions
             return F.float_symbol(node.name)
         raise UnmappableExpressionError(node, root, "from torch (a symbol neither integer nor named zf<n>/zuf<n>)")
-    if isinstance(node, (sympy.Integer, sympy.Rational, sympy.Float)) and node.is_finite:
+    if isinstance(node, sympy.Float) and node.is_finite:  # torch's floats are doubles; compared exactly here
+        return F.float_number(float(node))
+    if isinstance(node, (sympy.Integer, sympy.Rational)):
         return node
     if node is sympy.true or node is sympy.false:
         return node
@@ -262,6 +264,8 @@ def to_torch(
     def leaf(node: sympy.Basic, root: sympy.Basic) -> sympy.Basic:
         if isinstance(node, sympy.Symbol):
             return _torch_symbol(node.name, known)
+        if isinstance(node, F.PythonFloat):
+            return sympy.Float(float(node))  # torch's own Float class
         if isinstance(node, (sympy.Number, sympy.logic.boolalg.BooleanAtom)):
             return node
         raise UnmappableExpressionError(node, root, "to torch")

@@ -30,6 +30,11 @@ def test_prove_exit_codes(capsys):
     assert main(["prove", "n - n//3 >= 2", "--range", "n=3..10000"]) == 0
 
 
+def test_prove_compares_floats_with_big_ints_exactly(capsys):
+    assert main(["prove", "5e17 <= 499999999999999999"]) == 1
+    assert "refuted" in capsys.readouterr().out
+
+
 def test_prove_unknown_exits_3(capsys):
     code = main(["prove", "TruncToInt(IntTrueDiv(s0*s0, 3)) >= 0", "--range", "s0=0..", "--timeout-ms", "50"])
     out = capsys.readouterr().out

@@ -1,6 +1,7 @@
 """The vocabulary evaluates like Python's ints, and like torch's sympy functions where defined."""
 
 import math
+from fractions import Fraction
 
 import pytest
 import sympy
@@ -127,3 +128,59 @@ def test_float_functions_match_torch(a, b):
     for ours, theirs in [(F.TruncToInt, torch_functions.TruncToInt), (F.FloorToInt, torch_functions.FloorToInt),
                          (F.CeilToInt, torch_functions.CeilToInt), (F.RoundToInt, torch_functions.RoundToInt)]:
         assert ours(quotient) == theirs(quotient)
+
+
+# -- float constants: exactly one double, as Python compares it ---------------------------------
+
+COMPARISONS = {sympy.Eq: lambda a, b: a == b, sympy.Ne: lambda a, b: a != b, sympy.Lt: lambda a, b: a < b,
+               sympy.Le: lambda a, b: a <= b, sympy.Gt: lambda a, b: a > b, sympy.Ge: lambda a, b: a >= b}
+doubles = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _double_and_near_int(draw):
+    """A double and an int at most a few units from it, where a double's precision runs out."""
+    value = draw(st.one_of(doubles, st.integers(-(2**70), 2**70).map(float)))
+    return value, int(value) + draw(st.integers(-3, 3))
+
+
+@pytest.mark.parametrize("relation", list(COMPARISONS), ids=lambda r: r.__name__)
+@given(pair=_double_and_near_int(), flip=st.booleans())
+def test_a_float_constant_compares_with_an_int_as_python_does(relation, pair, flip):
+    f, n = pair
+    lhs, rhs = (F.float_number(f), sympy.Integer(n)) if not flip else (sympy.Integer(n), F.float_number(f))
+    expected = COMPARISONS[relation](f, n) if not flip else COMPARISONS[relation](n, f)
+    assert bool(relation(lhs, rhs)) is expected
+    if relation not in (sympy.Eq, sympy.Ne):
+        assert bool(getattr(lhs, {sympy.Lt: "__lt__", sympy.Le: "__le__", sympy.Gt: "__gt__", sympy.Ge: "__ge__"}[relation])(rhs)) is expected
+
+
+@given(a=doubles, b=st.one_of(doubles, st.integers(-(2**70), 2**70)))
+def test_sympy_arithmetic_on_a_float_constant_is_exact(a, b):
+    x, y = F.float_number(a), F.float_number(b) if isinstance(b, float) else sympy.Integer(b)
+    exact_a, exact_b = Fraction(a), Fraction(b)
+    assert Fraction(str(x + y)) == exact_a + exact_b and Fraction(str(x - y)) == exact_a - exact_b
+    assert Fraction(str(x * y)) == exact_a * exact_b
+    assert not (x + y).is_Float and float(-x) == -a and isinstance(-x, F.PythonFloat)
+    assert Fraction(str(sympy.Add(x, y))) == exact_a + exact_b  # sympy's Add never keeps a float constant
+
+
+def test_the_fuzzers_float_comparisons():
+    assert F.float_number(5e17) > 499999999999999999
+    assert not sympy.Le(F.float_number(5e17), 499999999999999999)
+    assert not sympy.Eq(F.float_number(1e16), 10**16 + 1)
+    x = 62999999999999999997  # x + 0.5 rounds to 63000000000000000000.0 in floats
+    assert not sympy.Le(F.FloatAdd(sympy.Integer(x), F.float_number(0.5)), 62999999999999999999)
+    assert sympy.Mul(-1, F.float_number(0.5)) == F.float_number(-0.5)  # Python's -0.5, a float
+
+
+def test_divisions_are_integers_only_on_integers():
+    x = int_symbol("x")
+    half = F.float_number(0.5)
+    assert F.FloorDiv(x, 2).is_integer and F.CeilDiv(x, 2).is_integer and F.Mod(x, 2).is_integer
+    assert F.Mod(F.FloatMul(x, half), 2).is_integer is None  # (x*0.5) % 2 is 0.5 at x = 1
+    assert F.Mod(x / 2, 3).is_integer is None  # Fraction(1, 2) % 3 is 1/2
+    assert F.FloorDiv(x, F.float_number(2.0)).is_integer is None  # a float in Python (or inf)
+    assert F.ModularIndexing(x, 2, F.float_number(2.5)).is_integer is None
+    assert evaluate(F.Mod(F.FloatMul(x, half), 2), {"x": 1}) == 0.5
+    assert F.Max(x, F.float_number(2.5)).is_integer is None  # max(x, 2.5) is 3 at x = 3

@@ -200,6 +200,29 @@ def test_integers_beyond_a_floats_range_are_exact():
     assert prove(f"s0 >= {BIG + 8}", facts=[f"Eq(Mod(s0, 8), 0)", f"s0 > {BIG}"]).status == "proved"
 
 
+BEYOND_A_DOUBLE = 62999999999999999997  # x + 0.5 is 63000000000000000000.0 in floats
+
+
+@pytest.mark.parametrize(
+    "claim, ranges, status",
+    [
+        ("5e17 <= 499999999999999999", {}, "refuted"),  # Python compares an int with a float exactly
+        ("1e16 == 10**16 + 1", {}, "refuted"),
+        ("5e17 <= x + 1", {"x": (499999999999999999, 499999999999999999)}, "proved"),
+        ("5e17 <= x", {"x": (499999999999999999, 499999999999999999)}, "refuted"),
+        ("x + 0.5 <= 62999999999999999999", {"x": (BEYOND_A_DOUBLE, BEYOND_A_DOUBLE)}, "refuted"),
+        ("Ne(Mod(x*0.5, 2), 0.5)", {"x": (1, 3)}, "refuted"),  # 0.5 % 2 is 0.5: not an integer
+        ("Ne(Mod(x/2, 3), 1/2)", {"x": (1, 3)}, "refuted"),
+        ("Ne(Max(x, 2.5), 3)", {"x": (3, 3)}, "refuted"),
+    ],
+)
+def test_floats_compare_with_big_ints_exactly(claim, ranges, status):
+    proof = prove(claim, ranges=ranges)
+    assert proof.status == status
+    if status == "refuted":
+        assert not holds(parse(claim), proof.counterexample)
+
+
 @pytest.mark.parametrize(
     "call, message",
     [

@@ -368,3 +368,9 @@ def test_guard_text_simplifies_to_what_python_accepts(guards):
     for x, y in itertools.product(range(-6, 9), repeat=2):
         point = {"x": x, "y": y}
         assert all(oracle.holds(formula(g), point) for g in guards) == all(holds(g, point) for g in result.guards), point
+
+
+def test_a_float_compared_with_a_big_int_is_not_dropped_as_a_tautology():
+    x = 62999999999999999997  # x + 0.5 is 63000000000000000000.0 in floats: the guard is False
+    result = simplify(["x + 0.5 <= 62999999999999999999"], ranges={"x": (x, x)})
+    assert result.contradiction is not None and result.guards
