@@ -400,7 +400,7 @@ class ShapeEnv:
         info = self._symbols.get(name)
         return DataDependentError(str(expr), name, info.source if info else None, suggestions)
 
-    def size_hint(self, expr: ExprLike) -> int | bool:
+    def size_hint(self, expr: ExprLike) -> int | float | bool:
         """The value of ``expr`` at the hints, as Python computes it; records nothing.
 
         Raises :class:`DataDependentError` if it depends on an unbacked symbol, and
@@ -412,13 +412,14 @@ class ShapeEnv:
         except UnboundSymbolError as error:
             raise self._data_dependent(value, [], error.name) from None
 
-    def evaluate_expr(self, expr: ExprLike) -> int | bool:
+    def evaluate_expr(self, expr: ExprLike) -> int | float | bool:
         """Decide ``expr``: statically when possible, else from the hints, recording a guard.
 
         A condition returns a bool and records it (or its negation) as a guard when the facts
-        alone do not settle it; an integer expression returns its value and records
-        ``Eq(expr, value)`` unless the facts already fix it. Like Python, it raises
-        ``ZeroDivisionError`` (recording nothing) when ``expr`` divides by zero at the hints.
+        alone do not settle it; an integer (or float-valued) expression returns its value and
+        records ``Eq(expr, value)`` unless the facts already fix it. Like Python, it raises
+        ``ZeroDivisionError`` (recording nothing) when ``expr`` divides by zero at the hints;
+        a float that is not finite there (``inf``) cannot be a guard's value: ConstraintError.
         """
         value = as_expr(expr)
         self._check_known(value)
@@ -429,7 +430,10 @@ class ShapeEnv:
             if resolved.is_Integer:
                 return int(resolved)
         number = self.size_hint(value)
-        claim = build_keeping_divisions(sympy.Eq, value, sympy.Integer(number))
+        constant = F.as_number(number)
+        if constant is None:
+            raise ConstraintError(f"{value} is {number} at the hints, which no guard can record; nothing was recorded")
+        claim = build_keeping_divisions(sympy.Eq, value, constant)
         if not self.prove(claim).proved:
             self._record("guard", claim)
         return number

@@ -604,3 +604,13 @@ def test_bound_and_residue_of_an_env_read_its_ranges_facts_and_guards():
     assert env.evaluate_expr(s0 <= 64) is True  # a guard, known from now on
     assert env.bound(2 * s0 + 1) == ValueRange(17, 129)
     assert env.residue(2 * s0 + 1) == ModularSet(16, 1)
+
+
+def test_a_float_valued_expression_evaluates_to_its_float_and_guards_it():
+    env = ShapeEnv()
+    env.create_symbol(3)
+    assert env.evaluate_expr("1.5") == 1.5 and env.guards == []
+    assert env.evaluate_expr("s0 + 0.5") == 3.5
+    assert [str(g) for g in env.guards] == ["Eq(s0 + 0.5, 3.5)"]
+    with pytest.raises(ConstraintError, match="inf at the hints"):
+        env.evaluate_expr("s0 * 1e308 * 10")
