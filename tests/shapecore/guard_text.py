@@ -2,7 +2,9 @@
 
 Choices come from a :class:`Chooser`: hypothesis in the tests (so it can shrink what it finds),
 a seeded :class:`RandomChooser` in ``bench/fuzz.py`` (so a run is reproducible). Text is in
-torch's syntax, Python's or both; integer-only; divisors often vanish inside the box; and
+torch's syntax, Python's or both; integers, and now and then a float literal (compared exactly
+with integers beyond a double's precision: boxes are sometimes shifted there); divisors often
+vanish inside the box; and
 :meth:`GuardWriter.trap` writes the shapes constant folding has erased zero divisors from
 (``x//y - x//y >= 0``, ``Mod(x//y, -1)``, ``Or(Ne(2*x, 5), x//y > 0)``).
 """
@@ -55,11 +57,17 @@ def chance(choose: Chooser, percent: int) -> bool:
 
 
 _INTERVALS = ((-6, 6), (0, 12), (1, 8), (-3, 3), (2, 9), (0, 0), (-8, -1), (5, 5))
+# Where a double's precision runs out: sizes near these compare with floats only exactly
+_BIG_OFFSETS = (2**53, 10**16, 5 * 10**17 - 6, 62999999999999999990, 2**64 - 6, -(2**60))
+_SMALL_FLOATS = ("0.5", "1.5", "-2.0", "0.1", "2.5", "1e-3", "3.0")
 _RELATIONS = (("Eq", "=="), ("Ne", "!="), ("Lt", "<"), ("Le", "<="), ("Gt", ">"), ("Ge", ">="))
 
 
 def random_box(choose: Chooser, names: Sequence[str]) -> Box:
-    """Each of ``names`` over a small interval (at most 13 values; single points included)."""
+    """Each of ``names`` over a small interval (at most 13 values; single points included),
+    now and then all shifted to where a double can no longer hold every integer (``2**53``,
+    ``10**16``, …), so that comparisons with float literals must be exact."""
+    offset = pick(choose, _BIG_OFFSETS) if chance(choose, 10) else 0
     intervals = []
     for name in names:
         if chance(choose, 50):
@@ -67,7 +75,7 @@ def random_box(choose: Chooser, names: Sequence[str]) -> Box:
         else:
             lo = choose.integer(-8, 6)
             hi = lo + choose.integer(0, 12)
-        intervals.append((name, lo, hi))
+        intervals.append((name, offset + lo, offset + hi))
     return Box(tuple(intervals))
 
 
@@ -96,7 +104,20 @@ class GuardWriter:
         return pick(self.choose, self.box.names)
 
     def atom(self) -> str:
+        if chance(self.choose, 5):
+            return self.float_literal()
         return self.symbol() if chance(self.choose, 65) else self.literal()
+
+    def float_literal(self) -> str:
+        """A float literal: a small one (``0.5``), or the double nearest a value in or beside
+        the box, written as Python would (``5e+17``) or as a user would (``500000000000000003.0``)."""
+        c = self.choose
+        if chance(c, 40):
+            return f"({pick(c, _SMALL_FLOATS)})"
+        _, lo, hi = pick(c, self.box.intervals)
+        value = c.integer(lo - 2, hi + 2)
+        text = repr(float(value)) if chance(c, 50) else f"{value}.0"
+        return f"({text})" if value < 0 else text
 
     def divisor(self, depth: int) -> str:
         """A divisor: a constant, or (mostly) one that is zero somewhere in the box."""
@@ -161,9 +182,12 @@ class GuardWriter:
         return f"{name}({args})" if torch else f"{name.lower()}({args})"
 
     def relation(self, depth: int) -> str:
-        """A comparison of two expressions (now and then a chained one, in Python's syntax)."""
+        """A comparison of two expressions (now and then a chained one, in Python's syntax;
+        now and then of a float literal, or a sum with one, with an expression)."""
         c = self.choose
         (name, op), left, right = pick(c, _RELATIONS), self.expr(depth), self.expr(depth)
+        if chance(c, 10):
+            left = self.float_literal() if chance(c, 50) else f"({left} + {self.float_literal()})"
         if self._torch():
             if name in ("Eq", "Ne") or chance(c, 40):
                 return f"{name}({left}, {right})"
