@@ -44,7 +44,7 @@ from shapecore.proof import Proof
 from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr, is_claim
 from shapecore.rewrite import build_keeping_divisions, divisors, substitute, symbols_of
-from shapecore.search import bind_all
+from shapecore.search import bind_all, find_model
 from shapecore.validation import check_bound, check_integer, check_symbol_name, check_values
 
 __all__ = ["ShapeEnv", "SymbolInfo", "RuntimeAssert", "JSON_FORMAT", "JSON_VERSION"]
@@ -262,24 +262,26 @@ class ShapeEnv:
         """Keep ``_witness`` a witness with ``stored`` recorded, or raise :class:`ConstraintError`.
 
         Most entries hold at the witness as it is, their new unbacked symbols taking a first
-        value in range (:func:`~shapecore.search.bind_all`). Otherwise the reasoner decides
-        whether the backed symbols can all take their hints; its counterexample, checked
-        exactly against every fact, is the new witness.
+        value in range (:func:`~shapecore.search.bind_all`), or once their unbacked symbols
+        move to other values in range (:func:`~shapecore.search.find_model`). Otherwise the
+        reasoner decides whether the backed symbols can all take their hints; its
+        counterexample, checked exactly against every fact, is the new witness.
         """
-        hints = self.hints
+        hints, knowledge = self.hints, self._reasoner.knowledge
         names = {s.name for s in symbols_of(stored)}
         if names <= hints.keys():
             return  # it holds at the hints (_check_at_example), so at the witness too
         point = {**self._witness, **hints}
         missing = [F.int_symbol(n) for n in sorted(names - point.keys())]
         if missing:
-            point = bind_all(point, missing, self._reasoner.knowledge, hints)
+            point = bind_all(point, missing, knowledge, hints)
         try:
             found = holds(stored, point)
         except UnboundSymbolError:
             found = False
         if not found:
-            point = self._find_witness(kind, stored)
+            unbacked = [F.int_symbol(n) for n in names - hints.keys()]
+            point = find_model(knowledge, point, unbacked, hints) or self._find_witness(kind, stored)
         self._witness = {n: v for n, v in point.items() if n in self._symbols and n not in hints}
 
     def _find_witness(self, kind: str, stored: sympy.Basic) -> dict[str, int]:
