@@ -280,8 +280,8 @@ class ShapeEnv:
         except UnboundSymbolError:
             found = False
         if not found:
-            unbacked = [F.int_symbol(n) for n in names - hints.keys()]
-            point = find_model(knowledge, point, unbacked, hints) or self._find_witness(kind, stored)
+            model = find_model(knowledge, point, [F.int_symbol(n) for n in names - hints.keys()], hints)
+            point = model if model is not None else self._find_witness(kind, stored)
         self._witness = {n: v for n, v in point.items() if n in self._symbols and n not in hints}
 
     def _find_witness(self, kind: str, stored: sympy.Basic) -> dict[str, int]:
@@ -296,9 +296,11 @@ class ShapeEnv:
         if proof.status == "refuted":
             return dict(proof.counterexample)  # type: ignore[arg-type]
         unbacked = ", ".join(sorted({s.name for s in symbols_of(stored)} - hints.keys()))
-        values = ", ".join(f"{s.name}={hints[s.name]}" for s in backed) or "no backed symbols"
+        used = proof.facts_used or ()
+        involved = set().union(*(symbols_of(f) for f in (stored, *used)))
+        values = ", ".join(f"{s.name}={hints[s.name]}" for s in backed if s in involved) or "no backed symbols"
         if proof.status == "proved":
-            culprits = ", ".join(str(f) for f in proof.facts_used if f != stored)
+            culprits = ", ".join(str(f) for f in used if f != stored)
             raise ConstraintError(
                 f"{kind} {stored} holds for no values of {unbacked} at the example values ({values})"
                 f"{f' together with {culprits}' if culprits else ''}; nothing was recorded — check the constraint, "
