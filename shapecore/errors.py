@@ -77,7 +77,8 @@ class DataDependentError(ShapecoreError, RuntimeError):
 
 
 class ConstraintError(ShapecoreError, ValueError):
-    """A range, fact or hint contradicts what is already known."""
+    """A range, fact or hint contradicts what is already known (or, for a ShapeEnv entry on
+    unbacked symbols, could not be shown consistent with it within the time budget)."""
 
 
 class GuardInputError(ShapecoreError, ValueError):

@@ -12,14 +12,18 @@ Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small 
 * :class:`SimplifyQuery` — ``shapecore.simplify``. Wrong: at a box point satisfying the
   context, the input guards all hold and the output guards do not, or the reverse.
 * :class:`EnvQuery` — a ShapeEnv, its symbols and a sequence of ``evaluate_expr``,
-  ``add_fact``, ``statically_known_true`` and ``to_json``/``from_json`` round trips, run
-  against a model of what the env has been told. Wrong: a value that differs from Python's at
-  the hints (for every value of the unbacked symbols the facts allow there), a value where
-  Python raises there, a guard false at the hints, an answer given without a guard that is
-  not the claim's value wherever the facts allow, a fact false at the hints accepted or one
-  that holds there rejected, a claim false at the hints proved after a rejected fact, a round
-  trip that changes the document. Wrong answers after a ``ConstraintError`` (which promises
-  that nothing was recorded) say so.
+  ``add_fact``, ``defer_runtime_assert``, ``statically_known_true`` and
+  ``to_json``/``from_json`` round trips, run against a model of what the env has been told.
+  Wrong: a value that differs from Python's at the hints (for every value of the unbacked
+  symbols the facts allow there), a value where Python raises there, a guard false at the
+  hints, an answer given without a guard that is not the claim's value wherever the facts
+  allow, a fact accepted for which no value of the unbacked symbols (in their ranges) meets
+  everything told with the backed ones at their hints, or one rejected for which some value
+  does (unless the env says it could not show it in time), an assert found implied that is
+  not, a claim false at the hints proved after a rejected fact, a round trip that changes the
+  document. Wrong answers after a ``ConstraintError`` (which promises that nothing was
+  recorded) say so. :func:`unbacked_env_query` draws envs with both kinds of symbol, told
+  facts relating them that the unbacked ranges often leave no room for at the hints.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ __all__ = [
     "prove_query",
     "simplify_query",
     "env_query",
+    "unbacked_env_query",
     "generate",
     "run",
 ]
@@ -280,7 +285,8 @@ class EnvSymbol:
 @dataclass(frozen=True)
 class EnvQuery:
     """A ShapeEnv with ``symbols`` and the calls ``steps``: ``(verb, text)`` pairs, verbs
-    ``evaluate_expr``, ``add_fact``, ``statically_known_true`` and ``round_trip``."""
+    ``evaluate_expr``, ``add_fact``, ``defer_runtime_assert``, ``statically_known_true`` and
+    ``round_trip``."""
 
     symbols: tuple[EnvSymbol, ...]
     steps: tuple[tuple[str, str], ...]
@@ -305,37 +311,59 @@ class EnvQuery:
         return {s.name: s.hint for s in self.symbols if s.hint is not None}
 
 
+_TELLING = ("add_fact", "defer_runtime_assert")
+
+
 def env_query(choose: Chooser) -> EnvQuery:
+    kinds = [chance(choose, 70) for _ in range(choose.integer(1, 3))]  # True: backed
+    return _env_steps(choose, _env_symbols(choose, kinds), trap_percent=25)
+
+
+def unbacked_env_query(choose: Chooser) -> EnvQuery:
+    """Backed and unbacked symbols, and mostly facts relating them (:func:`_unbacked_trap`)."""
+    kinds = [True] * choose.integer(1, 2) + [False] * choose.integer(1, 2)
+    return _env_steps(choose, _env_symbols(choose, kinds), trap_percent=70)
+
+
+def _env_symbols(choose: Chooser, kinds: Sequence[bool]) -> tuple[EnvSymbol, ...]:
+    """A symbol over a small interval per entry of ``kinds`` (True: backed, with a hint in it)."""
     symbols = []
-    backed = unbacked = 0
-    for _ in range(choose.integer(1, 3)):
+    for is_backed in kinds:
         lo = choose.integer(-4, 4)
         hi = lo + choose.integer(0, 10)
-        if chance(choose, 70):
-            symbols.append(EnvSymbol(f"s{backed}", lo, hi, choose.integer(lo, hi)))
-            backed += 1
+        count = sum(1 for s in symbols if (s.hint is not None) == is_backed)
+        if is_backed:
+            symbols.append(EnvSymbol(f"s{count}", lo, hi, choose.integer(lo, hi)))
         else:
-            symbols.append(EnvSymbol(f"u{unbacked}", lo, hi, None))
-            unbacked += 1
-    query = EnvQuery(tuple(symbols), ())
+            symbols.append(EnvSymbol(f"u{count}", lo, hi, None))
+    return tuple(symbols)
+
+
+def _env_steps(choose: Chooser, symbols: tuple[EnvSymbol, ...], *, trap_percent: int) -> EnvQuery:
+    """1 to 8 calls on an env with ``symbols``; a fact or claim is a trap ``trap_percent`` of the time."""
+    query = EnvQuery(symbols, ())
     writer = GuardWriter(choose, query.box, random_style(choose))
     steps = []
     for _ in range(choose.integer(1, 8)):
-        verb = pick(choose, ("evaluate_expr", "evaluate_expr", "add_fact", "statically_known_true", "round_trip"))
+        verb = pick(choose, ("evaluate_expr", "evaluate_expr", *_TELLING, "statically_known_true", "round_trip"))
         if verb == "round_trip":
             text = ""
         elif verb == "evaluate_expr" and chance(choose, 20):
             text = writer.expr(2)  # an integer expression: evaluate_expr returns its value
-        elif chance(choose, 25):
+        elif chance(choose, trap_percent):
             text = _hint_trap(choose, query)
         else:
-            text = writer.any_claim() if verb != "add_fact" or chance(choose, 30) else extra_fact(writer)
+            text = writer.any_claim() if verb not in _TELLING or chance(choose, 30) else extra_fact(writer)
         steps.append((verb, text))
     return EnvQuery(query.symbols, tuple(steps))
 
 
 def _hint_trap(choose: Chooser, query: EnvQuery) -> str:
-    """A claim aimed at the hints: a divisor zero there, or a bound that excludes them."""
+    """A claim aimed at the hints: a divisor zero there, a bound that excludes them, or (with
+    both kinds of symbol, half the time) a relation the unbacked ranges may leave no room for."""
+    if any(s.hint is None for s in query.symbols) and any(s.hint is not None for s in query.symbols):
+        if chance(choose, 50):
+            return _unbacked_trap(choose, query)
     symbol = pick(choose, query.symbols)
     value = symbol.hint if symbol.hint is not None else choose.integer(symbol.lo, symbol.hi)
     name = symbol.name
@@ -346,6 +374,26 @@ def _hint_trap(choose: Chooser, query: EnvQuery) -> str:
         f"{name} >= {symbol.hi + choose.integer(1, 10)}",
         f"{name} < {symbol.lo}",
         f"Ne({name}, {value})",
+    )
+    return pick(choose, shapes)
+
+
+def _unbacked_trap(choose: Chooser, query: EnvQuery) -> str:
+    """A fact relating an unbacked symbol to a backed one (or to an unbacked one) with a
+    constant chosen so that, at the hints, ``slack > 0`` leaves no value in the unbacked
+    ranges and ``slack <= 0`` leaves some (issue 19: ``s0 <= u0`` with ``s0 = 27``,
+    ``u0 <= 14``)."""
+    s = pick(choose, [x for x in query.symbols if x.hint is not None])
+    u, v = (pick(choose, [x for x in query.symbols if x.hint is None]) for _ in range(2))
+    slack, k = choose.integer(-2, 2), pick(choose, (1, 2, 3, -1))
+    m = choose.integer(2, 5)
+    shapes = (
+        f"{s.name} <= {u.name} + ({s.hint - u.hi - slack})",  # u >= u.hi + slack at the hints
+        f"{s.name} > {u.name} + ({s.hint - u.lo + slack - 1})",  # u <= u.lo - slack
+        f"Eq({s.name}, {k}*{u.name} + ({s.hint - k * choose.integer(u.lo - 2, u.hi + 2)}))",
+        f"{u.name} + {v.name} >= {s.name} + ({u.hi + v.hi - s.hint + slack})",
+        f"{u.name} > {v.name} + ({u.hi - v.lo + slack - 1})",  # ranges alone: none when slack > 0
+        f"Eq(Mod({s.name} + {u.name}, {m}), {choose.integer(0, m - 1)})",
     )
     return pick(choose, shapes)
 
@@ -419,8 +467,11 @@ def check_env(query: EnvQuery, *, timeout_ms: int) -> list[Outcome]:
             outcomes += run.mark([outcome])
             run.env = restored if restored is not None else run.env
             continue
-        step = {"evaluate_expr": _evaluate, "add_fact": _add_fact, "statically_known_true": _known}[verb]
-        outcomes += run.mark(step(run, text, reproduction) + _check_guards(run, reproduction))
+        if verb in _TELLING:
+            told = _tell(run, verb, text, reproduction)
+        else:
+            told = {"evaluate_expr": _evaluate, "statically_known_true": _known}[verb](run, text, reproduction)
+        outcomes += run.mark(told + _check_guards(run, reproduction))
     return outcomes
 
 
@@ -506,30 +557,44 @@ def _known(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
     return [outcome]
 
 
-def _add_fact(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
+_UNDECIDED = "could not show"  # how the env words a refusal for want of time (ShapeEnv._find_witness)
+
+
+def _tell(run: _EnvRun, verb: str, text: str, reproduction: str) -> list[Outcome]:
+    """``add_fact`` or ``defer_runtime_assert``: accepted exactly when some point of the box
+    with the hints meets everything told and ``text``; an assert found implied (not recorded)
+    must hold wherever the facts allow."""
     model, f = run.model, formula(text)
-    _, error, seconds = _timed(lambda: run.env.add_fact(text))
-    outcome = _env_outcome(run, "add_fact", "rejected" if error else "accepted", seconds, reproduction)
+    asserts_before = len(run.env.runtime_asserts)
+    _, error, seconds = _timed(lambda: getattr(run.env, verb)(text))
+    outcome = _env_outcome(run, verb, "rejected" if error else "accepted", seconds, reproduction)
     if error is not None and not isinstance(error, shapecore.ConstraintError):
         if _fair_env_refusal(error, f, model):
             outcome.status = "refused"
             return [outcome]
-        return [_exception_outcome("env.add_fact", error, seconds, reproduction)]
-    consistent = bool(model.at_hints([(f, True)]))  # some point with the hints satisfies it all
+        return [_exception_outcome(f"env.{verb}", error, seconds, reproduction)]
+    allowed = model.at_hints([(f, True)])  # the points with the hints that meet it all
     if error is None:
         if model.backed_only(f) and not holds(f, model.hints):
-            outcome.problem = "wrong: add_fact accepted a fact that does not hold at the hints"
+            outcome.problem = f"wrong: {verb} accepted a fact that does not hold at the hints"
             outcome.detail = f"{text} at {model.hints}"
             run.alive = False
-        elif not consistent:  # an unsatisfiable fact the env could not see through: stop here
-            outcome.status = "accepted, unsatisfiable"
+        elif not allowed:
+            outcome.problem = f"wrong: {verb} accepted a fact that no value of the unbacked symbols allows at the hints"
+            unbacked = [i for i in model.box.intervals if i[0] not in model.hints]
+            outcome.detail = f"{text} at the hints {model.hints}, the unbacked symbols in {unbacked}"
             run.alive = False
         else:
+            if verb == "defer_runtime_assert" and len(run.env.runtime_asserts) == asserts_before:
+                _static_check(outcome, run, f, True, "defer_runtime_assert found the assert implied")
             model.constraints.append((f, True))
         return [outcome]
-    if consistent:
-        outcome.problem = "wrong: add_fact rejected a fact that holds at the hints"
-        outcome.detail = f"{text} holds at {model.at_hints([(f, True)])[0]}: {error}"
+    if allowed and _UNDECIDED in str(error):
+        outcome.status = "unknown"  # an honest refusal: the env could not decide in time
+        return [outcome]
+    if allowed:
+        outcome.problem = f"wrong: {verb} rejected a fact that holds at the hints"
+        outcome.detail = f"{text} holds at {allowed[0]}: {error}"
         return [outcome]
     # Rejected: nothing may have been recorded. A claim false at the hints must stay unproved.
     outcomes = [outcome]
@@ -579,11 +644,12 @@ def _check_guards(run: _EnvRun, reproduction: str) -> list[Outcome]:
 
 # -- any query --------------------------------------------------------------------------------
 
-KINDS = ("prove", "env", "simplify")
+KINDS = ("prove", "env", "unbacked_env", "simplify")
 
 
 def generate(kind: str, choose: Chooser) -> ProveQuery | EnvQuery | SimplifyQuery:
-    return {"prove": prove_query, "env": env_query, "simplify": simplify_query}[kind](choose)
+    makers = {"prove": prove_query, "env": env_query, "unbacked_env": unbacked_env_query, "simplify": simplify_query}
+    return makers[kind](choose)
 
 
 def run(query: ProveQuery | EnvQuery | SimplifyQuery, *, timeout_ms: int) -> list[Outcome]:
