@@ -450,9 +450,12 @@ class ShapeEnv:
         return self.prove(expr).proved
 
     def _unbacked_in(self, expr: sympy.Basic) -> list[sympy.Symbol]:
-        resolved = substitute(expr, self._reasoner.knowledge.replacements, keep_divisions=True)
+        """The symbols without a hint that ``expr`` depends on, through the replacements too (read
+        off them, not substituted: substituting may fold a divisor to zero, ``s0 + 1`` at ``s0 := -1``)."""
+        replacements = self._reasoner.knowledge.replacements
+        found = set().union(*((symbols_of(replacements[s]) if s in replacements else {s}) for s in symbols_of(expr)))
         return sorted(
-            (s for s in resolved.free_symbols if self._symbols.get(s.name, None) is None or self._symbols[s.name].hint is None),
+            (s for s in found if self._symbols.get(s.name, None) is None or self._symbols[s.name].hint is None),
             key=lambda s: s.name,
         )
 

@@ -688,3 +688,19 @@ def test_a_float_valued_expression_evaluates_to_its_float_and_guards_it():
     assert [str(g) for g in env.guards] == ["Eq(s0 + 0.5, 3.5)"]
     with pytest.raises(ConstraintError, match="inf at the hints"):
         env.evaluate_expr("s0 * 1e308 * 10")
+
+
+def test_a_data_dependent_claim_whose_replacements_zero_a_divisor_names_its_unbacked_symbol():
+    env = ShapeEnv()
+    env.create_unbacked_symbol(min=2, max=12)
+    env.create_symbol(-1, min=-1, max=-1)  # s0 := -1, so s0 // (s0 + 1) divides by 0 once substituted
+    with pytest.raises(DataDependentError, match="unbacked symbol u0"):
+        env.evaluate_expr("(s0 % (u0 - 5) >= s0) or (s0 // (s0 + 1) >= u0 % s0)")
+
+
+def test_a_data_dependent_size_suggests_a_fact_that_fixes_it():
+    env = ShapeEnv()
+    env.create_unbacked_symbol(min=0, max=12)
+    with pytest.raises(DataDependentError) as caught:
+        env.size_hint("u0 * 2")
+    assert "e.g. ," not in str(caught.value) and "env.add_fact('Eq(u0, ...)')" in str(caught.value)
