@@ -7,10 +7,11 @@ those other packages register (:data:`PLUGIN_GROUP`). Guard files are read by
 
 Every subcommand has ``--help`` with examples. Exit codes: 0 success (``prove``: proved),
 1 a negative answer (``prove``: refuted; ``simplify``/``explain``: the guards contradict each
-other; ``check``: a guard fails), 2 malformed input (printed as ``where:line:column:
-message``, never a traceback), 3 unknown, 4 an internal error: a bug in shapecore, not in the
-input, printed as one line naming the exception and where it was raised (never as 1 or 2,
-which would pass it off as an answer or as the user's mistake).
+other; ``check``: a guard fails), 2 malformed input (one line: ``where:line:column: message``;
+an argument argparse refuses is named with the help to read; never a traceback or a usage
+dump), 3 unknown, 4 an internal error: a bug in shapecore, not in the input, printed as one
+line naming the exception and where it was raised (never as 1 or 2, which would pass it off
+as an answer or as the user's mistake).
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ import re
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from shapecore.errors import ArgumentError, ParseError, ShapecoreError
 from shapecore.parsing import MAX_INTEGER_DIGITS
-from shapecore.reasoner import prove
+from shapecore.reasoner import as_claim, prove
 from shapecore.validation import check_integer, check_symbol_name
 
 if TYPE_CHECKING:
+    import sympy
+
     from shapecore.guard_input import GuardSet
 
 __all__ = ["main", "UsageError"]
@@ -41,6 +44,24 @@ EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE, EXIT_UNKNOWN, EXIT_INTERNAL = 0, 1, 2, 3, 4
 class UsageError(Exception):
     """Malformed input from the user: printed as ``where:line:column: message``, exit 2 (as is a
     plugin subcommand whose extra is not installed)."""
+
+
+class _CommandLineError(UsageError):
+    """An argument argparse refuses (unknown option, missing or unknown subcommand, bad value),
+    with the program (``shapecore prove``) whose help to read."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(f"{message}; run '{prog} --help'")
+        self.prog = prog
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (exit 2) instead of a usage dump: the
+    argument, what is wrong with it, and the help to read. Subcommands' parsers are of this
+    class too (argparse makes them of their parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _CommandLineError(self.prog, message)
 
 
 def _name(text: str, name: str) -> str:
@@ -89,6 +110,16 @@ def located(where: str, error: ParseError) -> UsageError:
     return UsageError(f"{where}:{error.line}:{error.column}: {error.message}")
 
 
+def _claim(text: str, where: str) -> sympy.Basic:
+    """``text`` (the argument named ``where``: ``<claim>``, ``--assume[2]``) read as a claim."""
+    try:
+        return as_claim(text)
+    except ParseError as error:
+        raise located(where, error) from None
+    except ArgumentError as error:  # an integer expression, not a claim
+        raise UsageError(f"{where}:1:1: {error}") from None
+
+
 def _positive_int(text: str) -> int:
     """An argparse type: a positive integer (z3 reads 0 as no limit at all)."""
     try:
@@ -107,15 +138,9 @@ def _add_scope_options(parser: argparse.ArgumentParser) -> None:
                         help="a symbol's range (repeatable), e.g. --range n=3..10000 or --range b=1..")
 
 
-def _scope(args: argparse.Namespace) -> tuple[list[str], dict[str, tuple[int | None, int | None]]]:
-    from shapecore.parsing import parse
-
-    for i, fact in enumerate(args.assume, 1):
-        try:
-            parse(fact)
-        except ParseError as error:
-            raise located(f"--assume[{i}]", error) from None
-    return list(args.assume), dict(parse_range(r) for r in args.ranges)
+def _scope(args: argparse.Namespace) -> tuple[list[sympy.Basic], dict[str, tuple[int | None, int | None]]]:
+    facts = [_claim(fact, f"--assume[{i}]") for i, fact in enumerate(args.assume, 1)]
+    return facts, dict(parse_range(r) for r in args.ranges)
 
 
 def _prove_parser(sub: argparse._SubParsersAction) -> None:
@@ -130,7 +155,7 @@ def _prove_parser(sub: argparse._SubParsersAction) -> None:
         "  shapecore prove 's0 % 16 == 0' --assume 's0 % 8 == 0' --smtlib | z3 -in",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("claim", help="the claim, in torch's guard syntax or Python's")
+    parser.add_argument("claim", metavar="CLAIM", help="the claim, in torch's guard syntax or Python's")
     _add_scope_options(parser)
     parser.add_argument("--smtlib", action="store_true",
                         help="print an SMT-LIB2 script whose (check-sat) is unsat exactly when the claim is proved")
@@ -141,11 +166,9 @@ def _prove_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_prove(args: argparse.Namespace) -> int:
+    claim = _claim(args.claim, "<claim>")
     facts, ranges = _scope(args)
-    try:
-        proof = prove(args.claim, facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
-    except ParseError as error:
-        raise located("<claim>", error) from None
+    proof = prove(claim, facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
     if args.smtlib:
         print(proof.to_smtlib())
         return EXIT_OK
@@ -220,9 +243,10 @@ def _simplify_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=_run_simplify)
 
 
-def _guard_scope(args: argparse.Namespace, guards: GuardSet) -> tuple[list, dict[str, tuple[int | None, int | None]]]:
-    """Facts and ranges: the file's, then the command line's (a --range replaces the file's)."""
-    facts, ranges = _scope(args)
+def _guard_scope(args: argparse.Namespace, guards: GuardSet, facts: list[sympy.Basic],
+                 ranges: dict[str, tuple[int | None, int | None]]) -> tuple[list, dict[str, tuple[int | None, int | None]]]:
+    """Facts and ranges: the file's, then the command line's (``facts`` and ``ranges``, from
+    :func:`_scope`; a --range replaces the file's)."""
     merged = dict(guards.ranges)
     mentioned = {s.name for g in guards.guards + guards.assumptions for s in g.expr.free_symbols} | set(guards.ranges)
     for name, span in ranges.items():
@@ -243,8 +267,9 @@ def _run_simplify(args: argparse.Namespace) -> int:
     from shapecore.printing import python_str
     from shapecore.simplifier import simplify
 
+    scope = _scope(args)  # the arguments are checked before a long file is read
     guards = _read_input(args.file)
-    facts, ranges = _guard_scope(args, guards)
+    facts, ranges = _guard_scope(args, guards, *scope)
     result = simplify([g.expr for g in guards.guards], facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
     if result.backstop_fired:
         print(f"shapecore simplify: warning: z3's wall-clock backstop fired before its --timeout-ms budget was spent "
@@ -439,7 +464,7 @@ def _load_plugin(entry_point: importlib.metadata.EntryPoint, sub: argparse._SubP
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; plugin subcommands are loaded only when ``command`` names them."""
-    parser = argparse.ArgumentParser(
+    parser = _ArgumentParser(
         prog="shapecore",
         description="Symbolic shape reasoning: prove, simplify and check PyTorch shape guards.",
     )
@@ -468,6 +493,14 @@ def _undecodable(argv: Sequence[str]) -> str | None:
     return None
 
 
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines() splits at
+
+
+def _print_error(message: str) -> None:
+    """``message`` on stderr in one line: a line break in the user's text quoted in it is escaped."""
+    print(_LINE_BREAKS.sub(lambda match: match.group().encode("unicode_escape").decode(), message), file=sys.stderr)
+
+
 def _internal_error(command: str, error: Exception) -> str:
     """One line for an exception that is a bug: its type, message and where it was raised."""
     frame = traceback.extract_tb(error.__traceback__)[-1]
@@ -481,22 +514,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     undecodable = _undecodable(argv)
     if undecodable is not None:
-        print(f"shapecore: {undecodable}", file=sys.stderr)
+        _print_error(f"shapecore: {undecodable}")
         return EXIT_USAGE
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command)
     except UsageError as error:
-        print(f"shapecore {command}: {error}", file=sys.stderr)
+        _print_error(f"shapecore {command}: {error}")
         return EXIT_USAGE
-    args = parser.parse_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # argparse's parse_args would blame the top-level parser
+            raise _CommandLineError(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
+    except _CommandLineError as error:
+        _print_error(f"{error.prog}: {error}")
+        return EXIT_USAGE
+    except SystemExit as exit:  # --help
+        return exit.code
     try:
         return args.run(args)
     except (UsageError, ShapecoreError) as error:
-        print(f"shapecore {args.command}: {error}", file=sys.stderr)
+        _print_error(f"shapecore {args.command}: {error}")
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - a bug: exit 4, never 1 (refuted) or 2 (bad input)
-        print(_internal_error(args.command, error), file=sys.stderr)
+        _print_error(_internal_error(args.command, error))
         return EXIT_INTERNAL
 
 
