@@ -102,6 +102,11 @@ def test_a_long_sum_gets_an_answer():
          "shapecore prove: argument --timeout-ms: expected a positive integer, got 'abc'; run 'shapecore prove --help'"),
         (["prove", "s0 > 1", "--timeout-ms"],
          "shapecore prove: argument --timeout-ms: expected one argument; run 'shapecore prove --help'"),
+        (["simplify", "-", "--timeout", "nan"],
+         "shapecore simplify: argument --timeout: expected a positive number of seconds, got nan; "
+         "run 'shapecore simplify --help'"),
+        (["explain", "-", "--timeout", "-1"], "shapecore explain: argument --timeout: expected a positive number of "
+                                              "seconds, got -1; run 'shapecore explain --help'"),
         ([], "shapecore: the following arguments are required: COMMAND; run 'shapecore --help'"),
         (["proove", "s0 > 1"], "shapecore: argument COMMAND: invalid choice: 'proove' (choose from 'prove', "),
         (["prove", "s0 > 1", "--bogus"], "shapecore prove: unrecognized arguments: --bogus; run 'shapecore prove --help'"),
@@ -111,7 +116,7 @@ def test_a_long_sum_gets_an_answer():
         (["prove", "s0 >\n\u2028 1 +"], "shapecore prove: <claim>:"),  # the text quoted has its line breaks escaped
         (["prove", "s0 > 1", "--range", "s0=1\r\n..x"], "shapecore prove: --range s0=1\\r\\n..x:1:"),
     ],
-    ids=["claim", "assume", "assume-simplify", "negative-ms", "text-ms", "missing-ms",
+    ids=["claim", "assume", "assume-simplify", "negative-ms", "text-ms", "missing-ms", "nan-s", "negative-s",
          "no-command", "unknown-command", "unknown-option", "extra-argument", "missing-value", "choice", "line-breaks",
          "line-breaks-range"],
 )
@@ -122,11 +127,15 @@ def test_refusals_are_one_line_exit_2_and_nothing_on_stdout(capsys, argv, line):
     assert out == "" and err.startswith(line) and err.endswith("\n") and err.count("\n") == 1, err
 
 
-def test_help_still_works(capsys):
+def test_help_still_explains_each_command_and_both_time_limits(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     for command in ("prove", "simplify", "check", "explain"):
         assert f"    {command} " in out
+    assert "exit codes:" in out and "--timeout-ms MS" in out and "--timeout SECONDS" in out
+    assert main(["simplify", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # as wrapped to the terminal's width
+    assert "--timeout-ms MS z3's budget" in out and "--timeout SECONDS wall-clock limit" in out
 
 
 # -- text that is not UTF-8 ------------------------------------------------------------------------
