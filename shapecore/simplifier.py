@@ -54,6 +54,7 @@ then also the output (it accepts nothing, like the input).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,6 +70,7 @@ from shapecore.guard_code import compile_predicate
 from shapecore.functions import FloorDiv, Mod, PythonAnd, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
+from shapecore.progress import Progress
 from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
@@ -171,9 +173,10 @@ class Simplified:
     def to_json(self) -> dict[str, object]:
         """``{"guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired"}``, guards in torch
         syntax."""
+        text, reason = functools.cache(str), functools.cache(lambda d: d.reason)  # a long input repeats its guards
         return {
             "guards": [str(g) for g in self.guards],
-            "dropped": [{"guard": str(d.guard), "reason": d.reason} for d in self.dropped],
+            "dropped": [{"guard": text(d.guard), "reason": reason(d)} for d in self.dropped],
             "rewritten": [{"guard": str(r.guard), "as": str(r.to)} for r in self.rewritten],
             "contradiction": None if self.contradiction is None else [str(g) for g in self.contradiction],
             "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()},
@@ -550,14 +553,17 @@ class _Digest:
 # -- step 3 (and 4): one round of cheap decisions ---------------------------------------------------
 
 
-def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom]) -> list[_Atom] | None:
+def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom], progress: Progress,
+                  stage: str) -> list[_Atom] | None:
     """Step 3 of the module docstring, with step 4 on what it cannot settle: settle what the
     cheap layers and single-symbol evaluation can; learn the rest again (the digest may take it
     now that it knows more). Returns a contradiction's culprits if one is found."""
     layers = CheapLayers(digest.knowledge)
-    for atom in unique:
+    for k, atom in enumerate(unique):
         if atom.fate is not None or atom.opaque:
             continue
+        if not progress.step(stage, k, len(unique)):
+            return None
         expr, found = _substituted(atom, digest.knowledge.replacements)
         verdict = False if expr is sympy.false else _cheap(layers, expr, found)
         if verdict is None and isinstance(expr, sympy.Or):
@@ -628,8 +634,11 @@ class _GroupSettling:
     ``bounds`` (the ranges the groups' models show for open sides) are what :class:`_Report` reads.
     """
 
-    def __init__(self, digest: _Digest, atoms: list[_Atom], context_facts: list[sympy.Basic], budget: Budget) -> None:
+    def __init__(self, digest: _Digest, atoms: list[_Atom], context_facts: list[sympy.Basic], budget: Budget,
+                 progress: Progress) -> None:
         self.digest, self.atoms, self.context_facts, self.budget = digest, atoms, context_facts, budget
+        self.progress = progress
+        self.stage = ""
         self.candidates: list[_Candidate] = []
         self.summary_candidates: dict[object, _Candidate] = {}
         self.bounds: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
@@ -664,6 +673,9 @@ class _GroupSettling:
             atom.fate = ("open", cand)
         groups = _connected_groups(self.candidates, self.context_facts)
         for k, (group, related) in enumerate(groups):
+            self.stage = f"z3 on group {k + 1} of {len(groups)}"
+            if not self.progress.step(self.stage, 0):
+                return None
             contradiction = self._settle_group(group, related, self.budget.part(1 / (len(groups) - k)))
             if contradiction is not None:
                 return contradiction
@@ -700,6 +712,8 @@ class _GroupSettling:
             key=lambda i: (group[i].sources is not None, -_complexity(group[i].expr), -group[i].order),
         )
         for k, i in enumerate(order):
+            if not self.progress.step(self.stage, k, len(order)):
+                return None
             implied_by = solver.implied_by(i, budget.part(1 / (len(order) - k)))
             if implied_by is not None:
                 group[i].kept = False
@@ -726,8 +740,10 @@ class _Simplification:
     :meth:`run` (:class:`_Digest`, :func:`_decide_round` with :class:`_SingleSymbol`,
     :class:`_GroupSettling`), and :class:`_Report` writes the result."""
 
-    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
+    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int,
+                 progress: Progress):
         self.budget = Budget(timeout_ms)
+        self.progress = progress
         self.context_facts: list[sympy.Basic] = []
         for name, (lo, hi) in sorted((ranges or {}).items()):
             x = int_symbol(name)
@@ -744,6 +760,7 @@ class _Simplification:
             raise ConstraintError(f"the facts and ranges contradict each other ({culprits}); nothing to simplify under them")
         self.atoms: list[_Atom] = []
         for source, guard in enumerate(guards):
+            progress.step("normalizing", source, len(guards))  # every guard is needed: never stops here
             claim = as_claim(guard)
             for conjunct in claim.args if isinstance(claim, (sympy.And, PythonAnd)) else (claim,):  # make_args is a set
                 self.atoms.append(self._atom(conjunct, source))
@@ -765,16 +782,21 @@ class _Simplification:
     def run(self) -> Simplified:
         unique = _dedupe(self.atoms)
         digest = _Digest(self.context_facts)
-        for atom in unique:
+        progress = self.progress
+        for k, atom in enumerate(unique):
+            if not progress.step("digesting", k, len(unique)):
+                break
             digest.learn(atom.canonical, atom)
             atom.learned = (atom.current, digest.known_about(symbols_of(atom.canonical)))
         single = _SingleSymbol(self.budget)
-        for _ in range(_ROUNDS):
+        for round_ in range(1, _ROUNDS + 1):
             culprits = digest.culprits()
             if culprits is not None:
                 return self._contradiction(culprits)
+            if progress.timed_out:
+                break
             before = digest.state()
-            culprits = _decide_round(digest, single, unique)
+            culprits = _decide_round(digest, single, unique, progress, f"deciding (round {round_})")
             if culprits is not None:
                 return self._contradiction(culprits)
             if digest.state() == before:
@@ -782,7 +804,7 @@ class _Simplification:
         culprits = digest.culprits()
         if culprits is not None:
             return self._contradiction(culprits)
-        groups = _GroupSettling(digest, self.atoms, self.context_facts, self.budget)
+        groups = _GroupSettling(digest, self.atoms, self.context_facts, self.budget, progress)
         culprits = groups.settle(unique, digest.summary(self.atoms, self.context))
         if culprits is not None:
             return self._contradiction(culprits)
@@ -911,6 +933,7 @@ def simplify(
     facts: Iterable[ExprLike] = (),
     ranges: Ranges | None = None,
     timeout_ms: int = 2000,
+    progress: Progress | None = None,
 ) -> Simplified:
     """An equivalent, smaller guard set under ``facts`` and ``ranges`` (name → ``(lo, hi)``).
 
@@ -920,10 +943,55 @@ def simplify(
     machine's load, and a wall-clock backstop of ``timeout_ms`` (:mod:`shapecore.budget`). A
     guard z3 cannot settle within its share is kept.
 
+    ``progress`` (:class:`~shapecore.progress.Progress`) hears how far the steps got; once its
+    wall-clock time limit has passed, the run stops where it is and returns every guard it has
+    not yet shown redundant (``progress.timed_out`` says so): still equivalent to the input.
+    A guard repeated verbatim is read once (its repeats are duplicates of its first occurrence).
+
     >>> s = simplify(["Ne(Mod(1, FloorDiv(s0, 2)), 0)"], facts=["s0 > 2"])
     >>> [str(g) for g in s.guards]
     ['s0 >= 4']
     """
     guard_exprs, fact_exprs, checked = guard_list(guards, "guards"), guard_list(facts, "facts"), check_ranges(ranges)
+    distinct = list(dict.fromkeys(guard_exprs))
     with z3_threads.exclusive():  # every z3 object of the run is made and freed inside (see shapecore.z3_threads)
-        return _Simplification(guard_exprs, fact_exprs, checked, timeout_ms).run()
+        result = _Simplification(distinct, fact_exprs, checked, timeout_ms, progress or Progress()).run()
+    return result if len(distinct) == len(guard_exprs) else _with_repeats(result, guard_exprs, distinct)
+
+
+def _with_repeats(result: Simplified, guards: list[ExprLike], distinct: list[ExprLike]) -> Simplified:
+    """``result``, of the ``distinct`` guards, as the result for ``guards``: each conjunct of a
+    repeated guard is dropped as a duplicate of the conjunct's first occurrence (as step 1
+    would), or as part of a contradiction."""
+    position = {guard: i for i, guard in enumerate(distinct)}
+    fates_of: list[list[Fate]] = [[] for _ in distinct]
+    for fate in result.fates:
+        fates_of[fate.source].append(fate)
+    repeats: dict[int, list[Fate]] = {}
+    fates: list[Fate] = []
+    for source, guard in enumerate(guards):
+        i = position[guard]
+        if i not in repeats:
+            fates += [_at(f, source) for f in fates_of[i]]
+            repeats[i] = [_repeat(f, result.contradiction is not None) for f in fates_of[i]]
+        else:
+            fates += [_at(f, source) for f in repeats[i]]
+    return dataclasses.replace(
+        result, dropped=tuple(f.dropped for f in fates if f.dropped is not None),
+        rewritten=tuple(f.rewrite for f in fates if f.outcome == "rewritten"), fates=tuple(fates))
+
+
+def _at(fate: Fate, source: int) -> Fate:
+    """``fate`` for the input guard ``source``."""
+    return Fate(fate.guard, fate.outcome, source, fate.dropped, fate.rewrite, fate.merged_into, fate.note)
+
+
+def _repeat(first: Fate, contradiction: bool) -> Fate:
+    """The fate of a repeat of the conjunct whose first occurrence met ``first``."""
+    if contradiction:
+        dropped = Dropped(first.guard, "contradiction")
+    elif first.dropped is not None and first.dropped.kind == "duplicate":
+        dropped = first.dropped
+    else:
+        dropped = Dropped(first.guard, "duplicate", (first.guard,))
+    return Fate(first.guard, "dropped", first.source, dropped=dropped)

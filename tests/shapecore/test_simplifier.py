@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapecore.simplifier as simplify_module
-from shapecore import ArgumentError, ConstraintError, FloorDiv, Max, Mod, ParseError, holds, int_symbol, parse, simplify
+from shapecore import (ArgumentError, ConstraintError, FloorDiv, Max, Mod, ParseError, Progress, holds, int_symbol, parse,
+                       simplify)
 from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
@@ -374,3 +375,63 @@ def test_a_float_compared_with_a_big_int_is_not_dropped_as_a_tautology():
     x = 62999999999999999997  # x + 0.5 is 63000000000000000000.0 in floats: the guard is False
     result = simplify(["x + 0.5 <= 62999999999999999999"], ranges={"x": (x, x)})
     assert result.contradiction is not None and result.guards
+
+# -- long inputs: repeats and a time limit -----------------------------------------------------------
+
+
+def test_a_repeated_guard_is_a_duplicate_of_its_first_occurrence():
+    guards = ["(s0 >= 1) & (s1 >= 1)", "s0 >= 1", "Eq(Mod(s0, 4), 0)"]
+    once = simplify(guards)
+    result = simplify(guards + [guards[2], guards[0], guards[1]])
+    assert result.guards == once.guards and result.ranges == once.ranges
+    fates = [(str(f.guard), f.source, f.outcome, f.detail) for f in result.fates]
+    assert fates[:4] == [(str(f.guard), f.source, f.outcome, f.detail) for f in once.fates]
+    assert fates[4:] == [
+        ("Eq(Mod(s0, 4), 0)", 3, "dropped", "duplicate of Eq(Mod(s0, 4), 0)"),
+        ("s0 >= 1", 4, "dropped", "duplicate of s0 >= 1"), ("s1 >= 1", 4, "dropped", "duplicate of s1 >= 1"),
+        ("s0 >= 1", 5, "dropped", "duplicate of s0 >= 1"),
+    ]
+    assert [d.guard for d in result.dropped] == [f.guard for f in result.fates if f.outcome == "dropped"]
+    contradiction = simplify(["s0 >= 5", "s0 <= 3", "s0 >= 5"])
+    assert texts(contradiction.guards) == ["s0 >= 5", "s0 <= 3"]
+    assert contradiction.dropped[0].reason == "the guards can never hold together (see the contradiction)"
+
+
+def ticking():
+    """A clock that reads 0, 1, 2, ... seconds: each step of the work takes one."""
+    return itertools.count().__next__
+
+
+def test_a_time_limit_at_the_start_keeps_every_distinct_guard():
+    guards = ["Eq(Mod(16*s77, 128), 0)", "Ne(s77, 8)", "Eq(Mod(s77, 8), 0)", "s77 >= 2", "Ne(s77, 8)"]
+    progress = Progress(time_limit_s=1, clock=ticking())
+    result = simplify(guards, progress=progress)
+    assert progress.timed_out and set(texts(result.guards)) == set(guards)
+    assert simplify(guards).guards != result.guards  # given the time, it drops some
+
+
+def test_stopped_at_any_step_the_answer_is_equivalent():
+    guards = ["s0 <= s1", "s1 <= s2", "s0 <= s2", "Ne(s0, s2)", "s0*s1 >= 4", "Eq(Mod(s0, 4), 0)", "s0 >= 1", "s1 <= 64"]
+    clock = itertools.count()
+    simplify(guards, progress=Progress(clock=clock.__next__))
+    steps = next(clock)  # the clock is read once per step, and once at the start
+    stages = set()
+    for limit in range(steps):
+        progress = Progress(time_limit_s=limit, clock=ticking())
+        result = simplify(guards, progress=progress)
+        assert progress.timed_out
+        stages.add(progress.stage.split()[0])
+        assert sampled_equivalent(guards, result.guards, ("s0", "s1", "s2"), range(-2, 70, 5)) is None, limit
+    assert stages == {"normalizing", "digesting", "deciding", "z3"}
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(guard_sets, scopes, st.integers(0, 25))
+def test_however_far_a_run_got_its_answer_is_equivalent(guards, ranges, steps):
+    """Stopped by its time limit after any number of steps, the run's answer accepts exactly what the input does."""
+    progress = Progress(time_limit_s=steps, clock=ticking())
+    try:
+        result = simplify(guards, ranges=ranges, timeout_ms=100, progress=progress)
+    except ConstraintError:
+        return
+    assert sampled_equivalent(guards, result.guards, NAMES, range(-9, 28), ranges=ranges) is None
