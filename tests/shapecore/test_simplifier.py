@@ -376,6 +376,7 @@ def test_a_float_compared_with_a_big_int_is_not_dropped_as_a_tautology():
     result = simplify(["x + 0.5 <= 62999999999999999999"], ranges={"x": (x, x)})
     assert result.contradiction is not None and result.guards
 
+
 # -- long inputs: repeats and a time limit -----------------------------------------------------------
 
 
