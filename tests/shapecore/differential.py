@@ -10,7 +10,10 @@ Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small 
   while the claim does not hold at a box point satisfying the facts; ``refuted`` with a
   counterexample that leaves a symbol unbound, breaks a fact, or at which the claim holds.
 * :class:`SimplifyQuery` — ``shapecore.simplify``. Wrong: at a box point satisfying the
-  context, the input guards all hold and the output guards do not, or the reverse.
+  context, the input guards all hold and the output guards do not, or the reverse; a guard
+  dropped as implied (a duplicate, a tautology, merged) that fails at such a point where the
+  guards it names hold; ``ranges`` that leave out a value of a point the input accepts, or
+  are looser than the ranges given.
 * :class:`EnvQuery` — a ShapeEnv, its symbols and a sequence of ``evaluate_expr``,
   ``add_fact``, ``statically_known_true`` and ``to_json``/``from_json`` round trips, run
   against a model of what the env has been told. Wrong: a value that differs from Python's at
@@ -192,15 +195,21 @@ def _bad_counterexample(counterexample, claim: Formula, facts: Sequence[Formula]
 
 @dataclass(frozen=True)
 class SimplifyQuery:
-    """``simplify(guards, facts=facts, ranges=box)``."""
+    """``simplify(guards, facts=facts, ranges=...)``: ``ranges`` as ``(name, lo, hi)`` with
+    ``None`` for an open end, or the box's intervals when None. Brute force walks the box: with
+    open ranges, it checks the part of the scope inside it."""
 
     guards: tuple[str, ...]
     facts: tuple[str, ...]
     box: Box
+    ranges: tuple[tuple[str, int | None, int | None], ...] | None = None
+
+    def scope(self) -> dict[str, tuple[int | None, int | None]]:
+        """The ``ranges=`` argument."""
+        return {n: (lo, hi) for n, lo, hi in (self.box.intervals if self.ranges is None else self.ranges)}
 
     def reproduction(self, timeout_ms: int) -> str:
-        ranges = {n: (lo, hi) for n, lo, hi in self.box.intervals}
-        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={ranges!r}, "
+        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={self.scope()!r}, "
                 f"timeout_ms={timeout_ms}).guards")
 
 
@@ -221,12 +230,13 @@ def simplify_query(choose: Chooser) -> SimplifyQuery:
 
 
 def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
-    ranges = {n: (lo, hi) for n, lo, hi in query.box.intervals}
+    ranges = query.scope()
     reproduction = query.reproduction(timeout_ms)
     result, error, seconds = _timed(
         lambda: shapecore.simplify(list(query.guards), facts=list(query.facts), ranges=ranges, timeout_ms=timeout_ms)
     )
     context = [formula(f) for f in query.facts]
+    context += [formula(f"{n} {op} {end}") for n, sides in ranges.items() for op, end in zip((">=", "<="), sides) if end is not None]
     if isinstance(error, shapecore.ConstraintError):  # documented for a context that cannot hold
         if next(satisfying(context, query.box), None) is None:
             return Outcome("simplify", "refused", seconds)
@@ -242,9 +252,10 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
                       reproduction=reproduction)
 
     inputs = [formula(g) for g in query.guards]
+    points = list(satisfying(context, query.box))
     try:
         simplified = [formula(g) for g in outputs]
-        for point in satisfying(context, query.box):
+        for point in points:
             before, after = all(holds(g, point) for g in inputs), all(holds(g, point) for g in simplified)
             if before != after:
                 undefined = any(value_at(g, point) is ZeroDivisionError for g in (*inputs, *simplified))
@@ -252,11 +263,43 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
                                    f"{' (a guard is undefined at the point)' if undefined else ''}")
                 outcome.detail = (f"at {point} the input {'holds' if before else 'fails'} "
                                   f"but {outputs} {'hold' if after else 'fail'}")
-                break
+                return outcome
+        outcome.problem, outcome.detail = _bad_drop(result.dropped, points)
     except (OracleError, NameError) as exc:
         outcome.problem = "wrong: simplify's output is not a guard over the input's symbols"
         outcome.detail = f"{outputs}: {exc}"
+    if outcome.problem is None and result.contradiction is None:
+        accepted = [p for p in points if all(holds(g, p) for g in inputs)]
+        outcome.problem, outcome.detail = _bad_ranges(result.ranges, ranges, accepted)
     return outcome
+
+
+def _bad_drop(dropped, points: Sequence[dict[str, int]]) -> tuple[str | None, str]:
+    """A guard dropped as implied (or a duplicate, a tautology, merged) that fails at a point
+    where what it names holds."""
+    for drop in dropped:
+        if drop.kind == "contradiction":
+            continue
+        guard, by = formula(str(drop.guard)), [formula(str(g)) for g in drop.by]
+        for point in points:
+            if all(holds(g, point) for g in by) and not holds(guard, point):
+                return (f"wrong: simplify dropped a guard as {drop.kind} that is not",
+                        f"{drop.guard} fails at {point}, where {[str(g) for g in drop.by]} hold")
+    return None, ""
+
+
+def _bad_ranges(found: dict[str, tuple[int | None, int | None]], given: dict[str, tuple[int | None, int | None]],
+                accepted: Sequence[dict[str, int]]) -> tuple[str | None, str]:
+    """Ranges that leave out a value the input accepts, or are looser than the given ones."""
+    for name, (lo, hi) in found.items():
+        given_lo, given_hi = given.get(name, (None, None))
+        if given_lo is not None and (lo is None or lo < given_lo) or given_hi is not None and (hi is None or hi > given_hi):
+            return "wrong: simplify's ranges are looser than the given ranges", f"{name}: {(lo, hi)}, given {(given_lo, given_hi)}"
+        outside = next((p for p in accepted if name in p and (lo is not None and p[name] < lo or hi is not None and p[name] > hi)),
+                       None)
+        if outside is not None:
+            return "wrong: simplify's ranges leave out a point the input accepts", f"{name}: {(lo, hi)}, accepted {outside}"
+    return None, ""
 
 
 # -- ShapeEnv ---------------------------------------------------------------------------------
