@@ -4,7 +4,9 @@ Shared by ``tests/shapecore/test_differential.py`` (hypothesis makes the choices
 ``bench/fuzz.py`` (a seeded ``random.Random`` does); the text comes from
 :mod:`tests.shapecore.guard_text`, the ground truth from :mod:`tests.shapecore.oracle`.
 
-Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals:
+Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals
+(:data:`KINDS` names their generators: ``simplify_divisions`` writes simplify queries of
+issue 19's shape, :func:`division_simplify_query`):
 
 * :class:`ProveQuery` — ``shapecore.prove(claim, facts=..., ranges=...)``. Wrong: ``proved``
   while the claim does not hold at a box point satisfying the facts; ``refuted`` with a
@@ -38,6 +40,7 @@ from tests.shapecore.guard_text import (
     Chooser,
     GuardWriter,
     chance,
+    divisibility,
     extra_fact,
     pick,
     random_box,
@@ -54,6 +57,7 @@ __all__ = [
     "EnvQuery",
     "prove_query",
     "simplify_query",
+    "division_simplify_query",
     "env_query",
     "generate",
     "run",
@@ -227,6 +231,58 @@ def simplify_query(choose: Chooser) -> SimplifyQuery:
         guards.append(guard)
     facts = tuple(extra_fact(writer) for _ in range(choose.integer(0, 1)))
     return SimplifyQuery(tuple(guards), facts, box)
+
+
+def division_simplify_query(choose: Chooser) -> SimplifyQuery:
+    """Guard sets of issue 19's shape: disjunctions that define a symbol by a division,
+    remainder, ``Max`` or ``Min`` of another (an alternative that never holds under the ranges
+    is pruned first, so the definition reaches the digest late), beside divisibility, range and
+    ``Ne`` guards on both, under ranges (or facts) that may leave a side open.
+
+    The first symbol ranges wide (up to about 100) so that ``CeilDiv(s0, 16)`` takes several
+    values; the box covers the ranges' finite part and cuts off the open sides. The guards hold
+    at an example point, but now and then one that does not is left as it is.
+    """
+    names = pick(choose, (("s0", "s2"), ("s0", "s1", "s2"), ("x", "y")))
+    intervals = {}
+    for k, name in enumerate(names):
+        lo = choose.integer(-3, 2)
+        intervals[name] = (lo, lo + (choose.integer(20, 100) if k == 0 else choose.integer(2, 12)))
+    writer = GuardWriter(choose, Box(tuple((n, *intervals[n]) for n in names)), random_style(choose))
+    example = {name: choose.integer(lo, hi) for name, (lo, hi) in intervals.items()}
+    guards = []
+    for target in names[1 : 1 + choose.integer(1, len(names) - 1)]:  # the definitions, of the others by the first
+        source, term = names[0], writer.division(names[0])
+        value = value_at(formula(term), example)
+        lo, hi = intervals[target]
+        if isinstance(value, int) and lo - 12 <= value <= hi + 12:  # the box takes the example in
+            example[target], intervals[target] = value, (min(lo, value), max(hi, value))
+        never = pick(choose, (f"Gt(-{target} - {choose.integer(0, 4)}, {source} + {choose.integer(0, 6)})",
+                              f"({source} < {intervals[source][0] - choose.integer(1, 4)})", writer.relation(1)))
+        definition = pick(choose, (f"Eq({term}, {target})", f"Eq({target}, {term})", f"({term} == {target})"))
+        guards.append(pick(choose, (f"({never}) | ({definition})", f"Or({definition}, {never})", f"({definition})")))
+    for _ in range(choose.integer(1, 3)):  # what else is known of the symbols
+        name = pick(choose, names)
+        kind = choose.integer(0, 4)
+        if kind <= 1:
+            guards.append(divisibility(choose, name))
+        elif kind == 2:
+            guards.append(f"{pick(choose, ('Ge', 'Le', 'Ne'))}({name}, {choose.integer(-2, 10)})")
+        elif kind == 3:
+            guards.append(f"{pick(choose, ('Le', 'Ge', 'Ne', 'Eq'))}({writer.division(names[0])}, {name})")
+        else:
+            guards.append(writer.claim(1))
+    guards = [g if value_at(formula(g), example) is True or chance(choose, 20) else f"Not({g})" for g in guards]
+    box = Box(tuple((n, *intervals[n]) for n in names))
+    ranges, facts = [], []
+    for name, lo, hi in box.intervals:
+        form = choose.integer(0, 4)  # the range as given, open above, as facts, or not at all
+        if form <= 1:
+            ranges.append((name, lo, hi if form == 0 else None))
+        elif form <= 3:
+            facts += range_texts(choose, name, lo, hi) if form == 2 else [f"{name} >= {lo}"]
+    facts += [extra_fact(writer) for _ in range(choose.integer(0, 1))]
+    return SimplifyQuery(tuple(guards), tuple(facts), box, tuple(ranges))
 
 
 def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
@@ -622,11 +678,12 @@ def _check_guards(run: _EnvRun, reproduction: str) -> list[Outcome]:
 
 # -- any query --------------------------------------------------------------------------------
 
-KINDS = ("prove", "env", "simplify")
+KINDS = ("prove", "env", "simplify", "simplify_divisions")
 
 
 def generate(kind: str, choose: Chooser) -> ProveQuery | EnvQuery | SimplifyQuery:
-    return {"prove": prove_query, "env": env_query, "simplify": simplify_query}[kind](choose)
+    return {"prove": prove_query, "env": env_query, "simplify": simplify_query,
+            "simplify_divisions": division_simplify_query}[kind](choose)
 
 
 def run(query: ProveQuery | EnvQuery | SimplifyQuery, *, timeout_ms: int) -> list[Outcome]:
