@@ -25,8 +25,8 @@ Algorithm, cheapest first; each step keeps the set equivalent:
    the *final* digest's, which need not know all an earlier one did: a replacement ``x := e``
    turns what was known of ``x`` into facts about ``e``, kept aside when they are not of a
    digestible shape (``Eq(Mod(s2, 2), 0)`` with ``s2 := CeilDiv(s0, 16)``). So a conjunct is
-   settled again whenever the digest's knowledge of the symbols its verdict read changes, up
-   to the last round. One that holds nowhere is a contradiction.
+   settled again whenever the digest's knowledge of the symbols its verdict read changes (by
+   z3 in step 5 after the last round). One that holds nowhere is a contradiction.
 4. **Rewrite single-symbol guards** — a conjunct in one symbol ``x`` (after replacements) that
    the cheap layers cannot settle is evaluated on ``x``'s admissible values: all of them when
    there are at most ``2**12``, else a window at the finite end, with z3 proving the guard
@@ -557,33 +557,13 @@ class _Digest:
 
 
 def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom]) -> list[_Atom] | None:
-    """Step 3 of the module docstring, with step 4 on what it cannot settle (:func:`_decide`);
-    then learn the rest again (the digest may take it now that it knows more). Returns a
-    contradiction's culprits if one is found."""
-    culprits = _decide(digest, single, unique)
-    if culprits is not None:
-        return culprits
-    for atom in unique:
-        if atom.fate is None and not atom.opaque:
-            state = (atom.current, digest.known_about(symbols_of(atom.canonical) | symbols_of(atom.current)))
-            if state != atom.learned:  # the digest may take it now
-                digest.learn(canonicalize(atom.current), atom)
-                atom.learned = state
-    return None
-
-
-def _decide(digest: _Digest, single: _SingleSymbol, atoms: list[_Atom]) -> list[_Atom] | None:
-    """Settle what the cheap layers and single-symbol evaluation can of the ``atoms`` not yet
-    settled, or settled on what the digest no longer knows (:func:`_stale`). Returns a
-    contradiction's culprits if one is found."""
+    """Step 3 of the module docstring, with step 4 on what it cannot settle: settle what the
+    cheap layers and single-symbol evaluation can; learn the rest again (the digest may take it
+    now that it knows more). Returns a contradiction's culprits if one is found."""
     layers = CheapLayers(digest.knowledge)
-    for atom in atoms:
-        if atom.assumed & digest.knowledge.replacements.keys():
-            # its rewrite holds on the symbol's admissible values, now facts about its replacement
-            atom.rewrite, atom.current, atom.assumed, atom.fate = None, atom.expr, frozenset(), None
-        if atom.opaque or atom.fate is not None and not _stale(digest, atom):
+    for atom in unique:
+        if atom.fate is not None or atom.opaque:
             continue
-        atom.fate = None
         expr, found = _substituted(atom, digest.knowledge.replacements)
         verdict = False if expr is sympy.false else _cheap(layers, expr, found)
         if verdict is None and isinstance(expr, sympy.Or):
@@ -596,22 +576,32 @@ def _decide(digest: _Digest, single: _SingleSymbol, atoms: list[_Atom]) -> list[
             atom.fate = ("summary", read, digest.known_about(read))
         elif verdict is False:
             return digest.behind(atom, symbols_of(atom.canonical) | symbols_of(expr))
+    for atom in unique:
+        if atom.fate is None and not atom.opaque:
+            state = (atom.current, digest.known_about(symbols_of(atom.canonical) | symbols_of(atom.current)))
+            if state != atom.learned:  # the digest may take it now
+                digest.learn(canonicalize(atom.current), atom)
+                atom.learned = state
     return None
 
 
-def _stale(digest: _Digest, atom: _Atom) -> bool:
-    """Whether ``atom`` was settled (``"summary"``) on what the digest knew then of the symbols
-    the verdict read, and the digest now knows something else of them.
+def _reopen(digest: _Digest, unique: list[_Atom]) -> None:
+    """Unsettle what rests on something the digest no longer knows: a verdict of steps 3-4 that
+    read what the digest now knows otherwise, a single-symbol rewrite whose symbol has since
+    been replaced.
 
     Only the final digest is in the summary guards, and it does not always know more: when a
     symbol ``x`` gets a replacement ``x := e``, its range and congruence become facts about
     ``e``, which the digest keeps aside when it cannot digest them (``x ≡ 0 mod 2`` with
-    ``x := CeilDiv(s0, 16)``). A verdict that read them would then rest on nothing in the output.
+    ``x := CeilDiv(s0, 16)``). A verdict or rewrite that read them would rest on nothing in
+    the output.
     """
-    if atom.fate is None or atom.fate[0] != "summary":
-        return False
-    _, read, known = atom.fate
-    return digest.known_about(read) != known
+    replaced = digest.knowledge.replacements.keys()
+    for atom in unique:
+        if atom.assumed & replaced:  # the rewrite holds on the symbol's admissible values only
+            atom.rewrite, atom.current, atom.assumed, atom.fate = None, atom.expr, frozenset(), None
+        elif atom.fate is not None and atom.fate[0] == "summary" and digest.known_about(atom.fate[1]) != atom.fate[2]:
+            atom.fate = None
 
 
 def _prune_alternatives(atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic], layers: CheapLayers) -> None:
@@ -814,15 +804,14 @@ class _Simplification:
             if culprits is not None:
                 return self._contradiction(culprits)
             before = digest.state()
+            _reopen(digest, unique)
             culprits = _decide_round(digest, single, unique)
             if culprits is not None:
                 return self._contradiction(culprits)
             if digest.state() == before:
                 break
+        _reopen(digest, unique)  # out of rounds, the last one changed the digest: z3 settles what that moved
         culprits = digest.culprits()
-        if culprits is None:  # out of rounds, the last one changed the digest: settle again what that moved
-            replaced = digest.knowledge.replacements.keys()
-            culprits = _decide(digest, single, [a for a in unique if _stale(digest, a) or a.assumed & replaced])
         if culprits is not None:
             return self._contradiction(culprits)
         groups = _GroupSettling(digest, self.atoms, self.context_facts, self.budget)
