@@ -21,15 +21,20 @@ Algorithm, cheapest first; each step keeps the set equivalent:
 3. **Decide cheaply** — a conjunct is dropped when rewriting, interval bounds and residue
    classes show it holds wherever the summary guards (and the context) do. The cheap layers see
    nothing of the digest but its replacements, ranges and congruences, all of which are in the
-   summary guards, so this never relies on the dropped conjunct itself. One that holds nowhere
-   is a contradiction.
+   summary guards, so this never relies on the dropped conjunct itself. The summary guards are
+   the *final* digest's, which need not know all an earlier one did: a replacement ``x := e``
+   turns what was known of ``x`` into facts about ``e``, kept aside when they are not of a
+   digestible shape (``Eq(Mod(s2, 2), 0)`` with ``s2 := CeilDiv(s0, 16)``). So a conjunct is
+   settled again whenever the digest's knowledge of the symbols its verdict read changes (by
+   z3 in step 5 after the last round). One that holds nowhere is a contradiction.
 4. **Rewrite single-symbol guards** — a conjunct in one symbol ``x`` (after replacements) that
    the cheap layers cannot settle is evaluated on ``x``'s admissible values: all of them when
    there are at most ``2**12``, else a window at the finite end, with z3 proving the guard
    beyond it. If it holds exactly on a sub-range (or everywhere except a few values) it becomes
    that range (or those ``Ne``), which feeds back into the digest:
-   ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. Steps 2–4 repeat
-   until the digest stops changing.
+   ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. The rewrite is
+   equivalent on ``x``'s admissible values only, so it is undone if ``x`` later gets a
+   replacement (as in step 3). Steps 2–4 repeat until the digest stops changing.
 5. **z3 on groups, locally** — the remaining conjuncts and summary guards are grouped by the
    symbols they share (a guard can only be implied by guards connected to it through shared
    symbols, context facts or replacements). One model of each group (z3's nonlinear tactic,
@@ -71,7 +76,7 @@ from shapecore.functions import FloorDiv, Mod, PythonAnd, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
 from shapecore.progress import Progress
-from shapecore.ranges import ValueRange, bound, is_infinite
+from shapecore.ranges import UNBOUNDED, ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import canonicalize, divisors, keep_definedness, short_circuit, substitute, symbols_of
@@ -240,9 +245,10 @@ class _Atom:
     canonical: sympy.Basic
     divisors: frozenset[sympy.Basic]  # non-constant divisors of ``expr``: where it is undefined
     current: sympy.Basic  # ``expr`` or its rewritten form
-    fate: tuple | None = None  # ("duplicate", first), ("summary",): the summary implies it, ("open", candidate)
+    fate: tuple | None = None  # ("duplicate", first), ("summary", symbols, what the digest knew of them), ("open", candidate)
     rewrite: Rewrite | None = None
     learned: tuple | None = None  # what the digest knew of its symbols when it last learned it
+    assumed: frozenset[sympy.Symbol] = frozenset()  # symbols whose summary guards its rewrite assumes
 
     @property
     def opaque(self) -> bool:
@@ -571,7 +577,9 @@ def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom], p
         elif verdict is None:
             verdict = {"summary": True, "never": False}.get(_try_rewrite(single, digest.knowledge, atom, expr, found))  # type: ignore[arg-type]
         if verdict is True:
-            atom.fate = ("summary",)
+            read = frozenset(symbols_of(atom.canonical) | symbols_of(atom.current) | symbols_of(expr)).union(
+                *(symbols_of(d) for d in found))
+            atom.fate = ("summary", read, digest.known_about(read))
         elif verdict is False:
             return digest.behind(atom, symbols_of(atom.canonical) | symbols_of(expr))
     for atom in unique:
@@ -581,6 +589,25 @@ def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom], p
                 digest.learn(canonicalize(atom.current), atom)
                 atom.learned = state
     return None
+
+
+def _reopen(digest: _Digest, unique: list[_Atom]) -> None:
+    """Unsettle what rests on something the digest no longer knows: a verdict of steps 3-4 that
+    read what the digest now knows otherwise, a single-symbol rewrite whose symbol has since
+    been replaced.
+
+    Only the final digest is in the summary guards, and it does not always know more: when a
+    symbol ``x`` gets a replacement ``x := e``, its range and congruence become facts about
+    ``e``, which the digest keeps aside when it cannot digest them (``x ≡ 0 mod 2`` with
+    ``x := CeilDiv(s0, 16)``). A verdict or rewrite that read them would rest on nothing in
+    the output.
+    """
+    replaced = digest.knowledge.replacements.keys()
+    for atom in unique:
+        if atom.assumed & replaced:  # the rewrite holds on the symbol's admissible values only
+            atom.rewrite, atom.current, atom.assumed, atom.fate = None, atom.expr, frozenset(), None
+        elif atom.fate is not None and atom.fate[0] == "summary" and digest.known_about(atom.fate[1]) != atom.fate[2]:
+            atom.fate = None
 
 
 def _prune_alternatives(atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic], layers: CheapLayers) -> None:
@@ -619,6 +646,7 @@ def _try_rewrite(single: _SingleSymbol, knowledge: Knowledge, atom: _Atom, expr:
     if isinstance(verdict, Rewrite):
         atom.rewrite = Rewrite(atom.expr, verdict.to, verdict.why)
         atom.current = verdict.to
+        atom.assumed = symbols_of(verdict.to)  # equivalent on the symbol's admissible values only
         return None
     return verdict
 
@@ -745,8 +773,10 @@ class _Simplification:
         self.budget = Budget(timeout_ms)
         self.progress = progress
         self.context_facts: list[sympy.Basic] = []
+        self.given: dict[sympy.Symbol, ValueRange] = {}
         for name, (lo, hi) in sorted((ranges or {}).items()):
             x = int_symbol(name)
+            self.given[x] = ValueRange(-math.inf if lo is None else lo, math.inf if hi is None else hi)
             if lo is not None:
                 self.context_facts.append(sympy.Ge(x, lo))
             if hi is not None:
@@ -796,11 +826,13 @@ class _Simplification:
             if progress.timed_out:
                 break
             before = digest.state()
+            _reopen(digest, unique)
             culprits = _decide_round(digest, single, unique, progress, f"deciding (round {round_})")
             if culprits is not None:
                 return self._contradiction(culprits)
             if digest.state() == before:
                 break
+        _reopen(digest, unique)  # out of rounds, the last one changed the digest: z3 settles what that moved
         culprits = digest.culprits()
         if culprits is not None:
             return self._contradiction(culprits)
@@ -809,7 +841,7 @@ class _Simplification:
         if culprits is not None:
             return self._contradiction(culprits)
         return _Report(self.atoms, groups.candidates, groups.summary_candidates, digest.knowledge, self.context,
-                       self.context_facts, groups.bounds, self.budget).result()
+                       self.context_facts, self.given, groups.bounds, self.budget).result()
 
     def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
         return _contradiction_result(self.atoms, culprits, self.context_facts, self.budget)
@@ -828,6 +860,7 @@ class _Report:
     knowledge: Knowledge  # the digest of the context and the guards
     context: Knowledge  # of the context alone
     context_facts: list[sympy.Basic]
+    given: dict[sympy.Symbol, ValueRange]  # the ranges argument
     bounds: dict[sympy.Symbol, tuple[int | None, int | None]]  # step 5's bounds of open sides
     budget: Budget
 
@@ -838,31 +871,45 @@ class _Report:
         for x in sorted(symbols, key=lambda s: s.name):
             if not x.is_integer:
                 continue
-            r = bound(k.replacements[x], k.ranges) if x in k.replacements else _admissible(self.knowledge, x)[0]
+            if x in k.replacements:  # what was known of x is now facts about its replacement; the given ranges still hold
+                r = bound(k.replacements[x], k.ranges) & _admissible(self.context, x)[0] & self.given.get(x, UNBOUNDED)
+            else:
+                r = _admissible(self.knowledge, x)[0]
             lo, hi = self.bounds.get(x, (None, None))
             lo = lo if is_infinite(r.lo) else math.ceil(r.lo) if lo is None else max(lo, math.ceil(r.lo))
             hi = hi if is_infinite(r.hi) else math.floor(r.hi) if hi is None else min(hi, math.floor(r.hi))
             result[x.name] = (lo, hi)
         return result
 
-    def _implying(self, cand: _Candidate) -> list[_Candidate]:
-        """What implies a dropped candidate, in terms of kept ones where it can tell."""
+    def _behind(self, candidates: Iterable[_Candidate], mentioned: set[sympy.Symbol]) -> list[_Candidate]:
+        """The kept candidates behind ``candidates`` (each, or what implies it when dropped);
+        adds the symbols of every candidate on the way to ``mentioned``."""
         result: dict[int, _Candidate] = {}
-        for other in cand.implied_by:
-            for c in ([other] if other.kept else self._implying(other)):
+        for cand in candidates:
+            mentioned |= symbols_of(cand.expr)
+            for c in ([cand] if cand.kept else self._behind(cand.implied_by, mentioned)):
                 result[id(c)] = c
         return list(result.values())
 
-    def _summary_by(self, atom: _Atom) -> list[_Candidate]:
-        """The summary guards that imply a conjunct the cheap layers settled."""
-        expr, _ = _substituted(atom, self.knowledge.replacements)
-        symbols = symbols_of(atom.canonical) | symbols_of(expr)
-        found: dict[int, _Candidate] = {}
-        for key, cand in self.summary_candidates.items():
-            if key[1] in symbols:
-                for c in ([cand] if cand.kept else self._implying(cand)):
-                    found[id(c)] = c
+    def _by(self, mentioned: set[sympy.Symbol], implying: Iterable[_Candidate]) -> list[_Candidate]:
+        """The kept guards behind ``implying`` and the replacement guard of every symbol they
+        or ``mentioned`` name, in output order.
+
+        A candidate's formula has the replacements substituted (``y >= 5`` is read as
+        ``CeilDiv(x, 8) >= 5`` under ``y := CeilDiv(x, 8)``), so what it implies needs them;
+        a symbol the context replaces stands for the symbols of its replacement.
+        """
+        found = {id(c): c for c in self._behind(implying, mentioned)}
+        for x in ordered(self._through_context(mentioned)):
+            cand = self.summary_candidates.get(("=", x))
+            if cand is not None:  # never dropped
+                found[id(cand)] = cand
         return sorted(found.values(), key=lambda c: c.order)
+
+    def _through_context(self, symbols: Iterable[sympy.Symbol]) -> set[sympy.Symbol]:
+        """``symbols`` and those of the context's replacements of them."""
+        replacements = self.context.replacements
+        return set(symbols).union(*(symbols_of(replacements[x]) for x in symbols if x in replacements))
 
     def _fate(self, atom: _Atom, context_layers: CheapLayers) -> Dropped | None:
         """Why ``atom`` is not in the result as written, or None when it is."""
@@ -873,13 +920,17 @@ class _Report:
             cand = rest[0]
             if cand.kept:
                 return None
-            via = [self.summary_candidates[("=", x)] for x in ordered(symbols_of(atom.canonical)) if ("=", x) in self.summary_candidates]
-            by = self._implying(cand) + [c for c in via if c.kept]
+            assumed = self._through_context(atom.assumed)
+            by = self._by(set(symbols_of(atom.canonical)),
+                          [*cand.implied_by, *(c for key, c in self.summary_candidates.items() if key[1] in assumed)])
             return Dropped(atom.expr, "implied" if by else "tautology", tuple(dict.fromkeys(c.expr for c in by)))
         expr, found = _substituted(atom, self.context.replacements)
         if _cheap(context_layers, expr, found) is True:
             return Dropped(atom.expr, "tautology")
-        by = self._summary_by(atom)
+        # settled by steps 3-4 from the summary guards of the symbols the verdict read (its
+        # divisors' included: ``Mod(7 // (s0 - 2), -1)`` is 0 where defined)
+        read = self._through_context(atom.fate[1])
+        by = self._by(read, (c for key, c in self.summary_candidates.items() if key[1] in read))
         merged = any(atom in (c.sources or ()) for c in by)
         return Dropped(atom.expr, "merged" if merged else "implied", tuple(c.expr for c in by))
 

@@ -22,7 +22,7 @@ from shapecore.testing import claims, fact_sets, relations
 from shapecore.z3backend import Translator
 from tests.corpus import CORPUS
 
-from . import oracle
+from . import differential, oracle
 from .folding_text import claim_texts
 from .oracle import formula
 
@@ -156,6 +156,75 @@ def test_replacements_stay_and_restate_ranges():
     result = simplify(["Eq(s1, 2*s0)", "s1 >= 10", "s0 >= 1"])
     assert set(texts(result.guards)) == {"Eq(s1, 2*s0)", "s0 >= 5"}
     assert result.ranges == {"s0": (5, None), "s1": (10, None)}
+
+
+def assert_right_on_box(guards, box, facts=(), ranges=None):
+    """simplify against brute force over ``box`` (name -> (lo, hi)), :func:`differential.check_simplify`:
+    the same points accepted, every dropped guard implied by what it names, sound ranges."""
+    query = differential.SimplifyQuery(tuple(guards), tuple(facts), oracle.Box(tuple((n, *box[n]) for n in sorted(box))),
+                                       tuple((n, *ranges[n]) for n in sorted(ranges or {})))
+    outcome = differential.check_simplify(query, timeout_ms=2000)
+    assert outcome.problem is None, outcome.report()
+
+
+def test_a_guard_settled_on_what_a_replacement_moves_is_settled_again():
+    """Issue 19 C: round 1 settled Eq(Mod(s2, 2), 0) from s2's congruence (its own); the pruned
+    disjunction then made s2 := CeilDiv(s0, 16), which moved the congruence into a fact the
+    summary guards do not carry, and the guard was dropped as implied by the replacement."""
+    guards = ["(Gt(-s2 - 3, s0 + 4)) | (Eq(CeilDiv(s0, 16), s2))", "Eq(Mod(s2, 2), 0)"]
+    ranges = {"s0": (0, None), "s2": (2, 8)}
+    result = simplify(guards, ranges=ranges)
+    assert not all(holds(g, {"s0": 33, "s2": 3}) for g in result.guards)
+    assert result.ranges["s2"] == (2, 8)  # the given range of a replaced symbol still holds
+    assert_right_on_box(guards, _REPLACED, ranges=ranges)
+
+
+_REPLACED = {"s0": (-3, 150), "s1": (-3, 3), "s2": (-2, 10)}
+
+
+@pytest.mark.parametrize("definition", ["CeilDiv(s0, 16)", "FloorDiv(s0, 16)", "Mod(s0, 16)", "ModularIndexing(s0, 4, 8)",
+                                        "Max(s0, 3)", "Min(s0, 5)", "2*FloorDiv(s0, 3) + 1", "s0*s0"])
+@pytest.mark.parametrize("known, facts, ranges", [
+    (["Eq(Mod(s2, 2), 0)"], [], {"s0": (0, None), "s2": (2, 8)}),
+    (["Eq(Mod(s2, 2), 0)"], ["s0 >= 0", "s2 >= 2", "s2 <= 8"], {}),
+    (["s2 >= 2", "s2 <= 8"], [], {"s0": (0, None)}),
+    (["Ne(s2, 3)"], [], {"s0": (0, None), "s2": (2, 8)}),
+])
+def test_what_was_known_of_a_symbol_outlives_its_replacement(definition, known, facts, ranges):
+    """Siblings of issue 19 C: the same replacement made late, of other shapes, with what was
+    known of the replaced symbol from guards, facts or ranges."""
+    assert_right_on_box([f"(s0 < -1) | Eq({definition}, s2)", *known], _REPLACED, facts, ranges)
+
+
+@pytest.mark.parametrize("known", ["Eq(Mod(s2, 2), 0)", "s2 >= 2"])
+def test_a_replacement_found_when_a_guard_is_learned_again(known):
+    """The same without a disjunction: s2*Mod(s1, 2) is s2 only once s1 is known odd, so the
+    digest makes s2 := s0 // 16 in round 1, after settling the guards on s2."""
+    guards = ["Eq(s2*Mod(s1, 2), FloorDiv(s0, 16))", "Eq(Mod(s1, 2), 1)", known]
+    assert_right_on_box(guards, _REPLACED, ranges={"s0": (0, None)})
+
+
+@pytest.mark.parametrize("guards, facts, ranges", [
+    # the divisor's symbol: Mod(7 // (s0 - 2), -1) folds to 0 as written, defined where s0 != 2
+    (["Ne(5, ModularIndexing(7, s0 - 2, -1))", "Eq(s0, 1)"], [], {"s0": (0, 4)}),
+    # the replacement an implying guard was read with: y >= 5 is CeilDiv(x, 8) >= 5
+    (["Eq(CeilDiv(x, 8), y)", "Ne(x, 7)", "y >= 5"], [], {"y": (-1, None)}),
+    (["(x % 3) == y", "Not(x % 4 == 0)", "Not(Eq(Mod(y, 4), 0))", "Not(x % 3 == 0)"], ["x >= 2", "x <= 59"], {}),
+    # a symbol the context replaces: s2 is s1, which the guards make s0 % 8
+    (["(s0 < -2) | Eq(Min(s0, 3), s1)", "Eq(s2, s0 % 8)", "Ne(Mod(s2, 2), 1)"], ["s0 >= 1", "s2 >= 2", "Eq(s1, s2)"],
+     {"s1": (-3, 7)}),
+    # a single-symbol rewrite holds on the admissible values: Ne(Mod(s2, 4), 0) is Ne(s2, 0) where s2 % 3 == 0
+    (["(s0 // s2 % (s0 - s2) >= 2 // s0) | (s0 // 16 == s2)", "Ne(Mod(s2, 4), 0)", "Eq(Mod(s2, 3), 0)"],
+     ["s2 >= -3", "s2 <= 9"], {"s0": (-3, 57)}),
+    # ... and is undone when its symbol gets a replacement: y <= 0 made Ne(Mod(y, 2), 1) Ne(y, -3) & Ne(y, -1)
+    (["(-y > x + 6) | Eq(ModularIndexing(x, 4, 2), y)", "y < 1", "Ne(Mod(y, 2), 1)", "Ne(Min(x, 2), x)"],
+     ["x >= 0", "y >= -3"], {}),
+])
+def test_a_dropped_guard_names_all_that_implies_it(guards, facts, ranges):
+    assert simplify(guards, facts=facts, ranges=ranges).dropped
+    box = {"s0": (-3, 60), "s1": (-3, 8), "s2": (-3, 10), "x": (-3, 70), "y": (-3, 10)}
+    names = set().union(*(oracle.formula(g).symbols for g in [*guards, *facts]))
+    assert_right_on_box(guards, {n: box[n] for n in names}, facts, ranges)
 
 
 def test_ranges_are_tightened_through_relations():
