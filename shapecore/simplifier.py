@@ -936,6 +936,9 @@ class _Report:
 
     def result(self) -> Simplified:
         kept = sorted((c for c in self.candidates if c.kept), key=lambda c: c.order)
+        unique = [a for a in self.atoms if not (a.fate and a.fate[0] == "duplicate")]
+        if len(kept) > len(unique):  # the summary guards outnumber the input: the input, deduplicated, is smaller
+            return self._deduplicated(unique)
         dropped: list[Dropped] = []
         rewritten: list[Rewrite] = []
         fates: list[Fate] = []
@@ -952,6 +955,21 @@ class _Report:
                 dropped.append(record)
                 fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
         return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates),
+                          self.budget.backstop_fired)
+
+
+    def _deduplicated(self, unique: list[_Atom]) -> Simplified:
+        """The input's distinct conjuncts, as the result: equivalent, and never larger."""
+        dropped, fates = [], []
+        distinct = {id(a) for a in unique}
+        for atom in self.atoms:
+            if id(atom) in distinct:
+                fates.append(Fate(atom.expr, "kept", atom.source, note="what the guards imply takes more guards to say"))
+            else:
+                record = Dropped(atom.expr, "duplicate", (atom.fate[1].expr,))
+                dropped.append(record)
+                fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
+        return Simplified(tuple(a.expr for a in unique), tuple(dropped), (), None, self._ranges(), tuple(fates),
                           self.budget.backstop_fired)
 
 

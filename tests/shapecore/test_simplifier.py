@@ -505,3 +505,9 @@ def test_however_far_a_run_got_its_answer_is_equivalent(guards, ranges, steps):
     except ConstraintError:
         return
     assert sampled_equivalent(guards, result.guards, NAMES, range(-9, 28), ranges=ranges) is None
+
+
+def test_a_result_never_has_more_guards_than_the_input():
+    # s0 = 6*s1 <= 5 with s1 >= 0 means s0 = s1 = 0: two summary guards for one input guard
+    result = simplify(["Eq(s0, 6*s1)"], ranges={"s0": (None, 5), "s1": (0, None)})
+    assert [str(g) for g in result.guards] == ["Eq(s0, 6*s1)"] and result.fates[0].outcome == "kept"
