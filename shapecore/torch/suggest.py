@@ -41,17 +41,18 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import sympy
 
 from shapecore.errors import ShapecoreError
 from shapecore.evaluation import holds
-from shapecore.functions import int_symbol
+from shapecore.functions import Mod, int_symbol
 from shapecore.printing import torch_str
 from shapecore.proof import Proof
 from shapecore.reasoner import prove
+from shapecore.rewrite import simplify as rewrite
 
 if TYPE_CHECKING:
     import torch
@@ -126,6 +127,7 @@ class Suggestion:
     changes: list[Change]
     proofs: list[Proof]
     unproven: list[sympy.Basic]
+    asserted: dict[str, sympy.Basic] = field(default_factory=dict)
     dynamic_shapes: Any = None
     exports: bool | None = None
     export_error: str | None = None
@@ -138,12 +140,13 @@ class Suggestion:
         """The suggestion in torch's "Suggested fixes:" form: each new or changed root, then each derived or static dim."""
         changed = {change.dim for change in self.changes}
         lines = [f"{name} = {_dim_text(name, lo, hi)}" for name, (lo, hi) in self.roots.items()
-                 if name not in self.dims or name in changed]
-        return lines + [f"{name} = {fix}" for name, fix in self.dims.items() if fix != DimFix(name)]
+                 if (name not in self.dims or name in changed) and name not in self.asserted]
+        lines += [f"{name} = {fix}" for name, fix in self.dims.items() if fix != DimFix(name)]
+        return lines + [f"# {name} = {torch_str(value)}, checked at run time" for name, value in self.asserted.items()]
 
 
 def _dim_text(name: str, lo: int | None, hi: int | None) -> str:
-    bounds = ([f"min={lo}"] if lo is not None else []) + ([f"max={hi}"] if hi is not None else [])
+    bounds = ([f"min={lo}"] if lo else []) + ([f"max={hi}"] if hi is not None else [])
     return f"Dim({name!r}{''.join(', ' + b for b in bounds)})"
 
 
@@ -174,6 +177,7 @@ class _Roots:
     def __init__(self, dims: Mapping[str, DimInfo], hints: Mapping[str, int]) -> None:
         self.fix = {name: DimFix(name) for name in dims}
         self.hints = dict(hints)
+        self.asserted: dict[str, sympy.Basic] = {}  # root -> its value over other roots, checked by torch at run time
 
     def order(self, root: str) -> int:
         """Where ``root`` comes in the spec (a new root after every dim)."""
@@ -181,7 +185,12 @@ class _Roots:
         return names.index(root) if root in names else len(names)
 
     def substitution(self) -> dict[sympy.Symbol, sympy.Basic]:
-        return {int_symbol(name): fix.expr() for name, fix in self.fix.items()}
+        asserted = {int_symbol(root): value for root, value in self.asserted.items()}
+        return {int_symbol(name): fix.expr().xreplace(asserted) for name, fix in self.fix.items()}
+
+    def free(self) -> list[str]:
+        """The roots a spec ranges over, in spec order (not those asserted from others)."""
+        return sorted({f.root for f in self.fix.values() if f.root is not None} - set(self.asserted), key=self.order)
 
     def fresh(self, base: str) -> str:
         name = base if base.startswith("_") else f"_{base}"
@@ -204,20 +213,22 @@ def _dims_of(root: str, roots: _Roots) -> list[str]:
     return [name for name, fix in roots.fix.items() if fix.root == root]
 
 
-def _equality(guard: sympy.Basic, roots: _Roots) -> tuple[str, DimFix] | None:
-    """A root the equality ``guard`` determines (after the current substitution), and its value."""
+_Binding = tuple[list[tuple[str, DimFix]], dict[str, int]]
+
+
+def _equality(guard: sympy.Basic, roots: _Roots) -> _Binding | None:
+    """What the equality ``guard`` (after the current substitution) determines: roots rebound
+    (``root = fix``, in order) and the example values of any new root; None if nothing."""
     if not isinstance(guard, sympy.Equality):
         return None
-    coeffs = _linear((guard.lhs - guard.rhs).xreplace(roots.substitution()))
+    coeffs = _linear(rewrite((guard.lhs - guard.rhs).xreplace(roots.substitution()), {}, {})[0])
     if coeffs is None:
         return None
     const = coeffs.pop(1)
     terms = [(s.name, c) for s, c in coeffs.items() if c != 0]
     if len(terms) == 1:
         (name, a), = terms
-        if const % a == 0:
-            return name, DimFix(None, 0, -const // a)
-        return None
+        return ([(name, DimFix(None, 0, -const // a))], {}) if const % a == 0 and name in roots.hints else None
     if len(terms) != 2:
         return None
     (r1, a), (r2, b) = sorted(terms, key=lambda t: roots.order(t[0]))  # a*r1 + b*r2 + const == 0
@@ -225,17 +236,29 @@ def _equality(guard: sympy.Basic, roots: _Roots) -> tuple[str, DimFix] | None:
                for target, p, root, q in ((r2, b, r1, a), (r1, a, r2, b))
                if q % p == 0 and const % p == 0 and -q // p > 0]
     if options:  # one in terms of the other: a nonnegative offset first, then the earlier dim as the root
-        return min(options, key=lambda o: (o[1].offset < 0, roots.order(o[1].root)))
+        return [min(options, key=lambda o: (o[1].offset < 0, roots.order(o[1].root)))], {}
     if a * b < 0 and r1 in roots.hints and r2 in roots.hints:  # both on a new root t: r1 = |b/g|*t + c1, r2 = |a/g|*t + c2
         g = math.gcd(a, b)
         step1, step2 = abs(b) // g, abs(a) // g
         c1 = roots.hints[r1] % step1
         t = (roots.hints[r1] - c1) // step1
         new = roots.fresh(r1)
-        roots.hints[new] = t
-        c2 = roots.hints[r2] - step2 * t
-        roots.rebind(r2, DimFix(new, step2, c2))
-        return r1, DimFix(new, step1, c1)
+        return [(r1, DimFix(new, step1, c1)), (r2, DimFix(new, step2, roots.hints[r2] - step2 * t))], {new: t}
+    return None
+
+
+def _asserted(guard: sympy.Basic, roots: _Roots) -> tuple[str, sympy.Basic] | None:
+    """A root that the equality ``guard`` gives as a function of other roots (``Eq((dx + 1)//2, dy)``),
+    when no linear relation does: torch keeps such a dim its own ``Dim`` and checks the relation
+    at run time."""
+    if not isinstance(guard, sympy.Equality):
+        return None
+    substitution = roots.substitution()
+    sides = [rewrite(side.xreplace(substitution), {}, {})[0] for side in (guard.lhs, guard.rhs)]
+    for alone, other in (sides, sides[::-1]):
+        if (isinstance(alone, sympy.Symbol) and alone.name in roots.fix and roots.fix[alone.name] == DimFix(alone.name)
+                and alone not in other.free_symbols and other.free_symbols and alone.name not in roots.asserted):
+            return alone.name, other
     return None
 
 
@@ -361,14 +384,19 @@ def suggest_spec(guards: Iterable[sympy.Basic], dims: Mapping[str, DimInfo], *, 
     roots = _Roots(dims, _witness(guards, dims, timeout_ms))
     changes: list[Change] = []
     user_ranges = {name: (info.lo, info.hi) for name, info in dims.items()}
-    _solve_equalities(guards, roots, changes, user_ranges, timeout_ms)
-    ranges = {}
-    for root in sorted({f.root for f in roots.fix.values() if f.root is not None}):
-        ranges.update(_solve_root(root, guards, roots, dims, changes, timeout_ms))
+    for _ in range(len(dims) + 1):  # a root's divisibility can turn a guard into an equality between roots
+        _solve_equalities(guards, roots, changes, user_ranges, timeout_ms)
+        ranges: dict[str, Range] = {}
+        range_changes: list[Change] = []
+        for root in roots.free():
+            ranges.update(_solve_root(root, guards, roots, dims, changes, range_changes, timeout_ms))
+        if not any(_equality(g, roots) for g in guards):
+            break
     substitution = roots.substitution()
     proofs = [prove(g.xreplace(substitution), ranges=ranges, timeout_ms=timeout_ms) for g in guards]
     unproven = [g for g, p in zip(guards, proofs) if not p.proved]
-    return Suggestion(dict(roots.fix), ranges, changes, proofs, unproven)
+    ranges.update({root: _root_range(root, roots, dims) for root in roots.asserted})
+    return Suggestion(dict(roots.fix), ranges, changes + range_changes, proofs, unproven, dict(roots.asserted))
 
 
 def _solve_equalities(guards: list[sympy.Basic], roots: _Roots, changes: list[Change],
@@ -380,17 +408,27 @@ def _solve_equalities(guards: list[sympy.Basic], roots: _Roots, changes: list[Ch
             found = _equality(guard, roots)
             if found is None:
                 continue
-            root, value = found
-            if value.root is None and root not in roots.hints:
+            bindings, hints = found
+            if not bindings:
                 continue
-            before = _dims_of(root, roots)
-            roots.rebind(root, value)
+            before = [name for root, _ in bindings for name in _dims_of(root, roots)]
+            roots.hints.update(hints)
+            for root, value in bindings:
+                roots.rebind(root, value)
             progress = True
             refutation = prove(guard, ranges={n: user_ranges[n] for n in _names(guard)}, timeout_ms=timeout_ms)
             cex = dict(refutation.counterexample) if refutation.refuted else None
             for name in before:
-                rejected = f"{name} as its own Dim" if value.root is not None else f"{name} dynamic"
+                rejected = f"{name} as its own Dim" if roots.fix[name].root is not None else f"{name} dynamic"
                 changes.append(Change(name, f"{name} = {roots.fix[name]}", guard, rejected, cex))
+    for guard in guards:
+        if _equality(guard, roots) is None and (found := _asserted(guard, roots)) is not None:
+            root, value = found
+            roots.asserted[root] = value
+            refutation = prove(guard, ranges={n: user_ranges[n] for n in _names(guard)}, timeout_ms=timeout_ms)
+            cex = dict(refutation.counterexample) if refutation.refuted else None
+            changes.append(Change(root, f"{root} = {torch_str(value)} (a Dim of its own: torch checks this at run time)",
+                                  guard, f"{root} independent", cex))
 
 
 def _names(expr: sympy.Basic) -> list[str]:
@@ -413,7 +451,7 @@ def _k_bound(bound: int | None, m: int, c: int, *, low: bool) -> int | None:
 
 
 def _solve_root(root: str, guards: list[sympy.Basic], roots: _Roots, dims: Mapping[str, DimInfo],
-                changes: list[Change], timeout_ms: int) -> dict[str, Range]:
+                changes: list[Change], range_changes: list[Change], timeout_ms: int) -> dict[str, Range]:
     """Pick the modulus and interval of ``root`` (see the module docstring); record the changes."""
     substitution = roots.substitution()
     mine = [g for g in guards if {s.name for s in g.xreplace(substitution).free_symbols} == {root}]
@@ -435,9 +473,9 @@ def _solve_root(root: str, guards: list[sympy.Basic], roots: _Roots, dims: Mappi
     def failing_point(modulus: int, k_value: int | None) -> dict[str, int] | None:
         return None if k_value is None else _point(root, modulus * k_value + hint % modulus, roots)
 
-    def change(dim: str, fix: str, rejected: str, point: dict[str, int] | None) -> None:
+    def change(dim: str, fix: str, rejected: str, point: dict[str, int] | None, into: list[Change] = changes) -> None:
         guard = None if point is None else _first_failing(mine, point)
-        changes.append(Change(dim, fix, guard, rejected if guard is not None else None, point if guard is not None else None))
+        into.append(Change(dim, fix, guard, rejected if guard is not None else None, point if guard is not None else None))
 
     name = root
     if m != 1:
@@ -454,7 +492,7 @@ def _solve_root(root: str, guards: list[sympy.Basic], roots: _Roots, dims: Mappi
                                        (found.hi, _k_bound(hi, m, c, low=False), found.above, "max")):
         if value != declared:
             change(name, f"{name}: {which}={value}", f"{which}={'none' if declared is None else declared}",
-                   failing_point(m, at))
+                   failing_point(m, at), range_changes)
     return {name: (found.lo, found.hi)}
 
 
@@ -608,11 +646,52 @@ def suggest_dynamic_shapes(model: torch.nn.Module, args: tuple[Any, ...], dynami
         symbols[symbol] = dim.__name__
         dims[dim.__name__] = DimInfo(dim.min, None if dim.max in (int_oo, math.inf) else int(dim.max),
                                      int(env.backed_var_to_val[symbol]))
-    suggestion = suggest_spec(_trace_guards(traced, symbols), dims, timeout_ms=timeout_ms)
+    guards = _trace_guards(traced, symbols)
+    suggestion = suggest_spec(guards, dims, timeout_ms=timeout_ms)
     spec = _rebuilt_spec(dynamic_shapes, suggestion)
-    error = _export_error(model, args, kwargs, spec, strict) if check else None
-    return Suggestion(suggestion.dims, suggestion.roots, suggestion.changes, suggestion.proofs, suggestion.unproven,
-                      dynamic_shapes=spec, exports=(error is None) if check else None, export_error=error)
+    if not check:
+        return replace(suggestion, dynamic_shapes=spec)
+    error = _export_error(model, args, kwargs, spec, strict)
+    if error is not None:
+        found = _plainer(model, args, kwargs, strict, dynamic_shapes, spec, guards, dims, timeout_ms)
+        if found is not None:
+            return found
+    return replace(suggestion, dynamic_shapes=spec, exports=error is None, export_error=error)
+
+
+_PLAINER_TRIES = 6
+
+
+def _plainer(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, strict: bool,
+             user_spec: Any, spec: Any, guards: list[sympy.Basic], dims: Mapping[str, DimInfo],
+             timeout_ms: int) -> Suggestion | None:
+    """When torch's export rejects a proven spec because its checker cannot show a guard from it
+    (``dx//2 <= dx`` from ``dx >= 4``), the spec that asks the least divisibility making that guard
+    plain to torch (``dx = 2*_dx``), if one of :data:`_PLAINER_TRIES` exports; None otherwise."""
+    from shapecore.torch.tracing import trace_export
+
+    traced = trace_export(model, args, dynamic_shapes=spec, kwargs=kwargs, strict=strict,
+                          on_constraint_violation="return", timeout_ms=timeout_ms)
+    if traced.error is None:
+        return None
+    failing, _ = read_export_failure(traced.error, "<export error>")
+    tries = 0
+    for guard in failing:
+        names = _names(guard)
+        if len(names) != 1 or names[0] not in dims:
+            continue
+        for d in _moduli([guard])[1:]:
+            if tries == _PLAINER_TRIES:
+                return None
+            tries += 1
+            helper = sympy.Eq(Mod(int_symbol(names[0]), d), 0)
+            suggestion = suggest_spec(guards + [helper], dims, timeout_ms=timeout_ms)
+            stronger = _rebuilt_spec(user_spec, suggestion)
+            if _export_error(model, args, kwargs, stronger, strict) is None:
+                note = Change(names[0], f"{names[0]} a multiple of {d}: torch's export cannot show {torch_str(guard)} "
+                                        f"from the weaker spec, where shapecore proved it", guard)
+                return replace(suggestion, changes=suggestion.changes + [note], dynamic_shapes=stronger, exports=True)
+    return None
 
 
 # -- comparing with torch's own suggestion -------------------------------------------------------------
@@ -658,9 +737,8 @@ def constraint_count(dynamic_shapes: Any, user_spec: Any) -> int:
     finite root max."""
     from torch.export import Dim
 
-    pairs = list(zip(_leaves(user_spec), _leaves(dynamic_shapes)))
     count, roots, seen = 0, {}, set()
-    for user, dim in pairs:
+    for user, dim in zip(_leaves(user_spec), _leaves(dynamic_shapes)):
         if not isinstance(user, Dim):
             continue
         if not isinstance(dim, Dim):
@@ -673,7 +751,7 @@ def constraint_count(dynamic_shapes: Any, user_spec: Any) -> int:
         root = root or dim
         roots[root.__name__] = root
     for root in roots.values():
-        count += (root.min > 0) + (root.max is not None and math.isfinite(float(root.max)) if root.max is not None else 0)
+        count += int(root.min > 0) + int(root.max is not None and math.isfinite(float(root.max)))
     return count
 
 
