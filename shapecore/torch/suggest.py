@@ -12,7 +12,7 @@ and returns a :class:`Suggestion` in the vocabulary ``torch.export`` accepts:
 2. **divisibility and ranges** — each remaining root ``r`` (example ``h``) is written
    ``r = m*_r + h % m`` over the widest interval of ``_r`` around the example on which
    shapecore's prover shows every guard of ``r`` alone. ``m`` is the divisor of the lcm of
-   the guards' constants that admits the most values (an infinite interval beats a finite
+   the guards' constant divisors and coefficients that admits the most values (an infinite interval beats a finite
    one, then the smaller ``m``), so no divisibility is asked that the guards do not need:
    every smaller candidate is reported as a rejected alternative with a counterexample, a
    value where a named guard fails. Interval ends are found by proofs, narrowed by the
@@ -49,9 +49,11 @@ import sympy
 from shapecore.errors import ShapecoreError
 from shapecore.evaluation import holds
 from shapecore.functions import Mod, int_symbol
+from shapecore.operations import DIVISOR_ARGUMENTS
 from shapecore.printing import torch_str
 from shapecore.proof import Proof
 from shapecore.reasoner import prove
+from shapecore.rewrite import divisors
 from shapecore.rewrite import simplify as rewrite
 
 if TYPE_CHECKING:
@@ -268,15 +270,19 @@ def _witness(guards: list[sympy.Basic], dims: Mapping[str, DimInfo], timeout_ms:
     if len(known) == len(dims):
         return known
     facts = [sympy.Eq(int_symbol(n), v) for n, v in known.items()]
-    ranges = {name: (info.lo, info.hi) for name, info in dims.items()}
+    facts += [sympy.Ne(d, 0) for g in guards for d in divisors(g)]  # so that a counterexample is a point where all hold
+    ranges = {name: (max(info.lo or 0, 0), info.hi) for name, info in dims.items()}  # sizes
     proof = prove(sympy.Not(sympy.And(*guards)), facts=facts, ranges=ranges, timeout_ms=timeout_ms)
-    if proof.counterexample is None:
+    point = None
+    if proof.counterexample is not None:
+        point = {name: proof.counterexample.get(name, dims[name].lo or 0) for name in dims} | known
+    if point is None or not all(holds(g, point) for g in guards):
         raise ShapecoreError(
             "no example values were given and the prover found no values of "
             f"{', '.join(sorted(set(dims) - set(known)))} where every guard holds ({proof.status}): "
             "pass example values (hints), or check that the guards can all hold"
         )
-    return {name: proof.counterexample.get(name, dims[name].lo or 0) for name in dims} | known
+    return point
 
 
 @dataclass
@@ -336,14 +342,21 @@ def _interval(claim: sympy.Basic, k: str, start: int, lo: int | None, hi: int | 
 
 
 def _constants(exprs: Iterable[sympy.Basic]) -> set[int]:
+    """The integers that can ask for divisibility: constant divisors (of ``//``, ``%``, ...) and coefficients."""
     found: set[int] = set()
     for expr in exprs:
-        found.update(abs(int(n)) for n in expr.atoms(sympy.Integer) if abs(int(n)) >= 2)
-    return found
+        for node in sympy.preorder_traversal(expr):
+            where = DIVISOR_ARGUMENTS.get(type(node))
+            if where is not None:
+                found.update(abs(int(n)) for d in node.args[where] for n in d.atoms(sympy.Integer))
+        for product in expr.atoms(sympy.Mul):
+            found.update(abs(int(n)) for n in product.args if n.is_Integer)
+    return {n for n in found if n >= 2}
 
 
 def _moduli(guards: list[sympy.Basic]) -> list[int]:
-    """Candidate moduli: the divisors of the lcm of the guards' constants (those up to :data:`MAX_MODULUS`)."""
+    """Candidate moduli: the divisors of the lcm of the guards' constant divisors and coefficients
+    (those up to :data:`MAX_MODULUS`)."""
     lcm = 1
     for n in sorted(_constants(guards)):
         if math.lcm(lcm, n) <= MAX_MODULUS:
