@@ -505,7 +505,7 @@ def _solve_root(root: str, guards: list[sympy.Basic], roots: _Roots, dims: Mappi
                                        (found.hi, _k_bound(hi, m, c, low=False), found.above, "max")):
         if value != declared:
             change(name, f"{name}: {which}={value}", f"{which}={'none' if declared is None else declared}",
-                   failing_point(m, at), range_changes)
+                   None if at is None else _point(name, at, roots), range_changes)
     return {name: (found.lo, found.hi)}
 
 
@@ -542,7 +542,7 @@ def read_export_failure(text: str, where: str = "<input>") -> tuple[list[sympy.B
         names.add(m["a"])
     names |= {s.name for g in guards for s in g.free_symbols}
     dims = {}
-    for name in sorted(names):
+    for name in dict.fromkeys([*found.ranges, *found.hints, *sorted(names)]):
         lo, hi = found.ranges.get(name, (None, None))
         dims[name] = DimInfo(lo, hi, found.hints.get(name))
     return guards, dims
