@@ -4,7 +4,8 @@
 
 ``CORPUS`` maps a name to a :class:`SpecCase`: the model, its example inputs (sizes of 2 or
 more, with no accidental equalities) and the spec the user wrote (plain ``Dim`` objects). Each
-model is a few ops, so exporting it takes a fraction of a second.
+model is a few ops, so exporting it takes a fraction of a second. :func:`program_runs` runs an
+exported program at the smallest sizes a spec admits (and one more), against the model.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import torch
 import torch.nn.functional as TF
 from torch import nn
 from torch.export import Dim
+
+from shapecore import evaluate
 
 
 @dataclass(frozen=True)
@@ -100,3 +103,66 @@ _case("pool_then_add", _XY(lambda m, x, y: TF.avg_pool1d(x[None], 2)[0] + y), (r
 _case("every_other_then_add", _XY(lambda m, x, y: x[::2] + y), (r(8), r(4)), _two("dx", "dy"))
 # a dim the code fixes
 _case("specialized", _X(lambda m, x: x.view(8, 3)), (r(8, 3),), _one("n"))
+
+
+# -- running an exported program at the sizes a spec admits ------------------------------------------
+
+
+def dim_values(suggestion, root_values):
+    """Each dim's value when the roots take ``root_values`` (asserted dims computed from the others)."""
+    point = {name: fix.offset if fix.root is None else fix.coeff * root_values[fix.root] + fix.offset
+             for name, fix in suggestion.dims.items() if fix.root not in suggestion.asserted}
+    for name, value in suggestion.asserted.items():
+        point[name] = evaluate(value, point | root_values)
+    return point
+
+
+def admitted_inputs(case, spec, root_values):
+    """The case's example inputs resized to the dims ``spec`` gives when each root takes its value
+    (``root_values`` by root name; a derived dim computed by its own function)."""
+    sizes = {}
+    for name, axes in spec.items():
+        for axis, dim in axes.items():
+            if isinstance(dim, Dim):
+                root = getattr(dim, "root", None)
+                sizes[(name, axis)] = dim.fn(root_values[root.__name__]) if root is not None else root_values[dim.__name__]
+    names = list(spec)
+    result = []
+    for name, arg in zip(names, case.args):
+        shape = [sizes.get((name, axis), size) for axis, size in enumerate(arg.shape)]
+        result.append(torch.randn(shape))
+    return tuple(result)
+
+
+def smallest_points(spec):
+    """Each root of ``spec`` at its min, and at one more: two points the spec admits."""
+    roots = {}
+    for axes in spec.values():
+        for dim in axes.values():
+            if isinstance(dim, Dim):
+                root = getattr(dim, "root", None) or dim
+                roots[root.__name__] = root.min
+    return [roots, {k: v + 1 for k, v in roots.items()}]
+
+
+def program_runs(exported, case, spec, suggestion):
+    """Whether ``exported`` runs, and agrees with the model, at the points :func:`smallest_points` picks;
+    a dim ``suggestion`` asserts from others (``m = n // 2``) takes that value."""
+    for point in smallest_points(spec):
+        if suggestion.asserted:
+            point = point | {k: v for k, v in dim_values(suggestion, point).items() if k in suggestion.asserted}
+        inputs = admitted_inputs(case, spec, point)
+        try:
+            got = exported.module()(*inputs)
+        except Exception:  # noqa: BLE001 - a rejected input is the answer
+            return False
+        want = case.model(*inputs)
+        if not all(torch.allclose(a, b) for a, b in zip(torch.utils._pytree.tree_leaves(got),
+                                                         torch.utils._pytree.tree_leaves(want))):
+            return False
+    return True
+
+
+def dynamic_dims(spec):
+    """Which dims of ``spec`` are dynamic (a static one admits a single size, whatever the count)."""
+    return [(name, axis) for name, axes in spec.items() for axis, dim in axes.items() if isinstance(dim, Dim)]

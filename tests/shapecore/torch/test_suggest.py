@@ -22,27 +22,16 @@ from shapecore.torch.suggest import (_moduli, DimFix, DimInfo, constraint_count,
                                      suggest_spec, torch_suggested_spec)
 from shapecore.torch.tracing import trace_export
 
-from .suggest_models import CORPUS
+from .suggest_models import CORPUS, dim_values, dynamic_dims, program_runs
 
 n, dx, dy = int_symbol("n"), int_symbol("dx"), int_symbol("dy")
-
-
-def _values(suggestion, root_values):
-    """Each dim's value when the roots take ``root_values`` (asserted dims computed from the others)."""
-    from shapecore import evaluate
-
-    point = {name: fix.offset if fix.root is None else fix.coeff * root_values[fix.root] + fix.offset
-             for name, fix in suggestion.dims.items() if fix.root not in suggestion.asserted}
-    for name, value in suggestion.asserted.items():
-        point[name] = evaluate(value, point | root_values)
-    return point
 
 
 def _admitted(suggestion, window):
     """Every value of the single dim admitted by ``suggestion`` with its root in ``window``."""
     ((root, (lo, hi)),) = suggestion.roots.items()
     top = window if hi is None else min(hi, window)
-    return [_values(suggestion, {root: k})["n"] for k in range(lo, top + 1)]
+    return [dim_values(suggestion, {root: k})["n"] for k in range(lo, top + 1)]
 
 
 # -- the solver, without torch ------------------------------------------------------------------
@@ -186,57 +175,6 @@ def test_an_export_error_gives_the_guards_in_dim_names():
 # -- with torch: the corpus ----------------------------------------------------------------------
 
 
-def _inputs(case, spec, root_values):
-    """The case's example inputs resized to the dims ``spec`` gives when each root takes its value
-    (``root_values`` by root name; a derived dim computed by its own function)."""
-    sizes = {}
-    for name, axes in spec.items():
-        for axis, dim in axes.items():
-            if isinstance(dim, Dim):
-                root = getattr(dim, "root", None)
-                sizes[(name, axis)] = dim.fn(root_values[root.__name__]) if root is not None else root_values[dim.__name__]
-    names = list(spec)
-    result = []
-    for name, arg in zip(names, case.args):
-        shape = [sizes.get((name, axis), size) for axis, size in enumerate(arg.shape)]
-        result.append(torch.randn(shape))
-    return tuple(result)
-
-
-def _smallest(spec, asserted_from=None):
-    """Each root of ``spec`` at its min, and at one more: two points the spec admits."""
-    roots = {}
-    for axes in spec.values():
-        for dim in axes.values():
-            if isinstance(dim, Dim):
-                root = getattr(dim, "root", None) or dim
-                roots[root.__name__] = root.min
-    return [roots, {k: v + 1 for k, v in roots.items()}]
-
-
-def _runs(exported, case, spec, suggestion):
-    """Whether ``exported`` runs, and agrees with the model, at the points :func:`_smallest` picks;
-    a dim ``suggestion`` asserts from others (``m = n // 2``) takes that value."""
-    for point in _smallest(spec):
-        if suggestion.asserted:
-            point = point | {k: v for k, v in _values(suggestion, point).items() if k in suggestion.asserted}
-        inputs = _inputs(case, spec, point)
-        try:
-            got = exported.module()(*inputs)
-        except Exception:  # noqa: BLE001 - a rejected input is the answer
-            return False
-        want = case.model(*inputs)
-        if not all(torch.allclose(a, b) for a, b in zip(torch.utils._pytree.tree_leaves(got),
-                                                         torch.utils._pytree.tree_leaves(want))):
-            return False
-    return True
-
-
-def _dynamic(spec):
-    """Which dims of ``spec`` are dynamic (a static one admits a single size, whatever the count)."""
-    return [(name, axis) for name, axes in spec.items() for axis, dim in axes.items() if isinstance(dim, Dim)]
-
-
 def _check(case):
     spec = case.spec()
     traced = trace_export(case.model, case.args, dynamic_shapes=spec, on_constraint_violation="return")
@@ -247,7 +185,7 @@ def _check(case):
         if change.counterexample is not None:
             assert not holds(change.guard, change.counterexample), (case.name, str(change))
     exported = torch.export.export(case.model, case.args, dynamic_shapes=ours.dynamic_shapes)
-    assert _runs(exported, case, ours.dynamic_shapes, ours), case.name
+    assert program_runs(exported, case, ours.dynamic_shapes, ours), case.name
     theirs = torch_suggested_spec(spec, traced.error)
     if theirs is None:
         return
@@ -255,7 +193,7 @@ def _check(case):
         their_program = torch.export.export(case.model, case.args, dynamic_shapes=theirs)
     except Exception:  # noqa: BLE001 - torch's suggestion not exporting is a finding, not a failure
         return
-    if _runs(their_program, case, theirs, ours) and _dynamic(theirs) == _dynamic(ours.dynamic_shapes):
+    if program_runs(their_program, case, theirs, ours) and dynamic_dims(theirs) == dynamic_dims(ours.dynamic_shapes):
         assert constraint_count(ours.dynamic_shapes, spec) <= constraint_count(theirs, spec), (case.name, ours.fixes())
 
 
