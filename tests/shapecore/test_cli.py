@@ -254,7 +254,7 @@ def test_the_cli_runs_with_shapecore_s_own_dependencies_alone(guard_file):
     path = guard_file(ARANGE)
     commands = [["prove", "n - n//3 >= 2", "--range", "n=3..10000"], ["simplify", path, "--range", "s77=3..10000"],
                 ["check", path, "s77=16"], ["explain", path], ["simplify", os.path.join(CORPUS, "compile_view8.json")],
-                ["suggest", guard_file(EXPORT_ERROR, "error.txt")]]
+                ["suggest", EXPORT_ERROR]]
     code = (f"import sys\nfor name in {sorted(blocked)!r}:\n    sys.modules[name] = None  # importing it fails\n"
             f"from shapecore.cli import main\nprint([main(argv) for argv in {commands!r}], file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -263,24 +263,16 @@ def test_the_cli_runs_with_shapecore_s_own_dependencies_alone(guard_file):
 
 # -- suggest ----------------------------------------------------------------------------------------
 
-# torch.export's error for x.view(batch // 4, 4, -1) on x of shape (batch, 3), and y + x.sum(1) with y's own Dim
-EXPORT_ERROR = """torch._dynamo.exc.UserError: Constraints violated (batch)! For more information, run with TORCH_LOGS="+dynamic".
-  - Not all values of batch = L['x'].size()[0] in the specified range satisfy the generated guard ((3*L['x'].size()[0]) % (4*(L['x'].size()[0] // 4))) == 0.
-  - Not all values of batch = L['x'].size()[0] in the specified range satisfy the generated guard (L['x'].size()[0] // 4) != 1.
-  - The values of n = L['y'].size()[0] and batch = L['x'].size()[0] must always be equal.
-Suggested fixes:
-  _batch = Dim('_batch', min=1, max=oo)
-  batch = 4*_batch
-  n = batch
-"""
+# an export error: batch from x.view(batch // 4, 4, -1) on x of shape (batch, 3), and dy that must equal dx
+EXPORT_ERROR = os.path.join(os.path.dirname(__file__), "..", "data", "export_error_view_by_quarter.txt")
 
 
 def test_suggest_reads_an_export_error_and_proves_its_suggestion(guard_file, capsys):
-    assert main(["suggest", guard_file(EXPORT_ERROR), "--hint", "batch=8"]) == 0
+    assert main(["suggest", EXPORT_ERROR, "--hint", "batch=8"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[:4] == ["Suggested fixes:", "  _batch = Dim('_batch', min=2)", "  batch = 4*_batch", "  n = 4*_batch"]
-    assert "  _batch: min=2  (forced by Ne((batch//4), 1); rejected min=0: fails at batch=4, n=4)" in out
-    assert out[-1] == "Proved: all 3 guards hold under the suggestion."
+    assert out[:4] == ["Suggested fixes:", "  _batch = Dim('_batch', min=2)", "  batch = 4*_batch", "  dy = dx"]
+    assert "  _batch: min=2  (forced by Ne((batch//4), 1); rejected min=0: fails at batch=4, dx=0, dy=0)" in out
+    assert out[-1] == "Proved: all 4 guards hold under the suggestion."
 
 
 def test_suggest_reads_a_log_and_exits_3_on_a_guard_no_spec_states(guard_file, capsys):
@@ -297,8 +289,8 @@ def test_suggest_reads_a_log_and_exits_3_on_a_guard_no_spec_states(guard_file, c
     (["--hint", "zz=3"], "--hint zz=3: no dim zz in "),
     (["--hint", "batch=x"], "batch=x:1:7: the value must be an integer"),
 ])
-def test_suggest_refuses_bad_hints_in_one_line(guard_file, argv, message):
-    result = run("suggest", guard_file(EXPORT_ERROR), *argv)
+def test_suggest_refuses_bad_hints_in_one_line(argv, message):
+    result = run("suggest", EXPORT_ERROR, *argv)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
 
 

@@ -8,6 +8,7 @@ suggestion whenever torch's exports, keeps its promise and keeps the same dims d
 """
 
 import math
+import os
 
 import pytest
 import sympy
@@ -152,20 +153,12 @@ def test_single_dim_suggestion_is_sound_and_admits_as_many_values_as_brute_force
 
 # -- from text ----------------------------------------------------------------------------------
 
-_ERROR = """Constraints violated (batch)! For more information, run with TORCH_LOGS="+dynamic".
-  - Not all values of batch = L['x'].size()[0] in the specified range satisfy the generated guard (4*(L['x'].size()[0] // 4)) != 0.
-  - Not all values of batch = L['x'].size()[0] in the specified range satisfy the generated guard ((3*L['x'].size()[0]) % (4*(L['x'].size()[0] // 4))) == 0.
-  - Not all values of batch = L['x'].size()[0] in the specified range satisfy the generated guard (L['x'].size()[0] // 4) != 1.
-  - The values of dy = L['y'].size()[0] and dx = L['x'].size()[1] must always be equal.
-Suggested fixes:
-  _batch = Dim('_batch', min=1, max=oo)
-  batch = 4*_batch
-  dy = dx
-"""
+EXPORT_ERROR = os.path.join(os.path.dirname(__file__), "..", "..", "data", "export_error_view_by_quarter.txt")
 
 
 def test_an_export_error_gives_the_guards_in_dim_names():
-    guards, dims = read_export_failure(_ERROR)
+    with open(EXPORT_ERROR) as handle:
+        guards, dims = read_export_failure(handle.read())
     assert set(dims) == {"batch", "dx", "dy"}
     s = suggest_spec(guards, dims)
     assert s.proven and s.dims["batch"] == DimFix("_batch", 4, s.dims["batch"].offset)
