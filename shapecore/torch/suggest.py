@@ -6,20 +6,25 @@ symbol per user ``Dim``, each with its declared range and, when known, its examp
 and returns a :class:`Suggestion` in the vocabulary ``torch.export`` accepts:
 
 1. **equalities** — a guard linear in two dims (``Eq(2*dx, dy)``, or torch's replacement
-   ``s17 := s77 + 1``) makes one dim derived from the other (``dy = 2*dx``); ``2*a == 3*b``
-   puts both on a new root (``a = 3*_a``, ``b = 2*_a``); one linear in one dim fixes it
-   (``n = 8``: static);
+   ``s17 := s77 + 1``) makes one dim derived from the other (``dy = 2*dx``, the earlier dim
+   the root, a nonnegative offset preferred); ``2*a == 3*b`` puts both on a new root
+   (``a = 3*_a``, ``b = 2*_a``); one linear in one dim fixes it (``n = 8``: static). A dim
+   equal to a nonlinear function of others (``Eq((dx + 1)//2, dy)``) keeps its own ``Dim``:
+   torch checks that relation at run time, so it is *asserted* (``Suggestion.asserted``) and
+   the other guards are proved with it substituted;
 2. **divisibility and ranges** — each remaining root ``r`` (example ``h``) is written
    ``r = m*_r + h % m`` over the widest interval of ``_r`` around the example on which
    shapecore's prover shows every guard of ``r`` alone. ``m`` is the divisor of the lcm of
-   the guards' constant divisors and coefficients that admits the most values (an infinite interval beats a finite
-   one, then the smaller ``m``), so no divisibility is asked that the guards do not need:
-   every smaller candidate is reported as a rejected alternative with a counterexample, a
-   value where a named guard fails. Interval ends are found by proofs, narrowed by the
-   prover's counterexamples, and bisected where the prover is unsure (``unknown`` never widens);
+   the guards' constant divisors and coefficients that admits the most values (an infinite
+   interval beats a finite one, then the smaller ``m``), so no divisibility is asked that the
+   guards do not need: every smaller candidate dividing ``m`` is reported as a rejected
+   alternative with a counterexample, a value where a named guard fails. Interval ends are
+   found by proofs, narrowed by the prover's counterexamples, and bisected where the prover
+   is unsure (``unknown`` never widens). A root's divisibility can make a guard between
+   roots linear (``Eq(dx//2, dy//3)``), so steps 1 and 2 repeat until none does;
 3. **the proof** — every guard, rewritten over the suggested roots, is proved under their
-   ranges; a guard not proved (one relating several roots by other than a linear equality,
-   which ``dynamic_shapes`` cannot state) is listed in ``unproven`` and the suggestion says so.
+   ranges; a guard not proved (one relating several roots by other than an equality, which
+   ``dynamic_shapes`` cannot state) is listed in ``unproven`` and the suggestion says so.
 
 Each change records the guard that forced it and, for the alternative it rejects, a
 counterexample. A dim's value ``coeff*root + offset`` is a :class:`DimFix`.
@@ -27,7 +32,10 @@ counterexample. A dim's value ``coeff*root + offset`` is a :class:`DimFix`.
 :func:`suggest_dynamic_shapes` runs ``torch.export`` on a model with the user's spec,
 collects the guards (torch's guards, replacements and divisibility over the dims' symbols),
 suggests, rebuilds the spec with ``torch.export.Dim`` objects (derived dims included) and
-exports with it to check. :func:`read_export_failure` reads the same guards from text: a
+exports with it to check. torch's export checks a spec with its own, weaker reasoning: when it
+rejects a proven spec (it cannot show ``dx//2 <= dx`` from ``dx >= 4``), the least
+divisibility that makes the failing guard plain to it (``dx = 2*_dx``) is tried, and the
+change says why. :func:`read_export_failure` reads the same guards from text: a
 saved export error (``Not all values of n = L['x'].size()[0] ... satisfy the generated guard G``,
 "must always be equal", "related ... by", "specialized it to be a constant") or a
 ``TORCH_LOGS=dynamic`` log. :func:`torch_suggested_spec` applies torch's own "Suggested
@@ -40,7 +48,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -313,7 +321,7 @@ def _extend(claim: sympy.Basic, k: str, start: int, limit: int | None, up: bool,
     if proof.proved:
         return limit, None
     good, bad, failing = start, limit, None
-    if proof.refuted:
+    if proof.refuted and k in proof.counterexample:
         bad = failing = proof.counterexample[k]
     for _ in range(_MAX_PROBES):
         if bad is not None and abs(bad - good) <= 1:
@@ -325,7 +333,7 @@ def _extend(claim: sympy.Basic, k: str, start: int, limit: int | None, up: bool,
         proof = span(probe)
         if proof.proved:
             good = probe
-        elif proof.refuted:
+        elif proof.refuted and k in proof.counterexample:
             bad = failing = proof.counterexample[k]
         else:
             bad = probe
