@@ -206,3 +206,21 @@ def test_corpus_export_with_our_suggestion(name):
 
 def test_corpus_has_every_kind_of_rejection():
     assert len(CORPUS) >= 15 and 4 <= len(FAST) <= 8
+
+
+def test_a_spec_that_exports_is_left_as_it_is():
+    model = CORPUS["narrow"].model
+    spec = {"x": {0: Dim("n", min=5)}}
+    ours = suggest_dynamic_shapes(model, (torch.randn(8),), spec)
+    assert ours.fixes() == [] and ours.changes == [] and ours.proven and ours.exports
+
+
+def test_torch_s_fixes_applied_and_counted():
+    user = {"x": {0: Dim("batch")}, "y": {0: Dim("dy"), 1: Dim("k")}}
+    with open(EXPORT_ERROR) as handle:
+        error = handle.read().replace("dy = dx", "dy = batch")
+    theirs = torch_suggested_spec(user, error)
+    batch, dy = theirs["x"][0], theirs["y"][0]
+    assert batch.__name__ == "4*_batch" and batch.root.min == 1 and dy is batch and theirs["y"][1] is user["y"][1]
+    assert constraint_count(theirs, user) == 3  # derived batch, dy shares it, _batch's min
+    assert torch_suggested_spec(user, "Constraints violated (n)!") is None
