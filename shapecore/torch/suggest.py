@@ -628,10 +628,10 @@ def _replace_dims(spec: Any, by_name: Mapping[str, Any]) -> Any:
 def _export_error(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None, spec: Any,
                   strict: bool) -> str | None:
     """None when ``torch.export`` accepts ``spec``, else the first line of its error."""
-    from shapecore.torch.tracing import _export
+    import torch
 
     try:
-        _export(model, args, dynamic_shapes=spec, kwargs=kwargs, strict=strict)
+        torch.export.export(model, args, kwargs=dict(kwargs or {}), dynamic_shapes=spec, strict=strict)
     except Exception as exc:  # noqa: BLE001 - any failure of export is the answer
         return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     return None
