@@ -9,7 +9,9 @@ holds wherever the digest does), False (it holds nowhere) or None. Each relation
 * ``Eq``/``Ne``: the residue class of ``d`` (:mod:`shapecore.modular`) alone settles most
   (``d ≡ 0`` exactly, or ``d ≡ r ≠ 0 (mod m)`` so ``d`` is never 0);
 * interval bounds of ``d`` (:mod:`shapecore.ranges`), then the bounds tightened to ``d``'s
-  residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``).
+  residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``);
+* with ``differences``, bounds of ``d`` from chains of facts ``x - y <= c``, ``Max``/``Min``
+  split by cases and ``FloorDiv`` by a constant made linear (:mod:`shapecore.differences`).
 
 With ``rewrite``, ``d`` is first simplified (:class:`~shapecore.rewrite.Simplifier`): this
 decides more but builds new sympy expressions. The caller must only pass claims that are
@@ -24,6 +26,7 @@ from fractions import Fraction
 
 import sympy
 
+from shapecore.differences import DifferenceBounds
 from shapecore.functions import PythonOr
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
@@ -33,7 +36,7 @@ from shapecore.rewrite import Simplifier, needs_rewriting
 
 __all__ = ["CheapLayers", "LAYERS"]
 
-LAYERS = ("rewrite", "ranges", "modular")
+LAYERS = ("rewrite", "ranges", "modular", "differences")
 """The cheap layers, cheapest first; :attr:`CheapLayers.layer` indexes this."""
 
 
@@ -42,11 +45,15 @@ class CheapLayers:
 
     With ``rewrite``, each ``lhs - rhs`` is first simplified (:class:`Simplifier`), which
     decides more but builds new sympy expressions; without, the analyzers read it as is.
+    ``differences``: the difference graph of ``knowledge`` (shared between queries), if any.
     """
 
-    def __init__(self, knowledge: Knowledge, *, rewrite: bool = True) -> None:
+    def __init__(
+        self, knowledge: Knowledge, *, rewrite: bool = True, differences: DifferenceBounds | None = None
+    ) -> None:
         self.simplify = Simplifier(knowledge.ranges, knowledge.congruences)
         self.rewrite = rewrite
+        self.differences = differences
         self.layer = 0  # index into LAYERS of the most expensive layer needed
 
     def _use(self, layer: str) -> None:
@@ -90,12 +97,15 @@ class CheapLayers:
             self._use("ranges")
             return verdict
         residues = simplify.residues.analyze(d)
-        if residues is None or residues == ModularSet(1, 0):
+        if residues is not None and residues != ModularSet(1, 0):
+            tightened = tighten(bounds, residues)
+            verdict = None if tightened.is_empty else decide_difference(relation, tightened)
+            if verdict is not None:
+                self._use("modular")
+                return verdict
+        if self.differences is None:
             return None
-        tightened = tighten(bounds, residues)
-        if tightened.is_empty:
-            return None
-        verdict = decide_difference(relation, tightened)
+        verdict = self.differences.decide(relation, d, simplify.bounds, bounds)
         if verdict is not None:
-            self._use("modular")
+            self._use("differences")
         return verdict
