@@ -8,8 +8,9 @@ them; shapecore's reasoner uses them as torch does, to dismiss a claim false the
 ranges: a ``proved`` (torch: True) is wrong if some point satisfying the facts falsifies the
 claim; a ``refuted`` is wrong if its counterexample does not check.
 
-Per engine: decided, wrong, and median / p95 microseconds of the first query (fresh scope,
-cold caches of that query) and of a repeated query. ``shapecore`` and ``torch`` get the
+Per engine: decided, wrong, and median / p95 over the queries of the microseconds of the
+first query (fresh scope, cold caches of that query; per query the median of ``--trials``
+fresh scopes) and of a repeated query (the best trial's mean over ``--repeat`` calls). ``shapecore`` and ``torch`` get the
 claim as an expression, their scope built beforehand; ``shapecore.prove`` is the module
 function on the query's text as a user writes it (``prove(claim, facts=[...], ranges={...})``),
 its first call building the scope and parsing every text (the parser's caches are cleared
@@ -19,7 +20,7 @@ The queries: :data:`REQUIRED`, :data:`CLAIMS` (45 claims in the style compilers 
 divisibility, chains of inequalities, min/max, floor division, with the ``>= 2`` ranges torch
 gives sizes) and :func:`sharding_queries`.
 
-    python bench/reasoner.py [--repeat N] [--kinds KIND,...] [--slowest N]
+    python bench/reasoner.py [--repeat N] [--trials N] [--clock wall|cpu] [--kinds KIND,...] [--slowest N]
 """
 
 from __future__ import annotations
@@ -211,21 +212,48 @@ class Answer:
     repeat_us: float
 
 
-def run_shapecore(query: Query, violation: dict[str, int] | None, repeat: int) -> Answer:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How to time: ``trials`` fresh scopes per query (first: their median), ``repeat`` calls per
+    trial (repeated: the best trial's mean, as timeit does), on the ``clock`` named in :data:`CLOCKS`."""
+
+    trials: int
+    repeat: int
+    clock: str
+
+
+def _measure(fresh, timing: Timing):
+    """``(answer of the first call, first µs, repeated µs)``; ``fresh(trial)`` is a call on a new scope."""
+    clock = CLOCKS[timing.clock]
+    firsts, agains, answer = [], [], None
+    for trial in range(timing.trials):
+        ask = fresh(trial)
+        with _timing():
+            start = clock()
+            answer = ask()
+            firsts.append(clock() - start)
+            start = clock()
+            for _ in range(timing.repeat):
+                ask()
+            agains.append((clock() - start) / timing.repeat)
+    return answer, statistics.median(firsts) * 1e6, min(agains) * 1e6
+
+
+def run_shapecore(query: Query, violation: dict[str, int] | None, timing: Timing) -> Answer:
     claim, facts = _scope(query)
-    reasoner = shapecore.Reasoner(timeout_ms=1000)
-    reasoner.hints = _hints(_names(claim, facts), facts)  # the example values torch's env holds too
-    for fact in facts:
-        reasoner.add_fact(fact)
-    with _timing():
-        start = time.perf_counter()
-        proof = reasoner.prove(claim)
-        first = time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(repeat):
-            reasoner.prove(claim)
-        again = (time.perf_counter() - start) / repeat
-    return Answer(proof.status != "unknown", _wrong(proof, query, violation), first * 1e6, again * 1e6)
+
+    def fresh(trial: int):
+        reasoner = shapecore.Reasoner(timeout_ms=1000)
+        reasoner.hints = _hints(_names(claim, facts), facts)  # the example values torch's env holds too
+        for fact in facts:
+            reasoner.add_fact(fact)
+        return lambda: reasoner.prove(claim)
+
+    proof, first, again = _measure(fresh, timing)
+    return Answer(proof.status != "unknown", _wrong(proof, query, violation), first, again)
 
 
 def _wrong(proof: shapecore.Proof, query: Query, violation: dict[str, int] | None) -> bool:
@@ -239,21 +267,19 @@ def _wrong(proof: shapecore.Proof, query: Query, violation: dict[str, int] | Non
     return False
 
 
-def run_prove(query: Query, violation: dict[str, int] | None, repeat: int) -> Answer:
-    """``shapecore.prove`` on the query's text; the first call parses it all (caches cleared)."""
+def run_prove(query: Query, violation: dict[str, int] | None, timing: Timing) -> Answer:
+    """``shapecore.prove`` on the query's text. Each trial's first call parses it all (the parser's
+    caches cleared) in a scope of its own (its ``timeout_ms``, 1000 + the trial, is new)."""
     facts = list(query.facts)
     ranges = {name: (lo, hi) for name, lo, hi in query.ranges} or None
-    parse.cache_clear()
-    named_symbols.cache_clear()
-    with _timing():
-        start = time.perf_counter()
-        proof = shapecore.prove(query.claim, facts=facts, ranges=ranges)
-        first = time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(repeat):
-            shapecore.prove(query.claim, facts=facts, ranges=ranges)
-        again = (time.perf_counter() - start) / repeat
-    return Answer(proof.status != "unknown", _wrong(proof, query, violation), first * 1e6, again * 1e6)
+
+    def fresh(trial: int):
+        parse.cache_clear()
+        named_symbols.cache_clear()
+        return lambda: shapecore.prove(query.claim, facts=facts, ranges=ranges, timeout_ms=1000 + trial)
+
+    proof, first, again = _measure(fresh, timing)
+    return Answer(proof.status != "unknown", _wrong(proof, query, violation), first, again)
 
 
 def _torch_setup(query: Query):
@@ -302,20 +328,16 @@ def _hints(names: list[str], facts: list[sympy.Basic]) -> dict[str, int]:
     raise RuntimeError(f"no hints satisfy {facts}")
 
 
-def run_torch(query: Query, violation: dict[str, int] | None, repeat: int) -> Answer:
+def run_torch(query: Query, violation: dict[str, int] | None, timing: Timing) -> Answer:
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    env, claim = _torch_setup(query)
-    symbool = bool(claim) if isinstance(claim, sympy.logic.boolalg.BooleanAtom) else env.create_symboolnode(claim)
-    with _timing():
-        start = time.perf_counter()
-        known = statically_known_true(symbool)
-        first = time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(repeat):
-            statically_known_true(symbool)
-        again = (time.perf_counter() - start) / repeat
-    return Answer(bool(known), bool(known) and violation is not None, first * 1e6, again * 1e6)
+    def fresh(trial: int):
+        env, claim = _torch_setup(query)
+        symbool = bool(claim) if isinstance(claim, sympy.logic.boolalg.BooleanAtom) else env.create_symboolnode(claim)
+        return lambda: statically_known_true(symbool)
+
+    known, first, again = _measure(fresh, timing)
+    return Answer(bool(known), bool(known) and violation is not None, first, again)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -325,7 +347,10 @@ def _percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=200, help="repeats per query for the repeated-query time")
+    parser.add_argument("--repeat", type=int, default=200, help="repeats per trial for the repeated-query time")
+    parser.add_argument("--trials", type=int, default=5, help="fresh scopes per query and engine")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time, or this thread's CPU time (steadier on a loaded machine)")
     parser.add_argument("--kinds", help="only the queries of these kinds (comma-separated), e.g. chain,min/max")
     parser.add_argument("--slowest", type=int, default=0, help="list the N slowest first queries of each engine")
     args = parser.parse_args(argv)
@@ -335,11 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(queries)} queries; brute force over {BOX.start}..{BOX.stop - 1} per symbol (fewer values for "
           "3 or more symbols)", file=sys.stderr)
     truths = [brute_force_counterexample(q) for q in queries]
+    timing = Timing(args.trials, args.repeat, args.clock)
     engines = {"shapecore": run_shapecore, "shapecore.prove": run_prove, "torch": run_torch}
     results: dict[str, list[Answer]] = {engine: [] for engine in engines}
     for i, (query, violation) in enumerate(zip(queries, truths)):
         for engine, run in engines.items():
-            results[engine].append(run(query, violation, args.repeat))
+            results[engine].append(run(query, violation, timing))
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(queries)} queries", file=sys.stderr)
     print(f"{'engine':<16} {'decided':>8} {'wrong':>6} {'first med µs':>13} {'first p95 µs':>13} "

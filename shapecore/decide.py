@@ -8,10 +8,11 @@ holds wherever the digest does), False (it holds nowhere) or None. Each relation
 * a number: compare;
 * ``Eq``/``Ne``: the residue class of ``d`` (:mod:`shapecore.modular`) alone settles most
   (``d ≡ 0`` exactly, or ``d ≡ r ≠ 0 (mod m)`` so ``d`` is never 0);
-* interval bounds of ``d`` (:mod:`shapecore.ranges`), then the bounds tightened to ``d``'s
-  residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``);
+* interval bounds of ``d`` (:mod:`shapecore.ranges`);
 * with ``differences``, bounds of ``d`` from chains of facts ``x - y <= c``, ``Max``/``Min``
-  split by cases and ``FloorDiv`` by a constant made linear (:mod:`shapecore.differences`).
+  split by cases and ``FloorDiv`` by a constant made linear (:mod:`shapecore.differences`);
+* the interval bounds tightened to ``d``'s residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give
+  ``d >= 8``).
 
 With ``rewrite``, ``d`` is first simplified (:class:`~shapecore.rewrite.Simplifier`): this
 decides more but builds new sympy expressions. The caller must only pass claims that are
@@ -96,16 +97,18 @@ class CheapLayers:
         if verdict is not None:
             self._use("ranges")
             return verdict
-        residues = simplify.residues.analyze(d)
-        if residues is not None and residues != ModularSet(1, 0):
-            tightened = tighten(bounds, residues)
-            verdict = None if tightened.is_empty else decide_difference(relation, tightened)
+        if self.differences is not None:
+            verdict = self.differences.decide(relation, d, simplify.bounds, bounds)
             if verdict is not None:
-                self._use("modular")
+                self._use("differences")
                 return verdict
-        if self.differences is None:
+        residues = simplify.residues.analyze(d)
+        if residues is None or residues == ModularSet(1, 0):
             return None
-        verdict = self.differences.decide(relation, d, simplify.bounds, bounds)
+        tightened = tighten(bounds, residues)
+        if tightened.is_empty:
+            return None
+        verdict = decide_difference(relation, tightened)
         if verdict is not None:
-            self._use("differences")
+            self._use("modular")
         return verdict

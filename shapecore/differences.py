@@ -55,15 +55,23 @@ class DifferenceBounds:
     """The difference graph of one fact digest, with shortest paths computed on demand."""
 
     def __init__(self, knowledge: Knowledge) -> None:
+        """The graph of ``knowledge`` as it is now, read when first asked (most claims never ask)."""
+        self.knowledge = knowledge
+        self._built = False
         self.edges: dict[sympy.Basic, dict[sympy.Basic, int]] = {}  # edges[y][x] = c: x - y <= c
         self.general: list[Inequality] = []
-        for x, r in knowledge.ranges.items():  # integer symbols: the digest bounds no others
+        self._neighbours: dict[sympy.Basic, set[sympy.Basic]] = {}  # symbols sharing an inequality
+        self._nodes = 0
+        self._distances: dict[sympy.Basic, dict[sympy.Basic, int] | None] = {}
+
+    def _build(self) -> None:
+        self._built = True
+        for x, r in self.knowledge.ranges.items():  # integer symbols: the digest bounds no others
             if r.hi != INF:
                 self._edge(_ZERO, x, math.floor(r.hi))
             if r.lo != -INF:
                 self._edge(x, _ZERO, -math.ceil(r.lo))
-        self._neighbours: dict[sympy.Basic, set[sympy.Basic]] = {}  # symbols sharing an inequality
-        for inequality in knowledge.inequalities:
+        for inequality in self.knowledge.inequalities:
             terms = inequality.terms
             for x, _ in terms:
                 self._neighbours.setdefault(x, set()).update(y for y, _ in terms)
@@ -73,7 +81,6 @@ class DifferenceBounds:
             else:
                 self.general.append(inequality)
         self._nodes = len(set(self.edges).union(*self.edges.values())) if self.edges else 0
-        self._distances: dict[sympy.Basic, dict[sympy.Basic, int] | None] = {}
 
     def _edge(self, source: sympy.Basic, target: sympy.Basic, weight: int) -> None:
         out = self.edges.setdefault(source, {})
@@ -86,6 +93,8 @@ class DifferenceBounds:
         ``bounder`` bounds other atoms (the facts' ranges). The side that can prove the
         relation is computed first, the other only if that does not decide.
         """
+        if not self._built:
+            self._build()
         lo, hi = known.lo, known.hi
         integral = difference.is_integer
         sides = ("lo", "hi") if relation is sympy.Gt or relation is sympy.Ge else ("hi", "lo")
@@ -109,6 +118,8 @@ class DifferenceBounds:
     def connected(self, symbols: Iterable[sympy.Basic]) -> set[sympy.Basic]:
         """``symbols`` and every symbol a chain of inequalities links them to: those whose facts
         a bound on an expression in ``symbols`` may have used (with their ranges)."""
+        if not self._built:
+            self._build()
         found, stack = set(symbols), list(symbols)
         while stack:
             for y in self._neighbours.get(stack.pop(), ()):
