@@ -391,7 +391,8 @@ _SCOPES_KEPT = 64
 def _scope_key(
     facts: Iterable[ExprLike], ranges: Mapping[str, tuple[int | None, int | None]] | None, timeout_ms: int
 ) -> tuple:
-    return (tuple(facts), tuple(sorted((ranges or {}).items())), timeout_ms)
+    """Facts with their types: ``True == 1``, but only ``True`` is a fact."""
+    return (tuple((type(f), f) for f in facts), tuple(sorted((ranges or {}).items())), timeout_ms)
 
 
 def prove(
@@ -422,9 +423,11 @@ def prove(
         pass
     except TypeError:  # an unhashable claim or fact: the scope validates it
         return _scope(facts, ranges, timeout_ms).prove(claim)
-    found = _ANSWERS[key] = _scope(key[1], ranges, timeout_ms).prove(claim)
-    if len(_ANSWERS) > _ANSWERS_KEPT:
-        del _ANSWERS[next(iter(_ANSWERS))]
+    found = _scope(key[1], ranges, timeout_ms).prove(claim)
+    if all(isinstance(value, (str, sympy.Basic)) for value in (claim, *key[1])):  # not True, equal to 1
+        _ANSWERS[key] = found
+        if len(_ANSWERS) > _ANSWERS_KEPT:
+            del _ANSWERS[next(iter(_ANSWERS))]
     return found
 
 
@@ -440,7 +443,7 @@ def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: obje
     (no caching) unless ``facts`` is a list or tuple, ``ranges`` a dict (or None) of pairs
     of exact ints or None, and ``timeout_ms`` an exact int: ``True == 1`` and ``1.0 == 1``
     would otherwise share the answer of arguments that :func:`prove` accepts, where it refuses
-    theirs.
+    theirs. For the same reason only answers to a claim and facts of text or sympy are kept.
     """
     if type(timeout_ms) is not int or not (type(facts) is tuple or type(facts) is list):
         return None
@@ -490,7 +493,7 @@ def _scope(
         reasoner = Reasoner(timeout_ms=timeout_ms)
         for name, (lo, hi) in key[1]:
             reasoner.set_range(name, lo, hi)
-        for fact in key[0]:
+        for _, fact in key[0]:
             reasoner.add_fact(fact)
         _SCOPES[key] = reasoner
         if len(_SCOPES) > _SCOPES_KEPT:

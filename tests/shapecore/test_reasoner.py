@@ -401,10 +401,11 @@ def test_prove_repeats_from_its_arguments_as_given_not_from_mutated_ones():
         {"ranges": {"s0": (True, None)}},  # equal to (1, None), and refused where that is accepted
         {"ranges": {"s0": (1.0, None)}},
         {"timeout_ms": True},
+        {"facts": [1]},  # equal to [True], a claim
     ],
 )
 def test_arguments_equal_to_accepted_ones_are_still_refused(arguments):
-    accepted = {"ranges": {"s0": (1, None)}, "timeout_ms": 1}
+    accepted = {"facts": [True], "ranges": {"s0": (1, None)}, "timeout_ms": 1}
     prove("s0 >= 1", **accepted)
     with pytest.raises(ArgumentError):
         prove("s0 >= 1", **{**accepted, **arguments})
