@@ -10,11 +10,11 @@ claim; a ``refuted`` is wrong if its counterexample does not check.
 
 Per engine: decided, wrong, and median / p95 over the queries of the microseconds of the
 first query (fresh scope, cold caches of that query; per query the median of ``--trials``
-fresh scopes) and of a repeated query (the best trial's mean over ``--repeat`` calls). ``shapecore`` and ``torch`` get the
-claim as an expression, their scope built beforehand; ``shapecore.prove`` is the module
-function on the query's text as a user writes it (``prove(claim, facts=[...], ranges={...})``),
-its first call building the scope and parsing every text (the parser's caches are cleared
-before it).
+fresh scopes) and of a repeated query (the best trial's mean over ``--repeat`` calls).
+``shapecore`` and ``torch`` get the claim as an expression, their scope built beforehand;
+``shapecore.prove`` is the module function on the query's text as a user writes it
+(``prove(claim, facts=[...], ranges={...})``), its first call building the scope and parsing
+every text (the parser's caches are cleared before it).
 
 The queries: :data:`REQUIRED`, :data:`CLAIMS` (45 claims in the style compilers ask:
 divisibility, chains of inequalities, min/max, floor division, with the ``>= 2`` ranges torch
