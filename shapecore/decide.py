@@ -8,8 +8,11 @@ holds wherever the digest does), False (it holds nowhere) or None. Each relation
 * a number: compare;
 * ``Eq``/``Ne``: the residue class of ``d`` (:mod:`shapecore.modular`) alone settles most
   (``d ≡ 0`` exactly, or ``d ≡ r ≠ 0 (mod m)`` so ``d`` is never 0);
-* interval bounds of ``d`` (:mod:`shapecore.ranges`), then the bounds tightened to ``d``'s
-  residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``).
+* interval bounds of ``d`` (:mod:`shapecore.ranges`);
+* with ``differences``, bounds of ``d`` from chains of facts ``x - y <= c``, ``Max``/``Min``
+  split by cases and ``FloorDiv`` by a constant made linear (:mod:`shapecore.differences`);
+* the interval bounds tightened to ``d``'s residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give
+  ``d >= 8``).
 
 With ``rewrite``, ``d`` is first simplified (:class:`~shapecore.rewrite.Simplifier`): this
 decides more but builds new sympy expressions. The caller must only pass claims that are
@@ -24,6 +27,7 @@ from fractions import Fraction
 
 import sympy
 
+from shapecore.differences import DifferenceBounds
 from shapecore.functions import PythonOr
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
@@ -33,7 +37,7 @@ from shapecore.rewrite import Simplifier, needs_rewriting
 
 __all__ = ["CheapLayers", "LAYERS"]
 
-LAYERS = ("rewrite", "ranges", "modular")
+LAYERS = ("rewrite", "ranges", "modular", "differences")
 """The cheap layers, cheapest first; :attr:`CheapLayers.layer` indexes this."""
 
 
@@ -42,11 +46,15 @@ class CheapLayers:
 
     With ``rewrite``, each ``lhs - rhs`` is first simplified (:class:`Simplifier`), which
     decides more but builds new sympy expressions; without, the analyzers read it as is.
+    ``differences``: the difference graph of ``knowledge`` (shared between queries), if any.
     """
 
-    def __init__(self, knowledge: Knowledge, *, rewrite: bool = True) -> None:
+    def __init__(
+        self, knowledge: Knowledge, *, rewrite: bool = True, differences: DifferenceBounds | None = None
+    ) -> None:
         self.simplify = Simplifier(knowledge.ranges, knowledge.congruences)
         self.rewrite = rewrite
+        self.differences = differences
         self.layer = 0  # index into LAYERS of the most expensive layer needed
 
     def _use(self, layer: str) -> None:
@@ -89,6 +97,11 @@ class CheapLayers:
         if verdict is not None:
             self._use("ranges")
             return verdict
+        if self.differences is not None:
+            verdict = self.differences.decide(relation, d, simplify.bounds, bounds)
+            if verdict is not None:
+                self._use("differences")
+                return verdict
         residues = simplify.residues.analyze(d)
         if residues is None or residues == ModularSet(1, 0):
             return None

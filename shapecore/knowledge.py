@@ -11,7 +11,11 @@ the digest only needs to be *implied* by the facts):
   the owner keeps, such as a symbol with a hint, in favour of one it does not); what was known
   about ``x`` is re-stated as facts about ``e``;
 * ``a*x + b <rel> 0`` in one symbol → a bound on ``x`` (``Ne`` excludes one value);
-* ``a*Mod(p*x + q, m) + b == 0`` → the congruence ``p*x + q ≡ -b/a (mod m)`` solved for ``x``.
+* ``a*Mod(p*x + q, m) + b == 0`` → the congruence ``p*x + q ≡ -b/a (mod m)`` solved for ``x``;
+* any other linear relation over two or more symbols (``s0 < s1``, ``s0 <= 4*s1 - 1``, an
+  ``Eq`` no symbol can be isolated from) → inequalities ``c1*x1 + ... <= b`` (:class:`Inequality`) with
+  integer coefficients, read by :mod:`shapecore.differences`. The fact also stays pending, so
+  that a later replacement re-digests it in the new symbols.
 
 Python's ``and``/``or`` (:data:`~shapecore.operations.SHORT_CIRCUITS`) are not digested, only
 the conjuncts of an ``and`` that have none: a short circuit may hold where a divisor in it is
@@ -42,7 +46,7 @@ from shapecore.modular import ModularSet, combine_congruences, solve_linear_cong
 from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
 from shapecore.rewrite import Simplifier, canonicalize, fold, short_circuit, substitute, symbols_of
 
-__all__ = ["Knowledge", "Checkpoint", "creation_order"]
+__all__ = ["Knowledge", "Checkpoint", "Inequality", "creation_order"]
 
 _FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le}
 
@@ -78,6 +82,50 @@ def _linear(expr: sympy.Basic) -> tuple[sympy.Symbol, Fraction, Fraction] | None
         else:
             return None
     return (x, a, b) if a else None
+
+
+@dataclass(frozen=True)
+class Inequality:
+    """``sum(c * x for x, c in terms) <= bound`` over integer symbols (by name), coefficients coprime."""
+
+    terms: tuple[tuple[sympy.Symbol, int], ...]
+    bound: int
+
+
+def _inequalities(relation: type, difference: sympy.Basic) -> list[Inequality]:
+    """``difference <relation> 0`` as inequalities, if ``difference`` is linear in 2+ integer symbols.
+
+    Scaled to integer coefficients, a strict relation loses one (``d < 0`` is ``d <= -1`` for
+    an integer ``d``) and the bound is divided by the coefficients' gcd, rounding down.
+    """
+    if relation is sympy.Ne:
+        return []
+    coefficients: dict[sympy.Symbol, Fraction] = {}
+    constant = Fraction(0)
+    for term, coeff in difference.as_coefficients_dict().items():
+        if not coeff.is_Rational:
+            return []
+        value = Fraction(int(coeff.p), int(coeff.q))
+        if term == 1:
+            constant += value
+        elif term.is_Symbol and term.is_integer:
+            coefficients[term] = value
+        else:
+            return []
+    if len(coefficients) < 2:
+        return []
+    scale = math.lcm(*(c.denominator for c in (*coefficients.values(), constant)))
+    terms = [(x, int(c * scale)) for x, c in sorted(coefficients.items(), key=lambda item: item[0].name)]
+    k = int(constant * scale)  # scale*difference = sum(terms) + k, an integer
+    senses = {sympy.Le: [(1, 0)], sympy.Lt: [(1, 1)], sympy.Ge: [(-1, 0)], sympy.Gt: [(-1, 1)],
+              sympy.Eq: [(1, 0), (-1, 0)]}[relation]
+    found = []
+    for sign, strict in senses:  # sign*(sum + k) <= -strict
+        signed = tuple((x, sign * c) for x, c in terms)
+        divisor = math.gcd(*(c for _, c in signed))
+        bound = -strict - sign * k
+        found.append(Inequality(tuple((x, c // divisor) for x, c in signed), bound // divisor))
+    return found
 
 
 def _strict_conjuncts(fact: sympy.Basic) -> list[sympy.Basic]:
@@ -142,6 +190,7 @@ class Knowledge:
         self._declared: dict[sympy.Symbol, ValueRange] = {}
         self._excluded: dict[sympy.Symbol, set[int]] = {}
         self._provenance: dict[sympy.Symbol, set[int]] = {}
+        self.inequalities: list[Inequality] = []
         self._pending: list[tuple[sympy.Basic, set[int]]] = []  # not digestible (yet)
         self._open: list[Checkpoint] = []  # checkpoints not yet rolled back or committed
         self._journal: list[Callable[[], None]] = []  # undoes each change made since the first of them
@@ -218,11 +267,11 @@ class Knowledge:
             self._journal.append(lambda: setattr(self, name, old))
         setattr(self, name, value)
 
-    def _append_pending(self, item: tuple[sympy.Basic, set[int]]) -> None:
-        pending = self._pending
-        pending.append(item)
+    def _append(self, items: list, item: object) -> None:
+        """``items.append(item)``, undoably."""
+        items.append(item)
         if self._open:
-            self._journal.append(pending.pop)
+            self._journal.append(items.pop)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -273,7 +322,7 @@ class Knowledge:
         if substituted is sympy.false:
             self._contradict(sources | self.provenance(fact.free_symbols))
         elif not self._fold(substituted, sources):
-            self._append_pending((fact, sources))
+            self._append(self._pending, (fact, sources))
 
     def _fold(self, fact: sympy.Basic, sources: set[int]) -> bool:
         if fact is sympy.true:
@@ -300,6 +349,10 @@ class Knowledge:
             return True
         linear = _linear(difference)
         if linear is None:
+            for inequality in _inequalities(relation, difference):
+                self._append(self.inequalities, inequality)
+                for x, _ in inequality.terms:
+                    self._grow(self._provenance, x, sources)
             return False
         self._bound(relation, *linear, sources)
         return True

@@ -316,6 +316,8 @@ class _Reader:
             if build is None:
                 raise self.error(f"unsupported comparison {type(op).__name__}", node)
             parts.append(lambda build=build, left=left, right=right: self._build(build, left, right))
+        if len(parts) == 1:  # a < b: what And(a < b) folds to, without building it
+            return parts[0]()
         return self._short_circuit(_python_and, parts)  # a < b < c is a < b and b < c (b evaluated once)
 
     def _short_circuit(self, connective: Callable[..., sympy.Basic], operands: list[Callable[[], sympy.Basic]]) -> sympy.Basic:

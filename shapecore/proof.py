@@ -8,7 +8,8 @@ A claim *holds* under an assignment when it evaluates to ``True`` without a zero
 * ``unknown``: neither could be shown in time; ``reason`` says what stopped the reasoner.
 
 ``method`` names the layer that decided: ``rewrite`` (canonical form and constant folding),
-``ranges`` (interval bounds), ``modular`` (residue classes), ``z3``, ``search`` (a
+``ranges`` (interval bounds), ``modular`` (residue classes), ``differences`` (chains of
+``x - y <= c``), ``z3``, ``search`` (a
 counterexample found by trying values), or ``facts`` (the facts contradict each other, so
 every claim follows). A Proof is deliberately not usable as a bool: write ``proof.proved``.
 """

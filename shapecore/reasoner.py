@@ -7,7 +7,9 @@
 2. **ranges** — interval bounds of ``lhs - rhs`` for each relation (:mod:`shapecore.ranges`);
 3. **modular** — residue classes of ``lhs - rhs``, which also tighten the bounds
    (``d ≡ 1 mod 2`` rules out ``d == 0``; ``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``);
-4. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver,
+4. **differences** — bounds of ``lhs - rhs`` from chains of facts ``x - y <= c`` and the
+   ranges, ``Max``/``Min`` split by cases (:mod:`shapecore.differences`);
+5. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver,
    within one :class:`~shapecore.budget.Budget` per query made from the scope's
    ``timeout_ms`` (a deterministic resource count, so the answer does not depend on the
    machine's load, with a wall-clock backstop); then **search** for a counterexample if z3
@@ -16,7 +18,8 @@
 The cheap layers only ever *prove*; they run only when every divisor in the claim is known to
 be nonzero (so the claim is defined wherever the facts hold). When they show the claim false
 everywhere, the counterexample still comes from search or z3 and is checked by exact
-evaluation. Answers are cached per claim; any new fact starts a new cache.
+evaluation. Answers are cached per claim; any new fact, or another ``timeout_ms``, starts a
+new cache. :func:`prove` also keeps answers by its arguments as given, before any parsing.
 
 Facts can be taken back: :meth:`Reasoner.checkpoint` and :meth:`Reasoner.rollback` restore
 the scope exactly (a fact rejected by a caller leaves no trace), :meth:`Reasoner.transaction`
@@ -35,6 +38,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 
 from shapecore.budget import Budget, validate_timeout
 from shapecore.decide import LAYERS, CheapLayers
+from shapecore.differences import DifferenceBounds
 from shapecore.errors import ArgumentError, UnboundSymbolError
 from shapecore.evaluation import evaluate, extend_assignment, holds
 from shapecore.functions import int_symbol
@@ -114,7 +118,9 @@ class Reasoner:
         self._hints_checked = 0  # facts verified at the point so far
         self._hints_point: dict[str, int] | None = None
         self._cache: dict[object, Proof] = {}
-        self._cache_version = -1
+        self._cache_version: tuple[int, int] | None = None  # (facts' version, timeout_ms) of the cache
+        self._differences: DifferenceBounds | None = None
+        self._differences_version = -1
         self._z3: Z3Session | None = None
         self._z3_facts = 0
         self._facts_snapshot: tuple[sympy.Basic, ...] = ()
@@ -219,9 +225,10 @@ class Reasoner:
         """Decide ``claim`` under the facts: proved, refuted (with counterexample) or unknown."""
         if not isinstance(claim, (str, int, sympy.Basic)):  # before the cache, which needs a hashable key
             as_expr(claim)
-        if self._cache_version != self.knowledge.version:
+        version = (self.knowledge.version, self.timeout_ms)  # a longer timeout may decide what timed out
+        if self._cache_version != version:
             self._cache = {}
-            self._cache_version = self.knowledge.version
+            self._cache_version = version
         found = self._cache.get(claim)
         if found is None:
             found = self._prove(claim)
@@ -258,14 +265,17 @@ class Reasoner:
             prepared = sympy.false
         verdict = None
         if prepared is not None:
+            differences = self._difference_bounds()
             for rewrite in (False, True):
-                cheap = CheapLayers(knowledge, rewrite=rewrite)
+                cheap = CheapLayers(knowledge, rewrite=rewrite, differences=differences)
                 try:
                     verdict = cheap.decide(prepared)
                 except ZeroDivisionError:
                     verdict = False
                 if verdict is True:
                     symbols = symbols_of(claim) | symbols_of(prepared)
+                    if LAYERS[cheap.layer] == "differences":  # a chain of facts through other symbols
+                        symbols = differences.connected(symbols)
                     used = self._used(knowledge.provenance(symbols))
                     return self._proof(claim, "proved", LAYERS[cheap.layer], facts_used=used)
                 if verdict is False or rewrite or not needs_rewriting(prepared):
@@ -282,6 +292,13 @@ class Reasoner:
         # z3 gets the claim with the facts' replacements applied when that is sound (prepared
         # is defined wherever the facts hold): substitution spares it nonlinear reasoning.
         return self._prove_z3(claim, searched=budget, encoded=claim if prepared is None else prepared)
+
+    def _difference_bounds(self) -> DifferenceBounds:
+        """The difference graph of the current facts, built once per version of them."""
+        if self._differences_version != self.knowledge.version:
+            self._differences = DifferenceBounds(self.knowledge)
+            self._differences_version = self.knowledge.version
+        return self._differences  # type: ignore[return-value]
 
     def _hint_point(self) -> dict[str, int] | None:
         """The hints, extended through the replacements, if they satisfy every fact.
@@ -374,7 +391,8 @@ _SCOPES_KEPT = 64
 def _scope_key(
     facts: Iterable[ExprLike], ranges: Mapping[str, tuple[int | None, int | None]] | None, timeout_ms: int
 ) -> tuple:
-    return (tuple(facts), tuple(sorted((ranges or {}).items())), timeout_ms)
+    """Facts with their types: ``True == 1``, but only ``True`` is a fact."""
+    return (tuple((type(f), f) for f in facts), tuple(sorted((ranges or {}).items())), timeout_ms)
 
 
 def prove(
@@ -387,15 +405,58 @@ def prove(
     """Prove ``claim`` from ``facts`` and ``ranges`` (symbol name → ``(lo, hi)``, None = open).
 
     Free symbols are integers with no sign assumed unless a fact or range says so. Scopes are
-    kept (the last 64), so repeating a query with the same facts is a dictionary lookup.
-    ``timeout_ms`` bounds the whole call's z3 work: a deterministic budget of
-    ``timeout_ms * RLIMIT_PER_MS`` z3 resource units, and a wall-clock backstop of
-    ``timeout_ms`` that answers ``unknown`` if it fires (:mod:`shapecore.budget`).
+    kept (the last 64), and so are answers by the arguments as given (the last 4096): repeating
+    a query is one dictionary lookup, before any parsing. ``timeout_ms`` bounds the whole
+    call's z3 work: a deterministic budget of ``timeout_ms * RLIMIT_PER_MS`` z3 resource units,
+    and a wall-clock backstop of ``timeout_ms`` that answers ``unknown`` if it fires
+    (:mod:`shapecore.budget`); a call with another ``timeout_ms`` is a query of its own.
 
     >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
     'proved'
     """
-    return _scope(facts, ranges, timeout_ms).prove(claim)
+    key = _answer_key(claim, facts, ranges, timeout_ms)
+    if key is None:
+        return _scope(facts, ranges, timeout_ms).prove(claim)
+    try:
+        return _ANSWERS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable claim or fact: the scope validates it
+        return _scope(facts, ranges, timeout_ms).prove(claim)
+    found = _scope(key[1], ranges, timeout_ms).prove(claim)
+    if all(isinstance(value, (str, sympy.Basic)) for value in (claim, *key[1])):  # not True, equal to 1
+        _ANSWERS[key] = found
+        if len(_ANSWERS) > _ANSWERS_KEPT:
+            del _ANSWERS[next(iter(_ANSWERS))]
+    return found
+
+
+_ANSWERS: dict[tuple, Proof] = {}
+_ANSWERS_KEPT = 4096
+_BOUND_TYPES = (int, type(None))
+
+
+def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: object) -> tuple | None:
+    """The key of :func:`prove`'s answer cache: the arguments as given, by value.
+
+    A copy, so that mutating a list or dict passed before cannot reach a stale answer. None
+    (no caching) unless ``facts`` is a list or tuple, ``ranges`` a dict (or None) of pairs
+    of exact ints or None, and ``timeout_ms`` an exact int: ``True == 1`` and ``1.0 == 1``
+    would otherwise share the answer of arguments that :func:`prove` accepts, where it refuses
+    theirs. For the same reason only answers to a claim and facts of text or sympy are kept.
+    """
+    if type(timeout_ms) is not int or not (type(facts) is tuple or type(facts) is list):
+        return None
+    if ranges is None:
+        spans = None
+    elif type(ranges) is dict:
+        spans = tuple(ranges.items())
+        for _, span in spans:  # other names or spans never equal valid ones, or are unhashable
+            if type(span) is not tuple or len(span) != 2 or type(span[0]) not in _BOUND_TYPES or type(span[1]) not in _BOUND_TYPES:
+                return None
+    else:
+        return None
+    return (claim, tuple(facts), spans, timeout_ms)
 
 
 def bound(
@@ -426,13 +487,13 @@ def _scope(
     facts: Iterable[ExprLike], ranges: Mapping[str, tuple[int | None, int | None]] | None, timeout_ms: int = 1000
 ) -> Reasoner:
     """The reasoner of these facts and ranges, from the kept scopes or new."""
-    key = _scope_key(guard_list(facts, "facts"), check_ranges(ranges), timeout_ms)
+    key = _scope_key(guard_list(facts, "facts"), check_ranges(ranges), validate_timeout(timeout_ms))  # True == 1
     reasoner = _SCOPES.get(key)
     if reasoner is None:
         reasoner = Reasoner(timeout_ms=timeout_ms)
         for name, (lo, hi) in key[1]:
             reasoner.set_range(name, lo, hi)
-        for fact in key[0]:
+        for _, fact in key[0]:
             reasoner.add_fact(fact)
         _SCOPES[key] = reasoner
         if len(_SCOPES) > _SCOPES_KEPT:

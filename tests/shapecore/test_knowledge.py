@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shapecore import Reasoner, parse
-from shapecore.knowledge import Knowledge
+from shapecore.knowledge import Inequality, Knowledge
 from shapecore.testing import fact_sets
 
 NAMES = ("s0", "s1", "s2")
@@ -74,3 +74,26 @@ def test_a_transaction_that_raises_leaves_the_reasoner_as_it_was(facts):
             raise RuntimeError("rejected")
     assert state(r.knowledge) == before
     assert r.prove("s0 >= 3").refuted
+
+
+s0, s1, s2 = (sympy.Symbol(n, integer=True) for n in NAMES)
+
+
+@pytest.mark.parametrize(
+    "fact, inequalities",
+    [
+        ("s0 < s1", [Inequality(((s0, 1), (s1, -1)), -1)]),
+        ("s0 >= s1 + 2", [Inequality(((s0, -1), (s1, 1)), -2)]),
+        ("2*s0 - 4*s1 <= 3", [Inequality(((s0, 1), (s1, -2)), 1)]),  # divided by the gcd, rounding down
+        ("s0/2 + s1/3 > s2", [Inequality(((s0, -3), (s1, -2), (s2, 6)), -1)]),  # scaled to integers
+        ("Eq(2*s0, 3*s1)", [Inequality(((s0, 2), (s1, -3)), 0), Inequality(((s0, -2), (s1, 3)), 0)]),
+        ("Eq(s0, s1 + 1)", []),  # a replacement instead
+        ("Ne(s0, s1)", []),
+        ("s0*s1 < 4", []),
+        ("s0 < 4", []),  # a range instead
+    ],
+)
+def test_linear_facts_over_several_symbols_become_inequalities(fact, inequalities):
+    knowledge = Knowledge()
+    knowledge.add(parse(fact))
+    assert sorted(knowledge.inequalities, key=str) == sorted(inequalities, key=str)

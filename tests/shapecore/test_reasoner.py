@@ -375,3 +375,42 @@ def test_an_expression_defined_nowhere_the_facts_hold_has_no_values():
     # found by brute force: the facts made s0 := 0, and substituting it raised ZeroDivisionError
     assert bound("Mod(s0, s0)**2", facts=["Eq(Mod(s0, 16), 0)"], ranges={"s0": (-4, 9)}).is_empty
     assert residue("s0 // s0", facts=["Eq(s0, 0)"]) == ModularSet(1, 0)
+
+
+def test_a_longer_timeout_asks_again_rather_than_reading_the_cache():
+    r = Reasoner(timeout_ms=1)
+    first = r.prove("s0*s1 >= 0")
+    r.timeout_ms = 2000
+    assert r.prove("s0*s1 >= 0") is not first
+
+
+def test_prove_repeats_from_its_arguments_as_given_not_from_mutated_ones():
+    ranges, facts = {"s0": (0, None)}, ["s1 >= 0"]
+    first = prove("s0 + s1 >= 1", facts=facts, ranges=ranges)
+    assert first.refuted and prove("s0 + s1 >= 1", facts=facts, ranges=ranges) is first
+    ranges["s0"] = (1, None)
+    assert prove("s0 + s1 >= 1", facts=facts, ranges=ranges).proved
+    facts[0] = "s1 >= -1"
+    assert prove("s0 + s1 >= 1", facts=facts, ranges=ranges).refuted
+    assert prove("s0 + s1 >= 1", facts=facts, ranges=ranges, timeout_ms=999) is not first
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"ranges": {"s0": (True, None)}},  # equal to (1, None), and refused where that is accepted
+        {"ranges": {"s0": (1.0, None)}},
+        {"timeout_ms": True},
+        {"facts": [1]},  # equal to [True], a claim
+    ],
+)
+def test_arguments_equal_to_accepted_ones_are_still_refused(arguments):
+    accepted = {"facts": [True], "ranges": {"s0": (1, None)}, "timeout_ms": 1}
+    prove("s0 >= 1", **accepted)
+    with pytest.raises(ArgumentError):
+        prove("s0 >= 1", **{**accepted, **arguments})
+
+
+def test_prove_takes_unhashable_and_one_shot_arguments():
+    assert prove("s0 >= 1", facts=(f for f in ["s0 >= 1"]), ranges={"s0": [0, None]}).proved
+    assert prove("s0 >= 1", facts=["s0 >= 1"], ranges={"s0": [0, None]}).proved
