@@ -280,7 +280,8 @@ class ParallelModule(nn.Module):
         _together("placing the parameters", lambda: register_state(self, model, plan.param_placements, self.groups))
         self._feed = self._feeds(state)
         self._owners = {what: self._owner(what) for kind, what in self._feed if kind in ("parameter", "buffer")}
-        """Parameter or buffer name -> (the submodule holding it, its attribute there): read at every call."""
+        """Parameter or buffer name -> (the ``_parameters`` or ``_buffers`` table of the submodule holding
+        it, its attribute there): read at every call (a dict lookup, not ``Module.__getattr__``)."""
         self._outputs = self._user_outputs()
         self._sized: dict[tuple[tuple[str, int], ...], _Sized] = {}
         self._grad_names = self._gradient_names(state)
@@ -336,10 +337,12 @@ class ParallelModule(nn.Module):
                                     "user input, a tangent, nor a parameter or buffer of the model")
         return feeds
 
-    def _owner(self, name: str) -> tuple[nn.Module, str]:
-        """The submodule holding parameter or buffer ``name``, and its attribute name there."""
+    def _owner(self, name: str) -> tuple[dict[str, Any], str]:
+        """The table (``_parameters`` or ``_buffers``) of the submodule holding parameter or buffer
+        ``name``, and its attribute name there."""
         path, _, attribute = name.rpartition(".")
-        return self.get_submodule(path), attribute
+        owner = self.get_submodule(path)
+        return (owner._parameters if attribute in owner._parameters else owner._buffers), attribute
 
     def _gradient_names(self, state: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
         """Gradient output's parameter name in the graph -> the parameter's own name (one per tensor)."""
@@ -515,8 +518,8 @@ class ParallelModule(nn.Module):
         the buffers (as the model's own forward updates them in place); return the user outputs."""
         with torch.no_grad():
             for k, name in self._buffer_updates:
-                owner, attribute = self._owners[name]
-                getattr(owner, attribute).to_local().copy_(outputs[k])
+                table, attribute = self._owners[name]
+                table[attribute].to_local().copy_(outputs[k])
         return [outputs[k] for k in self._outputs]
 
     def _placed(self, local: Sequence[Any], sized: _Sized) -> list[Any]:
@@ -620,8 +623,8 @@ class ParallelModule(nn.Module):
                 if kind == "input":
                     tensors.append(pieces[what])
                 elif kind != "tangent":
-                    owner, attribute = self._owners[what]
-                    tensor = getattr(owner, attribute)
+                    table, attribute = self._owners[what]
+                    tensor = table[attribute]
                     tensors.append(tensor.to_local())
                     if kind == "parameter" and tensor.requires_grad and what in self._grad_positions:
                         trainable[what] = tensor
