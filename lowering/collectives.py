@@ -24,6 +24,11 @@ and only add a split inside the existing ones; :func:`apply_step` refuses any ot
 
 ``Partial("avg")`` is reduced as a sum divided by the group size: gloo has no ``AVG``.
 
+A step over a mesh axis of size 1 is no operation at all: one rank's ``Shard`` is the whole
+tensor and its ``Partial`` the whole sum, so the tensor is returned as it is, with the new
+placement (the planner never plans such a step; a plan made by hand may hold one). Likewise
+:func:`all_reduce_over` leaves such axes out.
+
 A dim of data-dependent size (``uneven``: dim → its global size, known only when the program
 runs) is cut into ``torch.chunk``'s uneven pieces and gathered and scattered with padding
 (:mod:`lowering.uneven`); an ``all_to_all`` that moves such a dim is an ``all_gather`` then a
@@ -195,6 +200,9 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
 
     _validate(state, step, where)
     axis, group, pieces = step.axis, groups.group_name(step.axis), groups.axis_size(step.axis)
+    new_state = tuple(step.dst if a == axis else p for a, p in enumerate(state))
+    if pieces == 1:  # one rank: the same data in every placement, nothing to run
+        return x, new_state
     uneven = uneven or {}
     moved = {p.dim for p in (step.src, step.dst) if isinstance(p, Shard)} & uneven.keys()
     index = coordinate[axis] if coordinate is not None else groups.coordinate[axis]
@@ -224,9 +232,7 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
         y = _all_to_all(x, step.src.dim, step.dst.dim, pieces, group)
     else:
         y = _chunk(x, step.dst.dim, pieces, index) if step.kind == "chunk" else _keep_on_first(x, index)
-    new_state = list(state)
-    new_state[axis] = step.dst
-    return y, tuple(new_state)
+    return y, new_state
 
 
 def apply_steps(x: torch.Tensor, steps: Sequence[StepLike], src: Placements, dst: Placements,
@@ -247,7 +253,8 @@ def all_reduce_over(x: torch.Tensor, axes: Sequence[int], groups: MeshGroups) ->
     from shapecore.torch.private import functional_collectives as funcol
 
     for axis in axes:
-        x = _ready(funcol.all_reduce(x, "sum", groups.group_name(axis)))
+        if groups.axis_size(axis) > 1:
+            x = _ready(funcol.all_reduce(x, "sum", groups.group_name(axis)))
     return x
 
 

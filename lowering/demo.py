@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import statistics
 import sys
 import threading
@@ -72,6 +73,21 @@ def _batch_sizes(text: str) -> list[int]:
 def _hide_torch_internal_deprecations() -> None:
     """torch 2.13's export warns about its own pytree internals (``LeafSpec``): nothing a demo user can act on."""
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+
+
+class _NoFlattenAdvice(logging.Filter):
+    """Drops DTensor's advice to flatten the mesh, logged once per rank when the demo gathers an output
+    split on both mesh axes (``full_tensor()``: two all-gathers) to compare it with one device."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("While redistributing from")
+
+
+_NO_FLATTEN_ADVICE = _NoFlattenAdvice()
+
+
+def _hide_dtensor_flatten_advice() -> None:
+    logging.getLogger("torch.distributed.tensor._redistribute").addFilter(_NO_FLATTEN_ADVICE)
 
 
 def _say(text: str = "") -> None:
@@ -154,6 +170,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int, tra
     from planner import Plan
 
     _hide_torch_internal_deprecations()
+    _hide_dtensor_flatten_advice()
     model = decoder()
     progress = _Progress() if rank == 0 else None
     try:

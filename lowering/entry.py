@@ -10,14 +10,19 @@ every call of a parallel program, before any of its collectives, and before anyt
    was given.
 2. **Agreement** (the only communication): each rank encodes "fits or not" and its inputs'
    global sizes as one fixed-length int64 vector (its length is fixed by the trace, so even a
-   rank with malformed inputs takes part), and one ``all_gather_single`` on the default group
-   shares them. When some rank's inputs do not fit, one ``all_gather_object`` (every rank
-   enters it: every rank sees the same flags) shares the sentences: the same problems on every
-   rank raise :class:`InputError`, anything else :class:`RankMismatch` naming the ranks, as
-   does a disagreement on the global sizes. Every rank decides on the same table, so every
-   rank raises the same error or none does.
+   rank with malformed inputs takes part), and one ``all_gather_single`` shares them. When some
+   rank's inputs do not fit, one ``all_gather_object`` (every rank enters it: every rank sees
+   the same flags) shares the sentences: the same problems on every rank raise
+   :class:`InputError`, anything else :class:`RankMismatch` naming the ranks, as does a
+   disagreement on the global sizes. Every rank decides on the same table, so every rank raises
+   the same error or none does. The table is made of sizes the host knows (no tensor's values),
+   and is exchanged on the CPU: on the default group when its backend takes CPU tensors (gloo),
+   else on a gloo group over the same ranks (:func:`agreement_group`, made once), so a call on
+   NCCL never waits for the GPU to read it back. One process agrees with itself: no exchange.
 3. **Binding**: dims whose traced size is a symbol (or ``c·s + d``) bind it from the global
-   size; every dim is then checked against its traced size.
+   size; every dim is then checked against its traced size. Steps 3 to 5 depend on the agreed
+   sizes only: the values bound by sizes that passed them are kept (the last 64 such sizes),
+   and a call with kept sizes skips them.
 4. **Guards**: everything a shapecore ShapeEnv holding the trace's contract (symbol ranges,
    torch's guards) and the plan's guards says inputs must satisfy (``produce_guards``),
    compiled once into straight-line Python (:func:`shapecore.compile_guards`), is checked at
@@ -39,7 +44,51 @@ import sympy
 from lowering.errors import GuardViolation, InputError, RankMismatch
 from planner import Mesh, format_placements
 
-__all__ = ["InputSpec", "EntryCheck"]
+__all__ = ["InputSpec", "EntryCheck", "agreement_group", "device_problem"]
+
+_KEPT_SIZES = 64
+"""How many sets of agreed sizes the entry check keeps the outcome of."""
+
+
+def _takes_cpu(backend: str) -> bool:
+    """Whether a process group of ``backend`` takes CPU tensors (``cpu:gloo,cuda:nccl``: one is listed for cpu)."""
+    import torch.distributed as dist
+
+    per_device = [part.split(":", 1)[0] for part in backend.split(",") if ":" in part]
+    return "cpu" in (per_device or dist.Backend.backend_capability.get(backend, []))
+
+
+def device_problem(device: str, backend: str) -> str | None:
+    """Why a model whose tensors are on ``device`` (a device type: ``cpu``, ``cuda``) cannot run on
+    a default process group of ``backend`` (``gloo``, ``nccl``, ``cpu:gloo,cuda:nccl``), whose
+    mesh is on the device :func:`~lowering.mesh_groups.device_type` names; or None."""
+    import torch.distributed as dist
+
+    from lowering.mesh_groups import device_type
+
+    mesh = device_type(backend)
+    if device == mesh:
+        return None
+    fitting = dist.Backend.default_device_backend_map.get(device)
+    return (f"the model is on {device}, but the process group's backend {backend} runs the mesh on {mesh}: move the "
+            f"model to {mesh}, or initialize the process group with a backend for {device}"
+            + (f" (torch.distributed.init_process_group({fitting!r}))" if fitting else ""))
+
+
+_SIDE_GROUPS: dict[Any, Any] = {}
+
+
+def agreement_group(backend: str | None = None) -> Any:
+    """The process group the entry check's agreement runs on: None (the default group) when the
+    default group's ``backend`` (default: its own) takes CPU tensors, else a gloo group over every
+    rank, made on first use and kept for the default group (a collective: call it on every rank)."""
+    import torch.distributed as dist
+
+    if _takes_cpu(backend or dist.get_backend()):
+        return None
+    if dist.group.WORLD not in _SIDE_GROUPS:
+        _SIDE_GROUPS[dist.group.WORLD] = dist.new_group(backend="gloo")
+    return _SIDE_GROUPS[dist.group.WORLD]
 
 
 @dataclass(frozen=True)
@@ -83,12 +132,15 @@ class EntryCheck:
     the name to show the user (their ``Dim`` name or the input dim it is read from).
     ``structure``: the pytree spec of the traced positional inputs (default: ``len(specs)``
     positional tensors) and ``arguments`` their names; ``device_mesh``: the mesh a DTensor
-    input must be on.
+    input must be on; ``device``: the device type every tensor input must be on (None: any);
+    ``group``: the process group to agree on (:func:`agreement_group`; None: the default group).
     """
 
     def __init__(self, specs: Sequence[InputSpec], mesh_shape: Sequence[int], env: Any,
                  names: Mapping[str, str], *, structure: Any = None, arguments: Sequence[str] | None = None,
-                 device_mesh: Any = None) -> None:
+                 device_mesh: Any = None, device: str | None = None, group: Any = None) -> None:
+        import torch.distributed as dist
+
         from shapecore import compile_guards
         from shapecore.torch.private import tree_structure
 
@@ -103,6 +155,11 @@ class EntryCheck:
         self.names = dict(names)
         self._length = 1 + sum(len(s.global_shape) for s in self.specs if s.placements is not None)
         self._linear_forms: dict[tuple[sympy.Basic, sympy.Symbol], tuple[sympy.Basic, sympy.Basic] | None] = {}
+        self.device = device
+        self.group = group
+        self._world = dist.get_world_size(group) if dist.is_initialized() else 1
+        self._passed: dict[tuple[int, ...], dict[str, int]] = {}
+        """Agreed sizes -> the symbol values they bound, for the last sizes that passed steps 3 to 5."""
 
     # -- 1. fit --------------------------------------------------------------------------------------
 
@@ -151,20 +208,25 @@ class EntryCheck:
                     f"got {value.dim()} dims ({_describe(value)})")
         if value.dtype != spec.dtype:
             return f"input {spec.name}: expected dtype {spec.dtype}, got {_describe(value)}"
+        if self.device is not None and value.device.type != self.device:
+            return f"input {spec.name}: expected a tensor on {self.device}, where the model is, got {_describe(value)} on {value.device}"
         if isinstance(value, DTensor):
             return self._dtensor_problem(spec, value)
         return None
 
     def _dtensor_problem(self, spec: InputSpec, value: Any) -> str | None:
+        import torch
+
         assert spec.placements is not None
         wanted = format_placements(spec.placements)
-        if self.device_mesh is not None and value.device_mesh != self.device_mesh:
+        if self.device_mesh is not None and value.device_mesh is not self.device_mesh and value.device_mesh != self.device_mesh:
             return (f"input {spec.name}: expected the global tensor or a DTensor on the module's mesh "
                     f"{self.device_mesh}, got a DTensor on {value.device_mesh}")
         if tuple(value.placements) != tuple(spec.placements):
             return (f"input {spec.name}: expected the global tensor or a DTensor placed {wanted}, "
                     f"got {_describe(value)}; pass value.full_tensor() or redistribute it")
-        local = tuple(value.to_local().shape)
+        with torch.no_grad():  # no autograd node for a shape
+            local = tuple(value.to_local().shape)
         for d, n in enumerate(value.shape):
             pieces = self.mesh.shard_factor(spec.placements, d)
             if n % pieces == 0 and local[d] != n // pieces:
@@ -174,9 +236,9 @@ class EntryCheck:
 
     # -- 2. agreement --------------------------------------------------------------------------------
 
-    def _agree(self, inputs: Sequence[Any]) -> list[int]:
-        """The global sizes every rank passed, after one all-gather; raises InputError or RankMismatch
-        (identically everywhere)."""
+    def _agree(self, inputs: Sequence[Any]) -> tuple[int, ...]:
+        """The global sizes every rank passed, after one all-gather (on the CPU); raises InputError or
+        RankMismatch (identically everywhere)."""
         import torch
         import torch.distributed as dist
 
@@ -185,10 +247,10 @@ class EntryCheck:
             row = [1] + [0] * (self._length - 1)
         else:
             row = [0] + [n for spec, x in zip(self.specs, flat) if spec.placements is not None for n in x.shape]
-        world = dist.get_world_size() if dist.is_initialized() else 1
+        world = self._world
         if world > 1:
             table = torch.empty(world * self._length, dtype=torch.int64)
-            dist.all_gather_single(table, torch.tensor(row, dtype=torch.int64))
+            dist.all_gather_single(table, torch.tensor(row, dtype=torch.int64), group=self.group)
             rows = table.view(world, self._length).tolist()
         else:
             rows = [row]
@@ -196,11 +258,11 @@ class EntryCheck:
             every: list[Any] = [problems]
             if world > 1:
                 every = [None] * world
-                dist.all_gather_object(every, problems)
+                dist.all_gather_object(every, problems, group=self.group)
             raise self._rejection(every)
         if any(r != rows[0] for r in rows[1:]):
             raise RankMismatch(self._disagreement(rows))
-        return rows[0][1:]
+        return tuple(rows[0][1:])
 
     @staticmethod
     def _rejection(problems: list[list[str]]) -> Exception:
@@ -227,7 +289,7 @@ class EntryCheck:
 
     # -- 3. binding --------------------------------------------------------------------------------
 
-    def _global_dims(self, sizes: list[int]) -> list[tuple[InputSpec, int, sympy.Basic, int]]:
+    def _global_dims(self, sizes: Sequence[int]) -> list[tuple[InputSpec, int, sympy.Basic, int]]:
         dims, offset = [], 0
         for spec in self.specs:
             if spec.placements is None:
@@ -304,7 +366,11 @@ class EntryCheck:
     def check(self, inputs: Sequence[Any]) -> dict[str, int]:
         """Global symbol values of this call (``inputs``: its positional arguments, global tensors or
         DTensors); raises InputError, RankMismatch or GuardViolation on every rank alike."""
-        dims = self._global_dims(self._agree(inputs))
+        sizes = self._agree(inputs)
+        passed = self._passed.get(sizes)
+        if passed is not None:
+            return dict(passed)
+        dims = self._global_dims(sizes)
         values = self._bind(dims)
         guard = self._guards(values=self._with_replaced(values)) if self._guards.parameters else self._guards()
         if guard is not None:
@@ -315,4 +381,7 @@ class EntryCheck:
                 f"{self._values({k: v for k, v in values.items() if k in involved})}",
                 guard=shown, values={self.names.get(k, k): v for k, v in values.items()})
         self._check_splits(dims, values)
+        if len(self._passed) == _KEPT_SIZES:
+            del self._passed[next(iter(self._passed))]  # the oldest
+        self._passed[sizes] = dict(values)
         return values

@@ -2,7 +2,8 @@
 
 ``ParallelModule(model, example_inputs, dynamic_shapes=..., mesh=...)`` runs on every rank
 (under ``torchrun``, :func:`lowering.launch`, or any launcher that initializes the default
-process group):
+process group; a model on another device than the one the group's backend runs the mesh on, a
+CUDA model on gloo or a CPU model on NCCL, is refused first, naming both devices):
 
 1. trace with the planner's own front end (:func:`shapecore.torch.trace_for_planning`: a
    decomposed ``torch.export`` graph, or with ``training=True`` a joint forward+backward
@@ -25,7 +26,8 @@ DTensors placed as the plan wants (:meth:`ParallelModule.shard_inputs` makes the
 ahead of the call). It runs the :class:`~lowering.entry.EntryCheck` on the global sizes (one
 agreement step across ranks, then the guards and the even splits: a batch that does not split
 raises on every rank, and nothing is computed on a truncated one), then cuts this rank's
-pieces and runs the compiled program. It returns DTensors placed as the plan places the
+pieces and runs the compiled program. What calls at the same global sizes share (the local
+symbol values, the compiled program serving them, the outputs' global shapes) is found once. It returns DTensors placed as the plan places the
 outputs (``full_tensor()`` is the global value; combining them with plain tensors, such as
 labels, needs DTensor's ``implicit_replication()``), or global tensors with
 ``global_outputs=True``. A call the compiled program's own assumptions
@@ -60,7 +62,7 @@ from torch.distributed.tensor import DTensor
 
 from lowering.collectives import local_shard
 from lowering.compile import CompiledProgram, compile_program
-from lowering.entry import EntryCheck, InputSpec
+from lowering.entry import EntryCheck, InputSpec, agreement_group, device_problem
 from lowering.errors import LoweringError
 from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
@@ -132,6 +134,23 @@ def _on_model_device(model: nn.Module, example_inputs: Sequence[Any]) -> tuple[A
     return tuple(tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, tuple(example_inputs)))
 
 
+def _device(model: nn.Module) -> str | None:
+    """The device type of ``model``'s tensors (None: it has none off the meta device)."""
+    from itertools import chain
+
+    return next((t.device.type for t in chain(model.parameters(), model.buffers()) if not t.is_meta), None)
+
+
+def _check_device(model: nn.Module) -> None:
+    """Raise when the default process group cannot run collectives where ``model`` is."""
+    import torch.distributed as dist
+
+    device = _device(model)
+    problem = None if device is None else device_problem(device, dist.get_backend())
+    if problem is not None:
+        raise LoweringError(problem)
+
+
 def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], list[str]]:
     """Names of the positional arguments (from ``forward``'s signature) and of each flattened input."""
     import inspect
@@ -148,13 +167,29 @@ def _leaf_names(model: Any, example_inputs: Sequence[Any]) -> tuple[list[str], l
     return arguments, [arguments[path[0].idx] + keystr(path[1:]) for path, _ in leaves]
 
 
+_KEPT_SIZES = 64
+"""How many sets of global sizes a ParallelModule keeps what a call at them needs for."""
+
+
+@dataclass
+class _Sized:
+    """What every call at one set of global sizes shares: the local symbol values, the compiled
+    variant that serves them, and each user output's global size."""
+
+    values: dict[str, int]
+    variant: CompiledProgram
+    symbol_values: list[int]
+    output_sizes: list[torch.Size]
+    specs: list[Any]
+    """Per user output, a DTensor of its global size holding no data (made on first use): its spec
+    places an output computed without autograd, which ``DTensor.from_local`` would make anew."""
+
+
 @dataclass
 class _Call:
-    """What one call runs: the compiled variant, the local symbol values, the program's tensors."""
+    """What one call runs: what calls at its sizes share, and the program's tensors."""
 
-    variant: CompiledProgram
-    values: dict[str, int]
-    symbol_values: list[int]
+    sized: _Sized
     tensors: list[Any]
     """The forward program's tensor inputs (a training program's tangents left out)."""
     trainable: list[str]
@@ -165,22 +200,22 @@ class _Step(torch.autograd.Function):
     """A training call: the forward program now, the backward program when autograd reaches the
     outputs with the gradients of whatever loss was computed from them. Its arguments are the
     module and the call, then the DTensor parameters whose gradients it returns; it returns the
-    local pieces of the user outputs."""
+    user outputs as DTensors (their gradients arrive as DTensors)."""
 
     @staticmethod
     def forward(ctx: Any, module: ParallelModule, call: _Call, *parameters: Any) -> Any:
         assert module.partitioned is not None
-        outputs = call.variant.run(call.symbol_values, call.tensors)
+        outputs = call.sized.variant.run(call.sized.symbol_values, call.tensors)
         ctx.module, ctx.call, ctx.parameters = module, call, parameters
         ctx.saved = outputs[module.partitioned.user_outputs:]
-        return tuple(module._update_buffers(outputs))
+        return tuple(module._placed(module._update_buffers(outputs), call.sized))
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
         module, call = ctx.module, ctx.call
-        partitioned, backward = module.partitioned, call.variant.backward
+        partitioned, backward = module.partitioned, call.sized.variant.backward
         assert partitioned is not None and backward is not None
-        tangents = module._tangents(grads, call.values)
+        tangents = module._tangents(grads, call.sized.values)
         inputs = [ctx.saved[k] if kind == "saved" else tangents[k] for kind, k in partitioned.backward_inputs]
         ctx.saved = None
         return (None, None, *module._parameter_grads(backward(inputs), dict(zip(call.trainable, ctx.parameters))))
@@ -224,6 +259,7 @@ class ParallelModule(nn.Module):
         clock = time.perf_counter()
         self.mesh = as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
+        _together("checking the model's device", lambda: _check_device(model))
         self.global_outputs = global_outputs
         traced = _together("tracing", lambda: trace_for_planning(
             model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training,
@@ -243,10 +279,16 @@ class ParallelModule(nn.Module):
         state = _named_state(model)
         _together("placing the parameters", lambda: register_state(self, model, plan.param_placements, self.groups))
         self._feed = self._feeds(state)
+        self._owners = {what: self._owner(what) for kind, what in self._feed if kind in ("parameter", "buffer")}
+        """Parameter or buffer name -> (the ``_parameters`` or ``_buffers`` table of the submodule holding
+        it, its attribute there): read at every call (a dict lookup, not ``Module.__getattr__``)."""
+        self._outputs = self._user_outputs()
+        self._sized: dict[tuple[tuple[str, int], ...], _Sized] = {}
         self._grad_names = self._gradient_names(state)
         self._grad_positions = {self._grad_names[fqn]: k for k, fqn in self._grad_outputs()}
         """Parameter name -> position of its gradient among the program's outputs."""
         self._buffer_updates = self._updated_buffers(state)
+        self._owners.update((name, self._owner(name)) for _, name in self._buffer_updates)
         self._output_shapes = self._global_output_shapes(gm)
         self.partitioned: Partitioned | None = None
         if training:
@@ -254,7 +296,8 @@ class ParallelModule(nn.Module):
         arguments, leaves = _leaf_names(model, example_inputs)
         self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self.program.env, self._display_names(dims),
                                 structure=tree_structure(tuple(example_inputs)), arguments=arguments,
-                                device_mesh=self.groups.device_mesh)
+                                device_mesh=self.groups.device_mesh, device=_device(self),
+                                group=agreement_group())
         self.dynamic = dynamic
         self._variants: list[CompiledProgram] = []
         self.train(training)
@@ -293,6 +336,13 @@ class ParallelModule(nn.Module):
                 raise LoweringError(f"graph input {local_input.name} ({graph_input.role} {graph_input.fqn}) is neither a "
                                     "user input, a tangent, nor a parameter or buffer of the model")
         return feeds
+
+    def _owner(self, name: str) -> tuple[dict[str, Any], str]:
+        """The table (``_parameters`` or ``_buffers``) of the submodule holding parameter or buffer
+        ``name``, and its attribute name there."""
+        path, _, attribute = name.rpartition(".")
+        owner = self.get_submodule(path)
+        return (owner._parameters if attribute in owner._parameters else owner._buffers), attribute
 
     def _gradient_names(self, state: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
         """Gradient output's parameter name in the graph -> the parameter's own name (one per tensor)."""
@@ -468,20 +518,34 @@ class ParallelModule(nn.Module):
         the buffers (as the model's own forward updates them in place); return the user outputs."""
         with torch.no_grad():
             for k, name in self._buffer_updates:
-                self.get_buffer(name).to_local().copy_(outputs[k])
-        return [outputs[k] for k in self._user_outputs()]
+                table, attribute = self._owners[name]
+                table[attribute].to_local().copy_(outputs[k])
+        return [outputs[k] for k in self._outputs]
 
-    def _wrap(self, local: Sequence[Any], global_values: Mapping[str, int]) -> Any:
-        """The user outputs as DTensors of their global shapes (or global tensors), in the traced structure."""
-        from shapecore import evaluate
+    def _placed(self, local: Sequence[Any], sized: _Sized) -> list[Any]:
+        """The user outputs' local pieces as DTensors of their global shapes: differentiable when
+        grad is enabled (``DTensor.from_local``), else wrapped with a spec made once per size."""
+        from shapecore.torch.private import dtensor_placed_like
+
+        placed = []
+        mesh, differentiable = self.groups.device_mesh, torch.is_grad_enabled()
+        for i, (piece, k, size) in enumerate(zip(local, self._outputs, sized.output_sizes)):
+            placements = self.plan.output_placements[k]
+            if differentiable:
+                placed.append(DTensor.from_local(piece, mesh, placements, run_check=False, shape=size,
+                                                 stride=contiguous_strides(size)))
+                continue
+            if sized.specs[i] is None:
+                sized.specs[i] = DTensor.from_local(piece.new_empty(0), mesh, placements, run_check=False, shape=size,
+                                                    stride=contiguous_strides(size))
+            placed.append(dtensor_placed_like(sized.specs[i], piece))
+        return placed
+
+    def _wrap(self, placed: Sequence[Any]) -> Any:
+        """The user outputs (DTensors, or global tensors with ``global_outputs``) in the traced structure."""
         from shapecore.torch.private import tree_unflatten
 
-        wrapped = []
-        for piece, k, shape in zip(local, self._user_outputs(), self._output_shapes):
-            size = torch.Size(int(evaluate(e, global_values)) if not isinstance(e, int) else e for e in shape)
-            out = DTensor.from_local(piece, self.groups.device_mesh, self.plan.output_placements[k], run_check=False,
-                                     shape=size, stride=contiguous_strides(size))
-            wrapped.append(out.full_tensor() if self.global_outputs else out)
+        wrapped = [out.full_tensor() if self.global_outputs else out for out in placed]
         if self._out_spec is not None:
             return tree_unflatten(wrapped, self._out_spec)
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
@@ -489,23 +553,22 @@ class ParallelModule(nn.Module):
     # -- autograd -------------------------------------------------------------------------------
 
     def _tangents(self, grads: Sequence[Any], values: Mapping[str, int]) -> list[Any]:
-        """The backward program's tangents (in input order) from the gradients of the user outputs'
-        local pieces (None: the loss did not use that output)."""
+        """The backward program's tangents (in input order) from the gradients of the user outputs
+        (DTensors; None: the loss did not use that output)."""
         from shapecore import evaluate
 
         tangents = []
         for (kind, index), local_input in zip(self._feed, self.program.inputs):
             if kind != "tangent":
                 continue
-            grad, placed = grads[index], tuple(self.plan.output_placements[self._user_outputs()[index]])
+            grad = grads[index]
             if grad is None:
                 shape = [int(evaluate(e, values)) for e in local_input.local_shape]
                 tangents.append(torch.zeros(shape, dtype=local_input.dtype))
                 continue
-            if placed != tuple(local_input.placements):
-                grad = DTensor.from_local(grad, self.groups.device_mesh, placed, run_check=False).redistribute(
-                    self.groups.device_mesh, local_input.placements).to_local()
-            tangents.append(grad.contiguous())
+            if tuple(grad.placements) != tuple(local_input.placements):
+                grad = grad.redistribute(self.groups.device_mesh, local_input.placements)
+            tangents.append(grad.to_local().contiguous())
         return tangents
 
     def _parameter_grads(self, outputs: Sequence[Any], trainable: Mapping[str, Any]) -> list[Any]:
@@ -551,31 +614,42 @@ class ParallelModule(nn.Module):
         ``backward()`` runs the backward program and accumulates the parameters' gradients."""
         from shapecore.torch.private import tree_leaves
 
-        global_values = self.entry.check(inputs)
+        sized = self._at(self.entry.check(inputs))
         pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
-        values = self.program.localizer.local_values(global_values)
-        variant = self._variant(values)
-        parameters = dict(self.named_parameters())
         trainable: dict[str, Any] = {}
         tensors = []
         with torch.no_grad():
             for kind, what in self._feed:
                 if kind == "input":
                     tensors.append(pieces[what])
-                elif kind == "parameter":
-                    parameter = parameters[what]
-                    tensors.append(parameter.to_local())
-                    if parameter.requires_grad and what in self._grad_positions:
-                        trainable[what] = parameter
-                elif kind == "buffer":
-                    tensors.append(self.get_buffer(what).to_local())
-        symbol_values = [values[s.name] for s in self.program.symbols]
+                elif kind != "tangent":
+                    table, attribute = self._owners[what]
+                    tensor = table[attribute]
+                    tensors.append(tensor.to_local())
+                    if kind == "parameter" and tensor.requires_grad and what in self._grad_positions:
+                        trainable[what] = tensor
         if self.partitioned is not None and self.training and torch.is_grad_enabled() and trainable:
-            call = _Call(variant, values, symbol_values, tensors, list(trainable))
-            local = _Step.apply(self, call, *trainable.values())
+            placed = _Step.apply(self, _Call(sized, tensors, list(trainable)), *trainable.values())
         else:
-            local = self._update_buffers(variant.run(symbol_values, tensors))
-        return self._wrap(local, global_values)
+            placed = self._placed(self._update_buffers(sized.variant.run(sized.symbol_values, tensors)), sized)
+        return self._wrap(placed)
+
+    def _at(self, global_values: dict[str, int]) -> _Sized:
+        """What calls at these global symbol values share (found once per set of values)."""
+        from shapecore import evaluate
+
+        key = tuple(sorted(global_values.items()))
+        found = self._sized.get(key)
+        if found is None:
+            values = self.program.localizer.local_values(global_values)
+            sizes = [torch.Size(int(evaluate(e, global_values)) if not isinstance(e, int) else e for e in shape)
+                     for shape in self._output_shapes]
+            found = _Sized(values, self._variant(values), [values[s.name] for s in self.program.symbols], sizes,
+                           [None] * len(sizes))
+            if len(self._sized) == _KEPT_SIZES:
+                del self._sized[next(iter(self._sized))]  # the oldest
+            self._sized[key] = found
+        return found
 
 
 def parallelize(model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,

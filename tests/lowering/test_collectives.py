@@ -3,8 +3,9 @@
 import pytest
 import torch
 from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from lowering.collectives import Step, apply_steps, gather_steps, local_shard
+from lowering.collectives import Step, all_reduce_over, apply_steps, gather_steps, local_shard
 from lowering.errors import LoweringError
 from lowering.launch import launch
 from lowering.mesh_groups import MeshGroups, mesh_groups
@@ -122,3 +123,26 @@ def test_a_size_the_mesh_does_not_divide_is_refused_instead_of_cut_short(shape, 
     groups = MeshGroups(MESH, None, (1, 1), ("dp", "tp"))
     with pytest.raises(ValueError, match="does not split into 2 equal pieces"):
         local_shard(torch.zeros(shape), placements, groups)
+
+
+@pytest.mark.parametrize("step", [Step(1, "all_gather", S0, R), Step(1, "all_reduce", Partial("avg"), R),
+                                  Step(1, "reduce_scatter", P, S1), Step(1, "all_to_all", S0, S1),
+                                  Step(1, "chunk", R, S0), Step(1, "to_partial", R, P)],
+                         ids=lambda step: step.kind)
+def test_a_step_over_a_mesh_axis_of_size_one_runs_nothing(step):
+    # one rank's piece is the whole tensor and its partial the whole sum: no collective, no mask, no copy;
+    # the group's name is not even looked up (no process group exists here). Traced as lower() traces it,
+    # with the mesh coordinate an input of the program
+    groups = MeshGroups(Mesh((2, 1), ("dp", "one")), None, (1, 0), ("dp", "no group"))
+    x, coordinate = torch.randn(4, 6), torch.tensor([1, 0])
+    traced = make_fx(lambda t, c: apply_steps(t, [step], (S0, step.src), (S0, step.dst), groups, coordinate=c))(
+        x, coordinate)
+    assert [n.op for n in traced.graph.nodes] == ["placeholder", "placeholder", "output"]
+    assert apply_steps(x, [step], (S0, step.src), (S0, step.dst), groups) is x
+
+
+def test_an_ops_own_all_reduce_over_a_mesh_axis_of_size_one_runs_nothing():
+    # a batch norm's synced statistics on a hand-made plan that splits the batch on a size-1 axis
+    groups = MeshGroups(Mesh((2, 1), ("dp", "one")), None, (1, 0), ("dp", "no group"))
+    x = torch.randn(3)
+    assert all_reduce_over(x, [1], groups) is x

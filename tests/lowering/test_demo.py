@@ -37,3 +37,40 @@ def test_malformed_batch_sizes_are_a_usage_error(capsys):
         _parser().parse_args(["demo", "--batch-sizes", "8,x"])
     assert exit_info.value.code == 2
     assert "comma-separated integers" in capsys.readouterr().err
+
+
+def _gather_split_on_both_axes(rank):
+    import logging
+
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from lowering.demo import _hide_dtensor_flatten_advice
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch.distributed.tensor._redistribute")
+    logger.addHandler(handler)
+    x = torch.arange(16.0).reshape(4, 4)
+    gathered = []
+    for names in (("a", "b"), ("dp", "tp")):  # DTensor advises once per mesh: the first unfiltered, the second as the demo
+        if names == ("dp", "tp"):
+            _hide_dtensor_flatten_advice()
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=names)
+        gathered.append(bool(torch.equal(distribute_tensor(x, mesh, (Shard(0), Shard(0))).full_tensor(), x)))
+        logger.warning("a warning of its own")
+    return gathered, [r.getMessage() for r in records]
+
+
+@pytest.mark.slow  # gloo ranks
+def test_dtensors_advice_to_flatten_the_mesh_is_not_printed_by_the_demo():
+    # DTensor logs it once per rank when an output split on both axes of (2, 2) is gathered (two
+    # all_gathers), as the demo gathers its outputs to compare them with one device
+    from lowering import launch
+
+    for gathered, messages in launch(_gather_split_on_both_axes, 4, timeout=240):
+        assert gathered == [True, True]
+        advice, *own = messages
+        assert "flatten mesh dimensions" in advice and own == ["a warning of its own"] * 2

@@ -1,12 +1,15 @@
 """The entry check binds symbols from global shapes and names every misfit (one process: no
-agreement traffic; test_parallel runs it across ranks)."""
+agreement traffic; test_parallel runs it across ranks), keeps what sizes that passed bound, agrees
+on a gloo side group where the default group takes no CPU tensor, and names a model's device that
+the process group cannot reach."""
 
 import pytest
 import torch
 from torch.distributed.tensor import Replicate, Shard
 
-from lowering.entry import EntryCheck, InputSpec
-from lowering.errors import GuardViolation, InputError
+from lowering.entry import EntryCheck, InputSpec, agreement_group, device_problem
+from lowering.errors import GuardViolation, InputError, RankMismatch
+from lowering.launch import launch
 from shapecore import ShapeEnv
 
 LAYOUTS = {
@@ -66,3 +69,65 @@ def test_an_input_that_does_not_fit_is_named_with_what_was_expected_and_given(in
     with pytest.raises(InputError) as info:
         _check("affine").check(inputs)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("device, backend, mesh, fix", [
+    ("cuda", "gloo", "cpu", "nccl"),  # a CUDA model on a gloo-only group
+    ("cpu", "nccl", "cuda", "gloo"),  # a CPU model on NCCL
+    ("cpu", "cpu:gloo,cuda:nccl", "cuda", "gloo"),  # the mesh is on the accelerator
+])
+def test_a_model_on_another_device_than_the_mesh_is_named_with_both_devices(device, backend, mesh, fix):
+    assert device_problem(device, backend) == (
+        f"the model is on {device}, but the process group's backend {backend} runs the mesh on {mesh}: move the model "
+        f"to {mesh}, or initialize the process group with a backend for {device} "
+        f"(torch.distributed.init_process_group({fix!r}))")
+
+
+@pytest.mark.parametrize("device, backend", [("cpu", "gloo"), ("cuda", "nccl"), ("cuda", "cpu:gloo,cuda:nccl")])
+def test_a_model_on_the_meshs_device_is_no_problem(device, backend):
+    assert device_problem(device, backend) is None
+
+
+def test_an_input_on_another_device_than_the_model_is_refused_by_name():
+    env = ShapeEnv()
+    b = env.create_symbol(8, name="s0")
+    check = EntryCheck([InputSpec("x", (Shard(0),), (b,), torch.float32)], (2,), env, {"s0": "batch"}, device="cuda")
+    with pytest.raises(InputError, match="input x: expected a tensor on cuda, where the model is, got a Tensor .* on cpu"):
+        check.check([torch.ones(8)])
+
+
+def test_sizes_that_passed_are_bound_again_without_binding_and_misfits_are_still_refused():
+    check = _check("affine")
+    assert check.check([torch.ones(8, 7)]) == {"s0": 8, "s1": 3}
+    check._bind = None  # a kept outcome: binding and guards are not run again
+    values = check.check([torch.ones(8, 7)])
+    assert values == {"s0": 8, "s1": 3}
+    values["s0"] = 0  # the caller's copy
+    assert check.check([torch.ones(8, 7)]) == {"s0": 8, "s1": 3}
+    with pytest.raises(InputError, match="expected dtype torch.float32"):
+        check.check([torch.ones(8, 7, dtype=torch.int64)])
+
+
+def _agree_on_a_side_group(rank):
+    import torch.distributed as dist
+
+    default = agreement_group("gloo")  # the default group takes CPU tensors: agree on it
+    group = agreement_group("nccl")  # as on NCCL: a gloo group made for the agreement, once
+    env = ShapeEnv()
+    b = env.create_symbol(8, name="s0")
+    check = EntryCheck([InputSpec("x", (Shard(0),), (b,), torch.float32)], (2,), env, {"s0": "batch"}, group=group)
+    bound = check.check([torch.ones(8)])
+    try:
+        check.check([torch.ones(8 if rank else 6)])
+        mismatch = None
+    except RankMismatch as error:
+        mismatch = str(error)
+    return default is None, group is agreement_group("nccl"), dist.get_backend(group), bound, mismatch
+
+
+@pytest.mark.slow  # gloo ranks
+def test_the_agreement_runs_on_a_gloo_side_group_where_the_default_group_takes_no_cpu_tensor():
+    for default, kept, backend, bound, mismatch in launch(_agree_on_a_side_group, 2, timeout=120):
+        assert default and kept and backend == "gloo"
+        assert bound == {"s0": 8}
+        assert mismatch is not None and "input x: rank 0 [6], rank 1 [8]" in mismatch

@@ -11,7 +11,7 @@ from lowering.errors import LoweringError
 from lowering.launch import launch
 from lowering.lower import EmittedCollective, lower
 from planner.mesh import Mesh
-from tests.lowering.handmade import handmade_plan
+from tests.lowering.handmade import handmade_plan, rank_view
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
@@ -109,6 +109,26 @@ def test_a_plan_the_lowering_cannot_honour_is_refused_with_the_node_named(placem
     import functools
 
     assert launch(functools.partial(_broken, placements=placements, moves=moves, match=match), 2, timeout=120) == [True, True]
+
+
+def test_on_a_one_device_mesh_the_local_program_has_no_collective_and_computes_the_model():
+    # the tensor-parallel plan on a mesh of one: each step over its axis is no op at all (no process group here)
+    torch.manual_seed(0)
+    model = MLP()
+    gm = _export(model)
+    plan = handmade_plan(gm, Mesh((1,), ("tp",)), TP, output_placements=["S(0)"],
+                         redistributions=[("reshape", 0, "linear_1", "P", "R", [(0, "all_reduce", "P", "R")]),
+                                          ("output", 0, "softmax", "R", "S(0)", [(0, "chunk", "R", "S(0)")])])
+    program = lower(gm, plan, groups=rank_view(plan.mesh, (0,)))
+    assert [c.kind for c in program.collectives] == ["all_reduce", "chunk"]  # the plan's steps, each emitted as nothing
+    assert not [n for n in program.graph_module.graph.nodes if "c10d" in str(n.target)]
+    x = torch.randn(12, 8, generator=torch.Generator().manual_seed(12))
+    params = dict(model.named_parameters())
+    tensors = [x if i.name == "x" else params[i.name.removeprefix("p_").replace("_", ".", 1)].detach()
+               for i in program.inputs]
+    values = program.localizer.local_values({program.symbols[0].of: 3})
+    (out,) = program([values[s.name] for s in program.symbols], tensors)
+    torch.testing.assert_close(out, model(x))
 
 
 class _Slices(nn.Module):

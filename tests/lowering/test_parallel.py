@@ -126,7 +126,7 @@ def _scenario(rank, name, mesh, options, batches, extra):
     if options.get("plan") == "batch":
         options = {**options, "plan": _batch_plan(model, make(batches[0]), mesh)}
     pm = ParallelModule(model, (make(batches[0]),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, **options)
-    result = {"errors": [], "compiles": [], **_steps(pm.program),
+    result = {"errors": [], "compiles": [], **_steps(pm.program), "placements": list(pm.plan.placements.values()),
               "input_placements": [s.placements for s in pm.entry.specs],
               "sharded_params": sum(any(not p.is_replicate() for p in ps) for ps in pm.plan.param_placements.values()),
               "memory": (pm.plan.cost.memory.total, pm.plan.cost.memory_budget)}
@@ -172,6 +172,9 @@ SCENARIOS = {
     "decoder_on_4": ("decoder", (4,), {"budget": True, "constraints": MOD4}, (8, 16, 24), {}),
     "decoder_on_2x2": ("decoder", (2, 2), {"budget": True, "constraints": MOD4}, (8, 16, 24),
                        {"refused": (6,), "bad_inputs": True}),
+    # mesh axes of size 1 place nothing and move nothing
+    "decoder_on_1": ("decoder", (1,), {"constraints": MOD4}, (8, 16, 24), {}),
+    "mlp_on_2x1": ("mlp", (2, 1), {"budget": True, "constraints": MOD4}, (8, 16, 24), {}),
 }
 
 
@@ -259,8 +262,11 @@ def test_inductor_compiles_once_per_rank_for_all_batch_sizes(scenario):
 
 def test_the_plan_is_really_parallel_and_its_collectives_are_exactly_the_ones_emitted(scenario):
     label, results = scenario
+    mesh = SCENARIOS[label][1]
     for r in results:
-        assert r["sharded_params"] > 0 or SCENARIOS[label][2].get("plan") == "batch", label
+        assert r["sharded_params"] > 0 or SCENARIOS[label][2].get("plan") == "batch" or mesh == (1,), label
+        assert all(p == Replicate() for ps in r["placements"] for p, n in zip(ps, mesh) if n == 1), label
+        assert all(mesh[axis] > 1 for *_, axis, _ in r["planned"]), label
         peak, budget = r["memory"]
         assert budget is None or peak <= budget * (1 + 1e-6), (label, peak, budget)
         assert r["emitted"] == r["planned"], label

@@ -1,5 +1,6 @@
 """A lowered training step (joint forward+backward graph): parameter gradients of ``sum(outputs)``
-equal the single-device ones for a 2-layer MLP on a (2, 2) mesh, at three batch sizes, one compile."""
+equal the single-device ones for a 2-layer MLP on a (2, 2) mesh, at three batch sizes, one compile;
+on a one-device mesh, with no collective in the program."""
 
 import functools
 
@@ -15,7 +16,7 @@ from tests.lowering.budgets import sharding_budget
 pytestmark = pytest.mark.slow  # gloo ranks
 
 
-ARGUMENTS = {"dynamic_shapes": ({0: Dim("batch")},), "mesh": (2, 2), "training": True, "constraints": ["Eq(Mod(batch, 4), 0)"]}
+ARGUMENTS = {"dynamic_shapes": ({0: Dim("batch")},), "training": True, "constraints": ["Eq(Mod(batch, 4), 0)"]}
 
 
 def _model():
@@ -23,9 +24,9 @@ def _model():
     return MLP()
 
 
-def _training_step(budget, rank):
+def _training_step(mesh, budget, rank):
     model = _model()
-    pm = ParallelModule(model, (torch.randn(8, 32),), memory_budget=budget, **ARGUMENTS)
+    pm = ParallelModule(model, (torch.randn(8, 32),), mesh=mesh, memory_budget=budget, **ARGUMENTS)
     errors, outputs = [], []
     for batch in (8, 16, 24):
         x = torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch))
@@ -41,14 +42,26 @@ def _training_step(budget, rank):
         errors.append({name: float((g - expected[name].grad).abs().max() / expected[name].grad.abs().max())
                        for name, g in grads.items()})
     sharded = sorted(name for name, ps in pm.plan.param_placements.items() if any(p.is_shard() for p in ps))
-    return errors, outputs, pm.compile_count, sharded
+    collectives = [str(n.target) for n in pm.program.graph_module.graph.nodes if "c10d" in str(n.target)]
+    return errors, outputs, pm.compile_count, sharded, collectives
 
 
 def test_parameter_gradients_equal_the_single_device_gradients():
-    budget = sharding_budget(_model(), (torch.randn(8, 32),), targets=("fc1.weight", "fc2.weight"), **ARGUMENTS)
-    for errors, outputs, compiles, sharded in launch(functools.partial(_training_step, budget), 4, timeout=300):
+    budget = sharding_budget(_model(), (torch.randn(8, 32),), mesh=(2, 2), targets=("fc1.weight", "fc2.weight"),
+                             **ARGUMENTS)
+    for errors, outputs, compiles, sharded, _ in launch(functools.partial(_training_step, (2, 2), budget), 4,
+                                                       timeout=300):
         assert all(set(e) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"} for e in errors)
         assert max(max(e.values()) for e in errors) < 1e-4
         assert outputs == [True, True, True]
         assert compiles == 1
         assert "fc1.weight" in sharded and "fc2.weight" in sharded
+
+
+def test_on_one_device_the_training_program_has_no_collective_and_the_same_gradients():
+    # a one-device plan used to redistribute over its one rank (all-gathers, to_partial masks)
+    [(errors, outputs, compiles, sharded, collectives)] = launch(functools.partial(_training_step, (1,), None), 1,
+                                                                 timeout=300)
+    assert collectives == []
+    assert max(max(e.values()) for e in errors) < 1e-4
+    assert outputs == [True, True, True] and compiles == 1 and sharded == []
