@@ -22,10 +22,11 @@ does not import it. Modules:
 from shapecore.torch.expressions import UnmappableExpressionError, map_expr, size_expr, to_symint, to_torch
 from shapecore.torch.fake import graph_shape_env, shape_env_of
 from shapecore.torch.shape_env import TorchSymbols, from_torch, symbol_ranges, to_torch_symbols, torch_guards
-from shapecore.torch.tracing import (Traced, backend_neutral, trace_compile, trace_export, trace_for_planning,
-                                     trace_make_fx)
+from shapecore.torch.tracing import (DataDependentBranchError, Traced, backend_neutral, trace_compile, trace_export,
+                                     trace_for_planning, trace_make_fx)
 
 __all__ = [
+    "DataDependentBranchError",
     "Traced",
     "TorchSymbols",
     "UnmappableExpressionError",
