@@ -187,3 +187,17 @@ class SortedExperts(nn.Module):
         out = torch.cat([piece @ self.w[e] for e, piece in enumerate(pieces)])
         out = out * weights.softmax(-1).flatten()[order, None]
         return torch.zeros_like(x).index_add(0, token, out).view(shape)
+
+
+class Positions(nn.Module):
+    """Rows scaled by their position (``arange`` over the batch) plus constant ``full`` and
+    ``new_empty_strided`` tensors: factory ops whose dim 0 is the batch."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(x.shape[0], dtype=x.dtype)[:, None]
+        ones = x.new_empty_strided(x.shape, (x.shape[1], 1)).fill_(1.0)
+        return self.fc(x) * rows + torch.full((x.shape[0], x.shape[1]), 2.0) + ones
