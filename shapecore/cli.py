@@ -1,7 +1,8 @@
 """The ``shapecore`` command line.
 
 Subcommands: ``prove`` (one claim), ``simplify`` (an equivalent, smaller guard set), ``check``
-(which guards fail for given values), ``explain`` (what the guards say about each symbol), plus
+(which guards fail for given values), ``explain`` (what the guards say about each symbol),
+``suggest`` (a ``dynamic_shapes`` spec under which a rejected export's guards hold), plus
 those other packages register (:data:`PLUGIN_GROUP`). Guard files are read by
 :mod:`shapecore.guard_input` (guard lines, ShapeEnv JSON, corpus JSON, ``TORCH_LOGS=dynamic``).
 
@@ -247,10 +248,8 @@ def _decoded(data: bytes, where: str) -> str:
                          f"{error.reason}); guard files are UTF-8") from None
 
 
-def _read_input(path: str, progress: Progress | None = None) -> GuardSet:
-    """The guard set in ``path`` (``-``: standard input), in any form guard_input reads."""
-    from shapecore.guard_input import read_guard_set
-
+def _input_text(path: str) -> tuple[str, str]:
+    """The text of ``path`` (``-``: standard input) and the name its errors go by."""
     if path == "-":
         stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that a non-UTF-8 byte is reported
         text, where = (sys.stdin.read() if stdin is None else _decoded(stdin.read(), "<stdin>")), "<stdin>"
@@ -261,6 +260,14 @@ def _read_input(path: str, progress: Progress | None = None) -> GuardSet:
         except OSError as error:
             raise UsageError(f"{path}:1:1: cannot read: {error}") from None
         text, where = _decoded(data, path), path
+    return text, where
+
+
+def _read_input(path: str, progress: Progress | None = None) -> GuardSet:
+    """The guard set in ``path`` (``-``: standard input), in any form guard_input reads."""
+    from shapecore.guard_input import read_guard_set
+
+    text, where = _input_text(path)
     # Reading makes an object or two per guard, and no garbage cycles: the collector's passes over
     # them took half the reading time of a 10 MB file. They are read with it off.
     collecting = gc.isenabled()
@@ -503,6 +510,64 @@ def _run_explain(args: argparse.Namespace) -> int:
     return EXIT_UNKNOWN if progress.timed_out else EXIT_OK
 
 
+def _suggest_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "suggest",
+        help="a dynamic_shapes spec that satisfies every guard of a rejected torch.export",
+        description="Read a saved torch.export error (\"Constraints violated\" with its guard lines) or a "
+        "TORCH_LOGS=dynamic log and print the least restrictive spec under which every guard holds: derived "
+        "Dims (batch = 4*_batch), min/max, equal dims, static dims; each change with the guard that forced it "
+        "and a counterexample for the alternative it rejects. Every guard is proved under the suggestion. "
+        "Exit 0, or 3 when a guard could not be proved (one relating dims in a way a spec cannot state; "
+        "they are listed). From Python, shapecore.torch.suggest_dynamic_shapes(model, args, dynamic_shapes) "
+        "also exports with the suggestion to check it.",
+        epilog="examples:\n"
+        "  python export.py 2> error.txt; shapecore suggest error.txt\n"
+        "  TORCH_LOGS=dynamic python export.py 2> run.log; shapecore suggest run.log\n"
+        "  shapecore suggest error.txt --hint batch=8    # the example value (a log has them)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("input", metavar="FILE", help="a saved export error or a TORCH_LOGS=dynamic log; - reads "
+                        "standard input")
+    parser.add_argument("--hint", action="append", default=[], metavar="NAME=VALUE",
+                        help="the example value of a dim (repeatable); without one, the prover picks values where "
+                        "every guard holds")
+    parser.add_argument("--timeout-ms", type=_positive_int, default=1000, metavar="MS",
+                        help=_TIMEOUT_MS_HELP.format(scope=" per proof", default=1000))
+    parser.set_defaults(run=_run_suggest)
+
+
+def _run_suggest(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from shapecore.torch.suggest import read_export_failure, suggest_spec
+
+    text, where = _input_text(args.input)
+    guards, dims = read_export_failure(text, where)
+    if not guards:
+        raise UsageError(f"{where}:1:1: no guard found: expected torch.export's \"Constraints violated\" error "
+                         "or a TORCH_LOGS=dynamic log")
+    for name, value in map(_parse_value, args.hint):
+        if name not in dims:
+            raise UsageError(f"--hint {name}={value}: no dim {name} in {where} (its dims: {', '.join(dims)})")
+        dims[name] = replace(dims[name], hint=value)
+    suggestion = suggest_spec(guards, dims, timeout_ms=args.timeout_ms)
+    print("Suggested fixes:" if suggestion.fixes() else "No change: every guard holds under the spec as given.")
+    for line in suggestion.fixes():
+        print(f"  {line}")
+    if suggestion.changes:
+        print("Why:")
+        for change in suggestion.changes:
+            print(f"  {change}")
+    if suggestion.unproven:
+        print(f"Not proved under the suggestion ({len(suggestion.unproven)} of {len(guards)} guards):")
+        for guard in suggestion.unproven:
+            print(f"  {guard}")
+        return EXIT_UNKNOWN
+    print(f"Proved: all {len(guards)} guards hold under the suggestion.")
+    return EXIT_OK
+
+
 def _creation_order(name: str) -> tuple[str, int, str]:
     """``s2`` before ``s10``: letters, then the number, then the name."""
     stem = name.rstrip("0123456789")
@@ -566,13 +631,13 @@ _EPILOG = """\
 Run 'shapecore COMMAND --help' for a command's options and examples.
 
 exit codes:
-  0  success (prove: proved)
+  0  success (prove: proved; suggest: every guard proved under the suggestion)
   1  a negative answer (prove: refuted; simplify, explain: the guards contradict each other;
      check: a guard fails)
   2  malformed input, in one line: where:line:column: message (or the argument refused and
      the help to read)
   3  unknown (prove: undecided; simplify, explain: --timeout fired, and the partial answer
-     printed is sound)
+     printed is sound; suggest: a guard not proved under the suggestion)
   4  an internal error: a bug in shapecore, in one line naming the exception
 
 two limits on time:
@@ -599,6 +664,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _simplify_parser(sub)
     _check_parser(sub)
     _explain_parser(sub)
+    _suggest_parser(sub)
     for name, entry_point in sorted(_plugins().items()):
         if name == command:
             _load_plugin(entry_point, sub)

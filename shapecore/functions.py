@@ -11,7 +11,10 @@ Semantics, one per operation, exactly Python's on ``int``:
 * ``Mod(a, b) = a % b`` (the result has the sign of ``b``); ``PythonMod`` is the same function
   under torch's other name, so the two can never disagree on a value.
 * ``ModularIndexing(a, b, c) = (a // b) % c``.
-* ``Max``/``Min``: Python's ``max``/``min``; built without comparing symbolic arguments.
+* ``Max``/``Min``: Python's ``max``/``min``, a float when any operand is one (as
+  ``torch.sym_max``: Python's own ``max(3, 2.5)`` is the int 3, its type depends on the values);
+  built without comparing symbolic arguments. The parser reads Python's ``max``/``min`` only
+  where that is the same: with no int operand beside a float one.
 * A zero divisor makes the expression undefined: evaluating it raises ``ZeroDivisionError``.
 * ``And``/``Or``/``Not`` (torch's ``& | ~``) are strict: every part is evaluated, so a part that
   is undefined makes the whole undefined.
@@ -152,7 +155,7 @@ class _Lattice(sympy.Function):
         numbers = [a for a in flat if a.is_Number]
         unique = list(dict.fromkeys(a for a in flat if not a.is_Number))
         if numbers:
-            unique.append(cls._pick(numbers))
+            unique.extend(_promoted(cls._pick(numbers), numbers))
         if len(unique) == 1:
             return unique[0]
         ordered = tuple(sympy.ordered(unique))
@@ -170,6 +173,17 @@ class _Lattice(sympy.Function):
 
     def _eval_is_real(self) -> bool | None:
         return fuzzy_and(a.is_real for a in self.args)
+
+
+def _promoted(picked: sympy.Basic, numbers: list[sympy.Basic]) -> list[sympy.Basic]:
+    """The folded number of a ``Max``/``Min``: a float if any of ``numbers`` is one (left
+    unfolded where the int is beyond a float's range, which evaluating then reports)."""
+    if picked.is_Float or not any(n.is_Float for n in numbers):
+        return [picked]
+    try:
+        return [float_number(float(picked))]
+    except OverflowError:
+        return [picked, next(n for n in numbers if n.is_Float)]
 
 
 class Max(_Lattice):

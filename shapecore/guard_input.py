@@ -16,7 +16,8 @@
   ``create_symbol s = hint for SOURCE [lo, hi]`` (and ``create_unbacked_sym*``) give the
   declared range (an assumption), the source and the hint. An export error's ``Not all values
   of n = SOURCE in the specified range LO <= n <= HI satisfy the generated guard G`` gives
-  ``G`` in terms of the ``Dim`` name ``n``, and ``n``'s range.
+  ``G`` in terms of the ``Dim`` name ``n``, and ``n``'s range (torch 2.13 leaves the range out
+  when the ``Dim`` has none).
 * otherwise **one guard per line**, in torch or Python syntax; blank lines and ``#``
   comments are skipped.
 
@@ -122,7 +123,7 @@ _LOG_PATTERNS = {
     "create": re.compile(rf"(?:^|\s)create_symbol (?P<symbol>\w+) = (?P<hint>\S+) for (?P<source>.+?) \[{_BOUND}, {_BOUND}\]"),
     "unbacked": re.compile(rf"(?:^|\s)create_unbacked_sym\w+ (?P<symbol>\w+) \[{_BOUND}, {_BOUND}\]"),
     "violation": re.compile(
-        r"Not all values of (?P<name>\w+) = (?P<source>.+?) in the specified range (?P<range>.+?) "
+        r"Not all values of (?P<name>\w+) = (?P<source>.+?) in the specified range (?:(?P<range>.+?) )?"
         r"satisfy the generated guard (?P<expr>.+?)\.?\s*$"
     ),
 }
@@ -194,7 +195,7 @@ def _read_log_line(reader: _Reader, result: GuardSet, line: str, offset: int) ->
         except (ParseError, TypeError) as error:
             raise reader.error(offset + m.start("expr"), f"{getattr(error, 'message', error)} in {m['expr']!r}") from None
         result.guards.append(Guard(claim, reader.location(offset + m.start("expr"))))
-        result.ranges.setdefault(name, _declared_range(m["range"]))
+        result.ranges.setdefault(name, _declared_range(m["range"] or ""))
         result.sources.setdefault(name, source)
 
 

@@ -86,6 +86,17 @@ def _pow(base: Any, exp: Any) -> Any:
     return base**exp
 
 
+def _promoting(pick: Callable[..., Any]) -> Callable[..., Any]:
+    """Python's ``max``/``min``, a float when any operand is one (``torch.sym_max``'s rule)."""
+
+    def python(*values: Any) -> Any:
+        result = pick(*values)
+        return float(result) if any(isinstance(v, float) for v in values) else result
+
+    python.__name__ = pick.__name__
+    return python
+
+
 _SECOND = slice(1, 2)
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -100,8 +111,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(F.PythonMod, operator.mod, Kind.INTEGER, 2, ("PythonMod",), _SECOND, canonical=False),
     Operation(F.ModularIndexing, lambda a, b, c: (a // b) % c, Kind.INTEGER, 3, ("ModularIndexing",),
               slice(1, 3), canonical=False),
-    Operation(F.Max, max, Kind.INTEGER, None, ("Max", "max")),
-    Operation(F.Min, min, Kind.INTEGER, None, ("Min", "min")),
+    Operation(F.Max, _promoting(max), Kind.INTEGER, None, ("Max", "max")),
+    Operation(F.Min, _promoting(min), Kind.INTEGER, None, ("Min", "min")),
     # relations
     Operation(sympy.Eq, operator.eq, Kind.RELATION, 2, ("Eq",)),
     Operation(sympy.Ne, operator.ne, Kind.RELATION, 2, ("Ne",)),

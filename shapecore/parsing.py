@@ -356,6 +356,11 @@ class _Reader:
         args = [read(arg) for arg in node.args]
         if name == "PowByNatural":
             self._check_power(*args, node)
+        if name in ("max", "min") and any(map(F.float_valued, args)) and not all(map(F.float_valued, args)):
+            raise self.error(
+                f"{name}() of an int and a float: Python's returns whichever is {name}imal, so its type "
+                f"depends on the values; write {name.capitalize()}() for a float always (as torch.sym_{name}), "
+                f"or give every operand one type", node)
         return self._build(build, *args)
 
     def _build(self, build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:
@@ -415,8 +420,13 @@ def parse(text: str) -> sympy.Basic:
     # Folding dropped a division: read again, keeping them. Under Python's and/or a division
     # may also be dropped where another part still divides by the same thing, but only when
     # that part is reached (``x == (0 // x) % 1 or 1 != 0 // x`` raises at x = 0).
-    if reader.divisors - divisors(result) or (reader.divisors and short_circuit(result)):
+    if reader.divisors - divisors(result):
         return _read_keeping_divisions(text, tree)
+    if reader.divisors and short_circuit(result):
+        kept = _read_keeping_divisions(text, tree)
+        # Kept, each part may divide by what it did; where that made every connective strict,
+        # the text it prints reads as the same function folded: read that, so it prints back.
+        return kept if short_circuit(kept) else parse(str(kept))
     return result
 
 

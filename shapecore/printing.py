@@ -21,6 +21,7 @@ import sympy
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
 
+from shapecore import functions as F
 from shapecore.operations import SHORT_CIRCUITS
 
 __all__ = ["torch_str", "python_str", "PYTHON_NAMESPACE"]
@@ -92,10 +93,17 @@ class _PythonPrinter(StrPrinter):
         return f"({self._binary('//', a, b)}) % {self._operand(c)}"
 
     def _print_Max(self, expr: sympy.Basic) -> str:
-        return f"max({', '.join(self._print(a) for a in expr.args)})"
+        return self._lattice("max", expr)
 
     def _print_Min(self, expr: sympy.Basic) -> str:
-        return f"min({', '.join(self._print(a) for a in expr.args)})"
+        return self._lattice("min", expr)
+
+    def _lattice(self, name: str, expr: sympy.Basic) -> str:
+        """Python's ``max``/``min``, every operand a float where one is (Python's own would
+        return an int operand as an int: ``Max`` follows ``torch.sym_max``)."""
+        if not F.float_valued(expr):
+            return f"{name}({', '.join(self._print(a) for a in expr.args)})"
+        return f"{name}({', '.join(self._print(a if F.float_valued(a) else F.ToFloat(a)) for a in expr.args)})"
 
     def _print_ToFloat(self, expr: sympy.Basic) -> str:
         return f"float({self._print(expr.args[0])})"

@@ -12,10 +12,14 @@ vanish inside the box; and
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
 from tests.shapecore.oracle import Box
+
+_MAY_BE_FLOAT = re.compile(r"\d\.|\de|(?<!/)/(?!/)")
+"""A float literal or a true division in text: an operand that may be a float."""
 
 __all__ = [
     "Chooser",
@@ -178,9 +182,11 @@ class GuardWriter:
         if kind == 12:
             base, d, m = a(), self.divisor(depth), self.divisor(depth)
             return f"ModularIndexing({base}, {d}, {m})" if torch else f"(({base} // {d}) % {m})"
-        args = ", ".join(a() for _ in range(c.integer(2, 3)))
+        parts = [a() for _ in range(c.integer(2, 3))]
         name = pick(c, ("Max", "Min"))
-        return f"{name}({args})" if torch else f"{name.lower()}({args})"
+        if not torch and not any(map(_MAY_BE_FLOAT.search, parts)):
+            name = name.lower()  # Python's max of an int and a float is typed by value: refused
+        return f"{name}({', '.join(parts)})"
 
     def relation(self, depth: int) -> str:
         """A comparison of two expressions (now and then a chained one, in Python's syntax;

@@ -7,7 +7,8 @@ its documented semantics (``shapecore/functions.py``), which are Python's:
 * ``+ - * ** // %`` and comparisons are Python's; ``/`` by an integer literal is exact
   rational division (``Fraction``), as shapecore documents for sympy's printed ``s0/8``;
 * ``FloorDiv``/``CleanDiv`` ``a // b``, ``CeilDiv`` ``-((-a) // b)``, ``Mod``/``PythonMod``
-  ``a % b``, ``ModularIndexing`` ``(a // b) % c``, ``Max``/``Min`` ``max``/``min``,
+  ``a % b``, ``ModularIndexing`` ``(a // b) % c``, ``Max``/``Min`` ``max``/``min`` (a float when any
+  operand is one, as ``torch.sym_max``; lowercase ``max``/``min`` are Python's own),
   ``PowByNatural`` ``a ** b``, ``Eq`` … ``Ge`` the comparisons;
 * ``And``/``Or``/``Not`` and ``& | ~`` are strict (every argument is evaluated; ``~`` is
   logical negation, as torch prints sympy's ``Not``); Python's own ``and``/``or``/``not`` and
@@ -57,6 +58,12 @@ def _mod(a: object, b: object) -> object:
     return _int(a) % _int(b)
 
 
+def _promoting(pick, values):
+    """``pick(values)``, a float when any value is one."""
+    result = pick(values)
+    return float(result) if any(isinstance(v, float) for v in values) else result
+
+
 _FUNCTIONS = {
     "Eq": _relation(operator.eq),
     "Ne": _relation(operator.ne),
@@ -73,8 +80,8 @@ _FUNCTIONS = {
     "Mod": _mod,
     "PythonMod": _mod,
     "ModularIndexing": lambda a, b, c: (_int(a) // _int(b)) % _int(c),
-    "Max": lambda *xs: max(_int(x) for x in xs),
-    "Min": lambda *xs: min(_int(x) for x in xs),
+    "Max": lambda *xs: _promoting(max, [_int(x) for x in xs]),  # torch.sym_max's rule
+    "Min": lambda *xs: _promoting(min, [_int(x) for x in xs]),
     "max": lambda *xs: max(_int(x) for x in xs),
     "min": lambda *xs: min(_int(x) for x in xs),
     "PowByNatural": lambda a, b: _int(a) ** _int(b),

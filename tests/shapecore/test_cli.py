@@ -236,7 +236,7 @@ def test_bad_values_and_missing_files_exit_2(guard_file):
     assert "Traceback" not in result.stderr + missing.stderr
 
 
-@pytest.mark.parametrize("command", ["simplify", "check", "explain"])
+@pytest.mark.parametrize("command", ["simplify", "check", "explain", "suggest"])
 def test_new_subcommands_have_help_with_examples(command):
     result = run(command, "--help")
     assert result.returncode == 0 and "examples:" in result.stdout and f"shapecore {command} " in result.stdout
@@ -253,11 +253,50 @@ def test_the_cli_runs_with_shapecore_s_own_dependencies_alone(guard_file):
     assert {"torch", "numpy", "mip", "highspy", "hypothesis"} <= blocked
     path = guard_file(ARANGE)
     commands = [["prove", "n - n//3 >= 2", "--range", "n=3..10000"], ["simplify", path, "--range", "s77=3..10000"],
-                ["check", path, "s77=16"], ["explain", path], ["simplify", os.path.join(CORPUS, "compile_view8.json")]]
+                ["check", path, "s77=16"], ["explain", path], ["simplify", os.path.join(CORPUS, "compile_view8.json")],
+                ["suggest", EXPORT_ERROR]]
     code = (f"import sys\nfor name in {sorted(blocked)!r}:\n    sys.modules[name] = None  # importing it fails\n"
             f"from shapecore.cli import main\nprint([main(argv) for argv in {commands!r}], file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stderr.splitlines()[-1] == "[0, 0, 0, 0, 0]", result.stderr
+    assert result.returncode == 0 and result.stderr.splitlines()[-1] == "[0, 0, 0, 0, 0, 0]", result.stderr
+
+
+# -- suggest ----------------------------------------------------------------------------------------
+
+# an export error: batch from x.view(batch // 4, 4, -1) on x of shape (batch, 3), and dy that must equal dx
+EXPORT_ERROR = os.path.join(os.path.dirname(__file__), "..", "data", "export_error_view_by_quarter.txt")
+
+
+def test_suggest_reads_an_export_error_and_proves_its_suggestion(guard_file, capsys):
+    assert main(["suggest", EXPORT_ERROR, "--hint", "batch=8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == ["Suggested fixes:", "  _batch = Dim('_batch', min=2)", "  batch = 4*_batch", "  dy = dx"]
+    assert "  _batch: min=2  (forced by Ne((batch//4), 1); rejected min=0: fails at batch=4, dx=0, dy=0)" in out
+    assert out[-1] == "Proved: all 4 guards hold under the suggestion."
+
+
+def test_suggest_reads_a_log_and_exits_3_on_a_guard_no_spec_states(guard_file, capsys):
+    prefix = "I1126 18:02:22.957000 21241 torch/fx/experimental/symbolic_shapes.py:{}] "
+    log = prefix.format(5743) + "create_symbol s0 = 6 for L['x'].size()[0] [2, int_oo] (fakify)\n"
+    log += prefix.format(5743) + "create_symbol s1 = 9 for L['y'].size()[0] [2, int_oo] (fakify)\n"
+    log += prefix.format(8081) + "eval s0 <= s1 [guard added] (in f)\n"
+    assert main(["suggest", guard_file(log)]) == 3
+    out = capsys.readouterr().out
+    assert "Not proved under the suggestion (1 of 1 guards):\n  s0 <= s1" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--hint", "zz=3"], "--hint zz=3: no dim zz in "),
+    (["--hint", "batch=x"], "batch=x:1:7: the value must be an integer"),
+])
+def test_suggest_refuses_bad_hints_in_one_line(argv, message):
+    result = run("suggest", EXPORT_ERROR, *argv)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_suggest_without_guards_exits_2(guard_file):
+    result = run("suggest", guard_file("# only a comment\n"))
+    assert result.returncode == 2 and "no guard found" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 # -- plugin subcommands ----------------------------------------------------------------------------

@@ -704,3 +704,14 @@ def test_a_data_dependent_size_suggests_a_fact_that_fixes_it():
     with pytest.raises(DataDependentError) as caught:
         env.size_hint("u0 * 2")
     assert "e.g. ," not in str(caught.value) and "env.add_fact('Eq(u0, ...)')" in str(caught.value)
+
+
+def test_max_with_a_float_operand_is_a_float_wherever_the_facts_allow():
+    """Fuzzer cases: Max(s2, 4, 8.0) at s2 = 8 is a tie, which sympy's order broke to an int's
+    type, and FloorDiv(Max(s1, 6.0, s0), -18) was an int at the hints, a float elsewhere."""
+    env = ShapeEnv()
+    env.create_symbol(1, min=-1, max=2)
+    env.create_symbol(5, min=3, max=10)
+    env.create_symbol(8, min=-1, max=8)
+    assert repr(env.evaluate_expr("((8 - s1)*Max(s2, 4, 8.0))")) == "24.0"
+    assert repr(env.evaluate_expr("FloorDiv(Max(s1, 6.0, s0), ((-3)*6))")) == "-1.0"

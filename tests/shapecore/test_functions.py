@@ -184,3 +184,18 @@ def test_divisions_are_integers_only_on_integers():
     assert F.ModularIndexing(x, 2, F.float_number(2.5)).is_integer is None
     assert evaluate(F.Mod(F.FloatMul(x, half), 2), {"x": 1}) == 0.5
     assert F.Max(x, F.float_number(2.5)).is_integer is None  # max(x, 2.5) is 3 at x = 3
+
+
+@given(a=st.integers(-20, 20), b=st.integers(-20, 20), f=st.sampled_from([2.5, 8.0, -3.0, 0.0]))
+def test_max_and_min_with_a_float_operand_are_floats_as_torch_sym_max(a, b, f):
+    """Python's max(8, 8.0) is the int 8 and max(9, 8.0) the int 9: its type follows the values
+    and, at a tie, the operands' order, which sympy does not keep. Max follows torch instead."""
+    import torch
+
+    x, y = int_symbol("x"), int_symbol("y")
+    for ours, theirs in [(F.Max, torch.sym_max), (F.Min, torch.sym_min)]:
+        got = evaluate(ours(x, y, F.float_number(f)), {"x": a, "y": b})
+        expected = theirs(theirs(a, b), f)
+        assert type(got) is float and got == expected
+        folded = ours(sympy.Integer(a), F.float_number(f))  # numbers fold to a float too
+        assert folded.is_Float and float(folded) == theirs(a, f)

@@ -111,6 +111,14 @@ def test_export_violations_are_read_in_terms_of_the_dim():
     assert at(VIOLATION, guards.guards[0].where).startswith("L['x'].size()[0] >= (L['x']")
 
 
+def test_export_violations_of_a_dim_with_no_declared_range():
+    # torch 2.13 says "in the specified range satisfy" when the Dim has no min or max
+    text = VIOLATION.replace(" 3 <= n <= 10000 ", " ")
+    guards = read_guard_set(text, "err.txt")
+    assert [str(g.expr) for g in guards.guards] == ["n >= ((n//3))", "n - ((n//3)) >= 2", "Ne(n - ((n//3)), 1)"]
+    assert guards.ranges == {"n": (None, None)}
+
+
 def test_shape_env_json_guards_and_assumptions():
     env = ShapeEnv()
     s0 = env.create_symbol(64, source="x.size()[0]", max=4096)
