@@ -12,8 +12,8 @@ node goes through these steps, one class each:
    (:mod:`lowering.collectives`), and nothing else does: :attr:`LocalProgram.collectives`
    lists what was emitted, edge by edge.
 3. **Shape arguments** (:class:`_ShapeArguments`): the size of ``view``/``reshape``/
-   ``_unsafe_view``/``expand``, of the ``new_*`` ops and of the factory ops (``zeros``,
-   ``ones``, ``full``, ``empty``, ``empty_strided``) becomes the node's local output shape;
+   ``_unsafe_view``/``expand``, of the ``new_*`` ops (``new_empty_strided`` too, with dense
+   strides) and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``, ``empty_strided``) becomes the node's local output shape;
    ``arange`` split across ranks starts at this rank's offset; ``view`` becomes ``reshape``,
    because a local tensor's strides can differ from the traced global one's (a split head
    dim, say) where its values cannot.
@@ -131,7 +131,8 @@ _SIZE_ARGUMENT = {  # op -> index of its size argument (the output's shape)
     _aten.view.default: 1, _aten.reshape.default: 1, _aten._unsafe_view.default: 1, _aten.expand.default: 1,
     _aten.new_zeros.default: 1, _aten.new_ones.default: 1, _aten.new_empty.default: 1, _aten.new_full.default: 1,
     _aten.zeros.default: 0, _aten.ones.default: 0, _aten.full.default: 0, _aten.empty.memory_format: 0,
-    _aten.empty_strided.default: 0, _aten.slice_backward.default: 1, _aten.select_backward.default: 1,
+    _aten.empty_strided.default: 0, _aten.new_empty_strided.default: 1, _aten.slice_backward.default: 1,
+    _aten.select_backward.default: 1,
 }
 _WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be split
     _aten.cat.default: (1,), _aten.split.Tensor: (2,), _aten.split_with_sizes.default: (2,), _aten.chunk.default: (2,),
@@ -143,6 +144,7 @@ _WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be spl
 _INDEXED = (_aten.gather.default, _aten.index_select.default)
 """Ops whose dim argument is whole in their input only: an index split along it splits the output alike."""
 _VIEWS = (_aten.view.default, _aten._unsafe_view.default)
+_READS_VALUE = (_aten._local_scalar_dense.default, _aten.item.default)
 _READS_SIZE = (_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default)
 
 
@@ -329,8 +331,10 @@ class _Redistributor:
 class _ShapeArguments:
     """Shape arguments become the node's local shape; a split ``arange`` starts at this rank's offset."""
 
-    def __init__(self, plan: Plan, shapes: _GlobalShapes, local: _LocalShapes, localizer: Localizer) -> None:
+    def __init__(self, plan: Plan, shapes: _GlobalShapes, local: _LocalShapes, localizer: Localizer,
+                 data_dependent: dict[sympy.Basic, Any]) -> None:
         self.plan, self.shapes, self.local, self.localizer = plan, shapes, local, localizer
+        self.data_dependent = data_dependent
 
     def localize(self, node: Node, args: list[Any], symint: Callable[[sympy.Basic], Any], coordinate: Any
                  ) -> tuple[Any, list[Any], Callable[[Any], Any]]:
@@ -339,9 +343,9 @@ class _ShapeArguments:
         value = node.meta.get("val")
         if node.target in _SIZE_ARGUMENT and _is_tensor(value):
             index = _SIZE_ARGUMENT[node.target]
-            local = self._size_argument(node, self.local.shape(value, _placements(self.plan, node.name)), symint)
+            local = self._size_argument(node, self._held(value, _placements(self.plan, node.name)), symint)
             args[index] = local
-            if node.target == _aten.empty_strided.default:
+            if node.target in (_aten.empty_strided.default, _aten.new_empty_strided.default):
                 args[index + 1] = self._dense_strides(value, local)
         elif str(node.target).startswith("aten.arange."):
             target, args, adjust = self._arange(node, args, symint, coordinate)
@@ -349,11 +353,20 @@ class _ShapeArguments:
             target = _aten.reshape.default
         return target, args, adjust
 
-    def _size_argument(self, node: Node, shape: tuple[sympy.Basic | None, ...], symint: Callable[[sympy.Basic], Any]
-                       ) -> list[Any]:
-        """The local shape as a size argument: a data-dependent dim (``None``) is ``-1`` in a view,
-        which infers it from the other dims, when it is the only one, and in an expand that keeps
-        the operand's dim (one it broadcasts from 1 has no local size to write)."""
+    def _held(self, value: Any, placements: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The local shape, a data-dependent dim kept whole as the local program's own value of
+        its size where one was held already (a routed count read off a replicated tensor, or a
+        tensor with that dim whole), else ``None``."""
+        shape = self.local.shape(value, placements)
+        mesh = self.plan.mesh
+        return tuple(self.data_dependent.get(self.shapes.expr(value.shape[d]), None) if e is None
+                     and mesh.shard_factor(placements, d) == 1 else e for d, e in enumerate(shape))
+
+    def _size_argument(self, node: Node, shape: tuple[Any, ...], symint: Callable[[sympy.Basic], Any]) -> list[Any]:
+        """The local shape as a size argument. A data-dependent dim is its local value where one is
+        held (:meth:`_held`); one that is not (``None``) is ``-1`` in a view, which infers it from
+        the other dims, when it is the only one, and in an expand that keeps the operand's dim (one
+        it broadcasts from 1 has no local size to write)."""
         unknown = [d for d, e in enumerate(shape) if e is None]
         if node.target == _aten.expand.default:
             refused = [d for d in unknown if not self._expand_keeps(node, d)]
@@ -362,7 +375,7 @@ class _ShapeArguments:
         if refused:
             raise LoweringError(f"{node.name} ({node.target}) takes a size with data-dependent dims {refused}, which "
                                 "the lowering cannot write over the local symbols")
-        return [-1 if e is None else symint(e) for e in shape]
+        return [-1 if e is None else symint(e) if isinstance(e, sympy.Basic) else e for e in shape]
 
     def _expand_keeps(self, node: Node, d: int) -> bool:
         """Whether ``expand`` keeps dim ``d`` of its output from its operand's (no broadcast there)."""
@@ -474,11 +487,12 @@ class _Replay:
         self.symbols = to_torch_symbols({s.name: max(s.hint, 2) for s in localizer.symbols})
         self.local = _LocalShapes(shapes, localizer, plan.mesh)
         self.redistributor = _Redistributor(plan, groups)
-        self.arguments = _ShapeArguments(plan, shapes, self.local, localizer)
+        self.data_dependent: dict[sympy.Basic, Any] = {}
+        """Each data-dependent size → its value in the local program: read off a replicated tensor
+        (``item``, ``tolist``), or off the first tensor that holds it whole."""
+        self.arguments = _ShapeArguments(plan, shapes, self.local, localizer, self.data_dependent)
         self.checks = _Checks(plan, shapes, self.local, self.redistributor, self.symbols, localizer)
         self.inputs = self._inputs()
-        self.data_dependent: dict[sympy.Basic, Any] = {}
-        """Each data-dependent size → its value in the local program, read off the first tensor that holds it whole."""
 
     def _inputs(self) -> tuple[LocalInput, ...]:
         inputs = []
@@ -568,8 +582,14 @@ class _Replay:
         return result
 
     def _hold_sizes(self, node: Node, local: Any) -> None:
-        """Note the data-dependent sizes ``node``'s result holds whole (its rows on every rank)."""
+        """Note the data-dependent sizes ``node``'s result holds whole (its rows on every rank), or is."""
         value, placements = node.meta.get("val"), self.plan.placements.get(node.name)
+        if node.target in _READS_VALUE and isinstance(value, torch.SymInt):
+            self._read_whole(node)
+            expr = self.shapes.expr(value)
+            if expr.is_Symbol and not self.localizer.defines(expr):
+                self.data_dependent.setdefault(expr, local)
+            return
         if not _is_tensor(value) or placements is None:
             return
         for d, size in enumerate(value.shape):
@@ -577,6 +597,16 @@ class _Replay:
             if (expr not in self.data_dependent and not self.localizer.defines(expr)
                     and self.plan.mesh.shard_factor(placements, d) == 1):
                 self.data_dependent[expr] = local.shape[d]
+
+    def _read_whole(self, node: Node) -> None:
+        """Refuse a number read off a tensor (``item``, ``tolist``) that this rank does not hold
+        whole and alike: the planner replicates what such a read takes."""
+        for arg in node.all_input_nodes:
+            placements = self.redistributor.placements(node.name, 0, arg) if _is_tensor(arg.meta.get("val")) else None
+            if placements is not None and any(not p.is_replicate() for p in placements):
+                raise LoweringError(f"{node.name} ({node.target}) reads a number off {arg.name}, which the plan places "
+                                    f"as {placements}: each rank would read another value. Plan with a planner that "
+                                    "replicates what such a read takes")
 
     def _uneven(self, producer: Node) -> dict[int, Any]:
         """``producer``'s data-dependent dims, each with its global size in the local program (None: not yet held)."""

@@ -31,6 +31,7 @@ from planner.mesh import Mesh, as_mesh
 from planner.options import PlanOptions, options_from
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
+from planner.routed_sizes import readable_asserts
 from planner.trace_hint import covering_inputs
 from planner.strategies import default_providers
 from shapecore import ShapeEnv, parse
@@ -126,17 +127,9 @@ def prepare(
                                 placement_constraints=options.placement_constraints,
                                 dims={**{name: name for name in sorted(unbacked)}, **dims})  # a data-dependent size by its name
         checker.detach()
-        runtime_asserts = [_range_text(shape_env, name) for name in sorted(unbacked)]
-        runtime_asserts += [str(c) for c in [a.expr for a in shape_env.runtime_asserts] + list(shape_env.facts)
-                            if {s.name for s in c.free_symbols} & unbacked]
+        runtime_asserts = readable_asserts(shape_env, unbacked)
     return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start,
                     runtime_asserts)
-
-
-def _range_text(env: ShapeEnv, name: str) -> str:
-    """``0 <= u0 <= 1024``: a data-dependent symbol's value range, which the traced program asserts."""
-    bounds = env.var_to_range[sympy.Symbol(name, integer=True)]
-    return " <= ".join(str(x) for x in (bounds.lo, name, bounds.hi) if x is not None)
 
 
 def plan(

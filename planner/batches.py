@@ -12,7 +12,10 @@ Symbols a point does not name keep their hint; symbols defined through the trace
 replacements (``s77 := 4*s26``) follow their definition. A data-dependent (unbacked) size
 (``nonzero``, masking, routing) has no hint: it takes the expectation the user gives for it
 (``PlanOptions.unbacked_sizes``: an int or an expression over Dim names and symbols, in torch's
-or Python's syntax: ``"batch // 4"``), else one a fact equates it with, else by default half of
+or Python's syntax: ``"batch // 4"``; given for one of the sizes the facts equate, it holds for
+all of them), else its share of a total the trace splits among routed sizes (counts that sum to
+``tokens·k`` over ``E`` experts: ``tokens·k // E`` each, :mod:`planner.routed_sizes`), else by
+default half of
 the largest backed size at the point (recorded as that expression over the Dim names:
 ``batch // 2``, ``Max(batch, seq) // 2``, which ``unbacked_sizes`` accepts back), clamped to
 its value range; ``BatchPoints.unbacked`` states what each one was costed at. Weights are normalized to sum to 1,
@@ -22,6 +25,7 @@ user's constraints (checked exactly; a point that breaks one is an error naming 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +33,7 @@ from typing import Any
 import numpy as np
 import sympy
 
+from planner.routed_sizes import shares
 from shapecore import FloorDiv, Max, ShapeEnv, evaluate, extend_assignment, holds, parse, python_str
 
 __all__ = ["BatchPoints", "BatchSizes"]
@@ -94,7 +99,8 @@ class BatchPoints:
         """
         replacements = env.replacements
         hints = env.hints
-        roots = sorted({s for s in shape_symbols if sympy.Symbol(s, integer=True) not in replacements})
+        roots = sorted({s.name for name in shape_symbols
+                        for s in sympy.Symbol(name, integer=True).xreplace(replacements).free_symbols})
         unbacked = [s for s in roots if env.symbols[s].kind == "unbacked"]
         roots = [s for s in roots if s not in unbacked]
         expectations = _expectations(unbacked, roots, env, dims, unbacked_sizes or {})
@@ -147,17 +153,28 @@ def _expectations(unbacked: Sequence[str], roots: Sequence[str], env: ShapeEnv, 
         if name not in env.symbols or env.symbols[name].kind != "unbacked":
             raise ValueError(f"unbacked_sizes names {name!r}, which is no data-dependent symbol of the trace "
                              f"(those are: {', '.join(unbacked) or 'none'})")
+    routed = shares(env, unbacked)
+    twins = _twins(unbacked, env)
     out: dict[str, sympy.Basic] = {}
     for name in unbacked:
-        if name in given:
-            out[name] = parse(str(given[name])).xreplace(by_name)
-            continue
-        symbol = sympy.Symbol(name, integer=True)
-        equal = [f.rhs if f.lhs == symbol else f.lhs for f in env.facts
-                 if isinstance(f, sympy.Eq) and symbol in (f.lhs, f.rhs) and (f.rhs if f.lhs == symbol else f.lhs).is_Symbol]
-        twin = next((e for e in equal if e.name in out), None)
-        out[name] = twin if twin is not None else half_of_largest
+        alike = twins[name]
+        user = next((parse(str(given[n])).xreplace(by_name) for n in [name, *alike] if n in given), None)
+        share = next((routed[n] for n in [name, *alike] if n in routed), None)
+        out[name] = user if user is not None else share if share is not None else half_of_largest
     return out
+
+
+def _twins(unbacked: Sequence[str], env: ShapeEnv) -> dict[str, list[str]]:
+    """Each unbacked symbol's equals among ``unbacked`` by the trace's facts ``Eq(u4, u0)`` (transitively)."""
+    group = {name: {name} for name in unbacked}
+    for fact in env.facts:
+        if isinstance(fact, sympy.Eq) and fact.lhs.is_Symbol and fact.rhs.is_Symbol:
+            a, b = fact.lhs.name, fact.rhs.name
+            if a in group and b in group and group[a] is not group[b]:
+                merged = group[a] | group[b]
+                for name in merged:
+                    group[name] = merged
+    return {name: sorted(group[name] - {name}) for name in unbacked}
 
 
 def _expected_value(name: str, expectation: sympy.Basic, point: Mapping[str, int], env: ShapeEnv) -> int:
@@ -165,8 +182,10 @@ def _expected_value(name: str, expectation: sympy.Basic, point: Mapping[str, int
     value = int(evaluate(expectation, dict(point)))
     bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
     if bounds is not None:
-        value = value if bounds.lo is None else max(value, int(bounds.lo))
-        value = value if bounds.hi is None else min(value, int(bounds.hi))
+        if value < bounds.lo:  # an end a finite value is beyond is finite itself: ±inf never converts
+            value = math.ceil(bounds.lo)
+        if value > bounds.hi:
+            value = math.floor(bounds.hi)
     return value
 
 

@@ -71,7 +71,7 @@ def node_signature(node: GraphNode, graph: PlanGraph, held: bool) -> tuple:
         extra = (node.index, graph.nodes[node.source].outputs)  # type: ignore[index]
     elif node.role == "sink":
         extra = ("grad" if node.grad_of else "buffer_mutation" if node.fqn else "output",)
-    return (node.role, node.target, node.outputs, node.is_tuple, operands, args, extra, held)
+    return (node.role, node.target, node.outputs, node.is_tuple, operands, args, extra, held, node.read_as_scalar)
 
 
 def layer_instance(node: GraphNode) -> tuple[str, str, int] | None:

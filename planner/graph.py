@@ -77,7 +77,9 @@ class GraphNode:
     flattened outputs) reads one operand; its ``index`` is that operand's position among the
     ``output`` node's tensor operands; a sink's ``fqn`` names the buffer it is the new value of.
     ``alias_of`` names the node whose storage the output shares (a view or an in-place result),
-    or is None when the node allocates its own.
+    or is None when the node allocates its own. ``read_as_scalar``: the outputs (by index) an op
+    with no tensor result reads into Python numbers (``item``, ``tolist``: ``_local_scalar_dense``),
+    which every rank must read whole and alike: they are replicated.
     """
 
     name: str
@@ -96,6 +98,7 @@ class GraphNode:
     phase: Phase = "forward"
     module_path: str = ""
     alias_of: str | None = None
+    read_as_scalar: frozenset[int] = frozenset()
 
     @property
     def output(self) -> TensorMeta:
@@ -331,6 +334,8 @@ def _placeholder_role(fx_node: Any, roles: dict[str, tuple[Role, str | None]], n
     return "input", None, next_input
 
 
+_READS_VALUES = ("aten._local_scalar_dense.default", "aten.item.default", "aten.equal.default", "aten.is_nonzero.default")
+"""Ops that read a tensor's values into a Python number (``item``, ``tolist``), not its sizes (``sym_size``)."""
 _RETURN_ALIAS = re.compile(r"Tensor\((\w+)!?\)")
 _STORAGE_REUSE = ("aten._unsafe_view.default",)  # no alias annotation, yet it returns its operand's storage
 
@@ -382,6 +387,12 @@ def _read_call(fx_node: Any, value: Any, nodes: dict[str, GraphNode], shapes: _S
         metas = tuple(shapes.meta(v) for v in value)
         nodes[fx_node.name] = GraphNode(fx_node.name, "op", target, metas, is_tuple=True, operands=operands,
                                         alias_of=alias_of, **common)
+    elif target in _READS_VALUES:  # the sizes and values the number decides must agree on every rank
+        for name in operands:
+            read = nodes[name]
+            read.read_as_scalar |= {0}
+            if read.role == "getitem":  # it takes its tuple's element: the tuple decides
+                nodes[read.source].read_as_scalar |= {read.index}  # type: ignore[index, operator]
 
 
 def _flatten_outputs(args: Any) -> list[Any]:

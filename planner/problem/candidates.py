@@ -3,7 +3,8 @@
 A node's proposals come from the first strategy provider that answers for it; a placeholder
 or an output may take any non-partial placement (only ``Replicate`` for a user output under
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
-covers is replicated (and listed in ``Problem.uncovered``). Every proposal is first made
+covers is replicated (and listed in ``Problem.uncovered``); a node read into Python numbers
+(``GraphNode.read_as_scalar``) keeps only its replicated proposals. Every proposal is first made
 canonical (:func:`~planner.placements.canonical`): on a mesh axis of size 1 each placement is
 ``Replicate``, and the op's own collectives over such an axis are dropped, so a size-1 axis
 places nothing and no redistribution ever steps on it; proposals that become equal are one.
@@ -47,6 +48,9 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
             key = key + (id(problem.candidates[node.source]),)  # type: ignore[index]
         if key not in cache:
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
+            if node.read_as_scalar:
+                r = (R_CODE,) * problem.mesh.ndim
+                proposals = [p for p in proposals if all(p[1][k] in (None, r) for k in node.read_as_scalar)]
             cache[key] = _survivors(problem, node, proposals, provider, held=problem.liveness.holds(node.name))
         problem.candidates[node.name], pruned = cache[key]
         if pruned:

@@ -178,14 +178,16 @@ def _like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return [_replicate_all(node)] + [AxisRule((Shard(d),), (Shard(d),), f"S{d}") for d in range(out.ndim)]
 
 
-@_rule("zeros", "ones", "full", "empty", "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided")
+@_rule("zeros", "ones", "full", "empty", "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided",
+       "new_empty_strided", "arange")
 def _factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """Created directly as this rank's piece (an ``arange`` piece starts at its offset: the lowering's)."""
     out = node.output
     operands = (R,) * len(node.operands)
     return [_replicate_all(node)] + [AxisRule((Shard(d),), operands, f"S{d}") for d in range(out.ndim)]
 
 
-@_rule("arange", "scalar_tensor")
+@_rule("scalar_tensor")
 def _replicated_factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return [_replicate_all(node)]
 

@@ -26,10 +26,11 @@ from shapecore.torch.expressions import UnmappableExpressionError, map_expr, siz
 from shapecore.torch.fake import graph_shape_env, shape_env_of
 from shapecore.torch.shape_env import TorchSymbols, from_torch, symbol_ranges, to_torch_symbols, torch_guards
 from shapecore.torch.suggest import Suggestion, suggest_dynamic_shapes, suggest_spec
-from shapecore.torch.tracing import (Traced, backend_neutral, trace_compile, trace_export, trace_for_planning,
-                                     trace_make_fx)
+from shapecore.torch.tracing import (DataDependentBranchError, Traced, backend_neutral, trace_compile, trace_export,
+                                     trace_for_planning, trace_make_fx)
 
 __all__ = [
+    "DataDependentBranchError",
     "Suggestion",
     "Traced",
     "TorchSymbols",

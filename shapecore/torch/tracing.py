@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import linecache
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,8 +42,59 @@ if TYPE_CHECKING:
     from torch.fx import GraphModule
     from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
 
-__all__ = ["Traced", "KEEP_WHOLE", "backend_neutral", "trace_export", "trace_compile", "trace_make_fx",
-           "trace_for_planning"]
+__all__ = ["Traced", "KEEP_WHOLE", "DataDependentBranchError", "backend_neutral", "trace_export", "trace_compile",
+           "trace_make_fx", "trace_for_planning"]
+
+
+class DataDependentBranchError(ValueError):
+    """The model's forward branches on a value only the data decides (torch's
+    ``GuardOnDataDependentSymNode``), named at the model's source line, with what to change."""
+
+
+def _is_model_code(filename: str) -> bool:
+    """Whether ``filename`` is the model's (not torch's, this project's, the standard library's or generated code)."""
+    import importlib.util
+    import os
+    import sysconfig
+
+    if filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+
+    def under(root: str) -> bool:
+        return path.startswith(os.path.realpath(root) + os.sep)
+
+    paths = sysconfig.get_paths()
+    if under(paths["stdlib"]) and not (under(paths["purelib"]) or under(paths["platlib"])):
+        return False
+    packages = (importlib.util.find_spec(name) for name in ("torch", "shapecore", "planner", "lowering"))
+    return not any(under(root) for spec in packages if spec is not None for root in spec.submodule_search_locations or ())
+
+
+@contextlib.contextmanager
+def _branches_named() -> Iterator[None]:
+    """Turn torch's error for a branch on data-dependent values into :class:`DataDependentBranchError`."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    try:
+        yield
+    except GuardOnDataDependentSymNode as error:
+        frames, tb = [], error.__traceback__
+        while tb is not None:
+            frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+            tb = tb.tb_next
+        model = [f for f in frames if _is_model_code(f[0])]
+        where = f"{model[-1][0]}:{model[-1][1]}" if model else "an unknown line of the model"
+        line = linecache.getline(*model[-1]).strip() if model else ""
+        condition = str(error.cond) if hasattr(error, "cond") else str(error).splitlines()[0]
+        raise DataDependentBranchError(
+            f"the forward branches on {condition}, a value only the data decides (a count of routed tokens, say), at "
+            f"{where}" + (f": {line}" if line else "") + ". One trace cannot hold for every input there. Make the "
+            "control flow independent of the data: a transformers mixture of experts takes "
+            "experts_implementation=\"grouped_mm\" or \"batched_mm\" in its config (not \"eager\"); in your own code, state "
+            "what always holds with torch._check(...) before the branch, or take it the same way for every size with "
+            "torch.fx.experimental.symbolic_shapes.guard_or_false(...) (or guard_or_true)"
+        ) from error
 
 
 @dataclass(frozen=True)
@@ -372,10 +424,11 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
     and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
     ``share_layers=True`` (training only) traces the first blocks of a run of alike blocks and
     copies the rest (:mod:`shapecore.torch.repeated`, which says what that assumes of the model).
+    A forward that branches on a data-dependent value raises :class:`DataDependentBranchError`.
     """
     if share_layers and not training:
         raise ValueError("share_layers=True shares the blocks of the training (joint) trace: pass training=True too")
-    with backend_neutral():
+    with backend_neutral(), _branches_named():
         if training:
             gm, shape_env = _joint(model, tuple(example_inputs), dynamic_shapes, share_layers)
             _read_tied_parameters_once(gm, model)

@@ -219,3 +219,25 @@ def test_an_uneven_split_of_a_size_that_is_not_data_dependent_is_refused_before_
     assert any(p.status == "uneven" and p.size.startswith("4*s") for p in plan.proofs)
     with pytest.raises(LoweringError, match=r"unevenly; the lowering splits unevenly only a data-dependent size"):
         lower(traced.graph_module, plan)
+
+
+def _factory_pieces(rank):
+    from lowering.parallel import ParallelModule
+    from planner import RequireShard
+    from tests.planner.models import Positions
+
+    torch.manual_seed(0)
+    model = Positions()
+    pm = ParallelModule(model, (torch.randn(8, 8),), dynamic_shapes=({0: 2 * Dim("batch")},), mesh=Mesh((2,), ("dp",)),
+                        placement_constraints=[RequireShard("batch", axis="dp")])
+    same = []
+    for batch in (4, 10):
+        x = torch.randn(batch, 8)
+        same.append(bool(torch.allclose(pm(*pm.shard_inputs(x)).full_tensor(), model(x), rtol=1e-5, atol=1e-6)))
+    return same, pm.compile_count, [str(pm.plan.placements[n]) for n in ("arange", "full", "new_empty_strided")]
+
+
+def test_factory_ops_created_as_this_ranks_piece_compute_the_single_device_result():
+    for same, compiles, placed in launch(_factory_pieces, 2, timeout=300):
+        assert same == [True, True] and compiles == 1
+        assert set(placed) == {"(Shard(dim=0),)"}

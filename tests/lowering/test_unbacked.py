@@ -115,3 +115,32 @@ def test_training_with_the_routed_tokens_split_unevenly_equals_one_device_from_o
         assert split == {"uneven"}
         assert error <= 1e-5
         assert compiles == 1
+
+
+def _sorted_experts(rank, training):
+    from tests.planner.models import SortedExperts
+
+    torch.manual_seed(0)
+    model = SortedExperts()
+    pm = ParallelModule(model, (torch.randn(4, 6, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,),
+                        batch_sizes=[4, 32], training=training, memory_budget=None if training else 44_000)
+    if training:  # the backward's expand to the routed rows takes their size off the forward's cat
+        expands = [n for n in pm.program.graph_module.graph.nodes if n.target == torch.ops.aten.expand.default]
+        return [str(n.args[1][0].target) for n in expands]
+    same = []
+    for batch in (2, 4, 6):
+        x = torch.randn(batch, 6, 8, generator=torch.Generator().manual_seed(batch))
+        same.append(bool(torch.allclose(pm(*pm.shard_inputs(x)).full_tensor(), model(x), rtol=1e-5, atol=1e-6)))
+    return same, pm.compile_count
+
+
+@pytest.mark.slow  # gloo ranks
+def test_experts_cut_by_routed_counts_run_equal_to_one_device_under_a_memory_budget():
+    for same, compiles in launch(functools.partial(_sorted_experts, training=False), 2, timeout=300):
+        assert same == [True, True, True] and compiles == 1
+
+
+@pytest.mark.slow  # gloo ranks
+def test_an_expand_to_a_routed_size_lowers_with_the_size_the_program_holds():
+    for sizes in launch(functools.partial(_sorted_experts, training=True), 2, timeout=300):
+        assert sizes == ["aten.sym_size.int"]

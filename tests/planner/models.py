@@ -151,3 +151,53 @@ class EvenlyRouted(Routed):
         sel = (self.gate(x).argmax(-1) == 0).nonzero().squeeze(-1)
         torch._check(sel.size(0) % 2 == 0)
         return x.index_add(0, sel, self.expert(x.index_select(0, sel)))
+
+
+class SortedExperts(nn.Module):
+    """A routed mixture of experts as hand-written MoE layers cut it: top-``k`` routing, the
+    token copies sorted by expert, each expert's slice of the data-dependent size
+    ``counts[e]`` (``one_hot(...).sum(0).tolist()``) run through its own weight of the stacked
+    ``(experts, dim, dim)`` parameter, the results weighted and added back per token.
+    ``sliced``: the slices are cut at running offsets (``xs[start:start + c]``), else by
+    ``split(counts)``."""
+
+    def __init__(self, dim: int = 8, experts: int = 4, k: int = 2, *, sliced: bool = True) -> None:
+        super().__init__()
+        self.k, self.experts, self.sliced = k, experts, sliced
+        self.gate = nn.Linear(dim, experts)
+        self.w = nn.Parameter(torch.randn(experts, dim, dim) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        weights, chosen = self.gate(x).topk(self.k, -1)
+        order = chosen.flatten().argsort()
+        counts = F.one_hot(chosen.flatten(), self.experts).sum(0).tolist()
+        for count in counts:
+            torch._check(count >= 0)
+        token = order // self.k
+        routed = x[token]
+        if self.sliced:
+            pieces, start = [], 0
+            for count in counts:
+                pieces.append(routed[start:start + count])
+                start = start + count
+        else:
+            pieces = routed.split(counts)
+        out = torch.cat([piece @ self.w[e] for e, piece in enumerate(pieces)])
+        out = out * weights.softmax(-1).flatten()[order, None]
+        return torch.zeros_like(x).index_add(0, token, out).view(shape)
+
+
+class Positions(nn.Module):
+    """Rows scaled by their position (``arange`` over the batch) plus constant ``full`` and
+    ``new_empty_strided`` tensors: factory ops whose dim 0 is the batch."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(x.shape[0], dtype=x.dtype)[:, None]
+        ones = x.new_empty_strided(x.shape, (x.shape[1], 1)).fill_(1.0)
+        return self.fc(x) * rows + torch.full((x.shape[0], x.shape[1]), 2.0) + ones

@@ -46,3 +46,14 @@ def test_batch_norm_with_batch_statistics_splits_the_batch_only_with_its_all_red
     assert split_batch and all(s.all_reduces for s in split_batch)
     assert {s.all_reduces for s in split_batch} >= {((0, 7), (0, 6)), ((0, 7), (0, 6), (1, 7), (1, 6))}
     assert not any(p in (Shard(2), Shard(3)) for s in strategies for p in s.inputs[0])  # spatial dims need the stats too
+
+
+def test_factory_ops_may_be_created_as_this_ranks_piece_when_the_batch_is_required_split():
+    import planner
+    from planner import RequireShard
+    from torch.export import Dim
+    from tests.planner.models import Positions
+
+    plan = planner.plan_module(Positions(), (torch.randn(8, 8),), dynamic_shapes=({0: 2 * Dim("batch")},),
+                               mesh=Mesh((2,), ("dp",)), placement_constraints=[RequireShard("batch", axis="dp")])
+    assert all(plan.placements[n] == (Shard(0),) for n in ("arange", "full", "new_empty_strided")), plan.placements

@@ -9,7 +9,7 @@ from torch import nn
 from torch.export import Dim
 
 from shapecore import int_symbol, prove
-from shapecore.torch import to_torch, trace_export, trace_for_planning
+from shapecore.torch import DataDependentBranchError, to_torch, trace_export, trace_for_planning
 
 from .traced_models import CASES, ArangeThird, export_then_joint
 
@@ -204,3 +204,40 @@ def test_the_training_trace_raises_export_constraint_violations():
     spec = {"x": {0: Dim("n", min=3, max=10000)}}
     with pytest.raises(Exception, match="Constraints violated"):
         trace_for_planning(ArangeThird(), (torch.randn(9),), dynamic_shapes=spec, training=True)
+
+
+class _ExpertLoop(nn.Module):
+    """Experts run in a Python loop that skips those no token picked: a branch on a data-dependent count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 8, 8))
+
+    def forward(self, x):
+        chosen = x.argmax(-1) % 4
+        out = torch.zeros_like(x)
+        for e in range(4):
+            rows = (chosen == e).nonzero().squeeze(-1)
+            if rows.numel() == 0:  # the branch
+                continue
+            out = out.index_add(0, rows, x[rows] @ self.w[e])
+        return out
+
+
+def test_a_branch_on_a_data_dependent_count_is_an_error_naming_the_models_line_and_what_to_do():
+    with pytest.raises(DataDependentBranchError, match=r"branches on Eq\(u0, 0\).*test_tracing\.py:\d+: if rows\.numel\(\) "
+                                                       r"== 0:.*experts_implementation=\"grouped_mm\".*torch\._check.*"
+                                                       r"guard_or_false"):
+        trace_for_planning(_ExpertLoop(), (torch.randn(6, 8),), dynamic_shapes=({0: Dim("batch")},))
+
+
+def test_transformers_eager_expert_loop_is_an_error_naming_its_line():
+    import transformers
+
+    config = transformers.MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
+                                        num_experts_per_tok=2, max_position_embeddings=8, use_cache=False)
+    config._experts_implementation = "eager"  # a Python loop over the experts that received tokens
+    with pytest.raises(DataDependentBranchError, match=r"modeling_mixtral\.py:\d+: for expert_idx in expert_hit"):
+        trace_for_planning(transformers.MixtralForCausalLM(config), (torch.randint(0, 64, (2, 8)),),
+                           dynamic_shapes=({0: Dim("batch")},))

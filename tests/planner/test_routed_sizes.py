@@ -1,0 +1,89 @@
+"""Routed sizes: each costed at its share of the total the trace proves they cover, and the
+runtime asserts on them read simplified and equivalent."""
+
+import itertools
+
+import pytest
+import torch
+from torch.export import Dim
+
+import planner
+from planner.graph import read_graph
+from planner.routed_sizes import readable_asserts, shares
+from shapecore import ShapeEnv, holds, parse
+from shapecore.torch import trace_for_planning
+from tests.planner.models import SortedExperts
+
+TOKENS = (torch.randn(4, 6, 8),)  # batch x 6 tokens, top-2 of 4 experts: 12*batch routed copies
+BATCH = {"x": {0: Dim("batch")}}  # no upper bound: every count's range is [0, inf]
+
+
+def _plan(sliced=True, **options):
+    return planner.plan_module(SortedExperts(sliced=sliced), TOKENS, dynamic_shapes=BATCH, mesh=(2,),
+                               batch_sizes=[4, 32], **options)
+
+
+@pytest.mark.parametrize("sliced", [True, False], ids=["slices at running offsets", "split"])
+def test_counts_covering_the_routed_tokens_are_each_costed_at_their_even_share(sliced):
+    costed = _plan(sliced).options["unbacked_sizes"]
+    assert costed and set(costed.values()) == {"3*batch"}  # 12*batch copies over 4 experts, not batch // 2
+
+
+def test_the_users_expectation_wins_over_the_share():
+    costed = _plan(unbacked_sizes={"u0": "batch"}).options["unbacked_sizes"]
+    assert costed["u0"] == "batch" and costed["u1"] == "3*batch"
+
+
+def test_the_runtime_asserts_read_simplified_in_dim_names_without_infinite_ends():
+    plan = _plan()
+    assert not any("inf" in a or "Max" in a for a in plan.runtime_asserts)
+    assert "runtime asserts: 0 <= u0; 0 <= u1; 0 <= u2; 0 <= u3; 12*batch <= u0 + u1 + u2 + u3" in str(plan)
+
+
+def _env(claims, totals=("s0",)):
+    env = ShapeEnv()
+    for name in totals:
+        env.create_symbol(6, name=name, min=1)
+    for k in range(3):
+        env.create_unbacked_symbol(name=f"u{k}", min=0)
+    for claim in claims:
+        env.defer_runtime_assert(claim, "")
+    return env
+
+
+SLICES = ("Eq(Max(0, Min(3*s0, u0 + u1) - Min(3*s0, u0)) + Max(0, -Min(3*s0, u0 + u1) + Min(3*s0, u0 + u1 + u2))"
+          " + Min(3*s0, u0), 3*s0)")
+
+
+@pytest.mark.parametrize("claim, share", [
+    ("Eq(u0 + u1 + u2, 3*s0)", "s0"),
+    (SLICES, "s0"),
+    ("Eq(u0 + u1 + u2, 2*s0)", "FloorDiv(2*s0, 3)"),
+    ("Eq(u0*u1*u2, s0)", None),  # not true at an even split: no share
+])
+def test_a_share_is_taken_only_where_the_even_split_is_proved_to_satisfy_the_fact(claim, share):
+    found = shares(_env([claim]), ["u0", "u1", "u2"])
+    assert (found == {} if share is None else found == dict.fromkeys(["u0", "u1", "u2"], parse(share)))
+
+
+@pytest.mark.parametrize("claim", [SLICES, "Eq(Max(u0, u1), 3*s0)", "Eq(Min(u0, s0) + u2, 2*s0)", "u0 + u1 <= 3*s0"])
+def test_the_readable_asserts_accept_exactly_what_the_trace_asserts(claim):
+    env = _env([claim])
+    original = [parse(claim)] + [parse(f"u{k} >= 0") for k in range(3)]
+    readable = [parse(a) for a in readable_asserts(env, ["u0", "u1", "u2"])]
+    assert not any("inf" in str(a) for a in readable)
+    for s0, *us in itertools.product(range(1, 4), *[range(-1, 10)] * 3):
+        point = {"s0": s0, **{f"u{k}": u for k, u in enumerate(us)}}
+        assert all(holds(c, point) for c in original) == all(holds(c, point) for c in readable), point
+
+
+def test_the_slices_telescoping_sum_reads_as_covering_the_total():
+    assert readable_asserts(_env([SLICES]), ["u0", "u1", "u2"])[-1] == "3*s0 <= u0 + u1 + u2"
+
+
+def test_what_a_number_is_read_off_is_replicated_on_every_rank():
+    traced = trace_for_planning(SortedExperts(), TOKENS, dynamic_shapes=BATCH)
+    read = [n.name for n in read_graph(traced.exported) if n.read_as_scalar]
+    plan = planner.plan(traced.exported, (2,), shape_env=traced.env, dims=traced.dim_exprs, batch_sizes=[4, 32])
+    assert read and all(all(p.is_replicate() for p in plan.placements[n]) for n in read)
+    assert all(all(p.is_replicate() for p in plan.placements[n]) for n in ("sum_1",))  # counts summed whole, not partial
