@@ -29,10 +29,11 @@ on a fake process group, its trace, build and solve seconds beside ours:
 
     python bench/planner.py --whole --layers 32 --meshes 8x8 2x4x8 --peer-autoparallel ../autoparallel
 
-``--share-layers`` plans with ``plan_module(share_layers=True)`` (the decoder's first blocks
-traced, the rest copied); ``--model 70b`` takes LLaMA-3-70B's dims; the table gives the peak RSS:
+``plan_module`` traces the decoder's first blocks and copies the rest (its default path; a line
+says which blocks were copied); ``--trace-whole`` plans with ``plan_module(share_layers=False)``,
+every block traced; ``--model 70b`` takes LLaMA-3-70B's dims; the table gives the peak RSS:
 
-    python bench/planner.py --whole --share-layers --model 70b --layers 80 --meshes 8x8 4x8x8
+    python bench/planner.py --whole --model 70b --layers 80 --meshes 8x8 4x8x8
 """
 
 from __future__ import annotations
@@ -316,10 +317,11 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
 # -- the whole call, per phase, beside the peer ---------------------------------------------------------
 
 
-def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool = False, dims: dict | None = None) -> dict:
+def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool | None = None,
+               dims: dict | None = None) -> dict:
     """One ``plan_module(training=True, objective="regret", share_layers=...)`` call on ``Llama(layers, **dims)``:
     wall and CPU seconds per phase (trace, build, bounds, solve, assemble, whole), the worst regret it
-    reports, its objective, and the peak resident memory of the process so far."""
+    reports, its objective, which blocks it shared, and the peak resident memory of the process so far."""
     with torch.device("meta"):
         model = Llama(layers, **(dims or {})).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
@@ -343,7 +345,7 @@ def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool
         row[f"{phase}_s"] += wall2 - wall
         row[f"{phase}_cpu_s"] += cpu2 - cpu
     row.update(whole_s=marks[-1][0] - start[0], whole_cpu_s=marks[-1][1] - start[1],
-               reported_worst=plan.worst_regret, objective_s=plan.stats.objective,
+               reported_worst=plan.worst_regret, objective_s=plan.stats.objective, shared_layers=plan.shared_layers,
                peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     return row
 
@@ -365,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-unclustered", action="store_true", help="also solve without clustering and follower merging")
     parser.add_argument("--whole", action="store_true",
                         help="time whole plan_module(training=True, objective='regret') calls per phase instead")
-    parser.add_argument("--share-layers", action="store_true",
-                        help="with --whole: plan_module(share_layers=True), the decoder's blocks traced once")
+    parser.add_argument("--trace-whole", action="store_true",
+                        help="with --whole: plan_module(share_layers=False), every block traced")
     parser.add_argument("--model", choices=sorted(MODELS), default="8b",
                         help="with --whole: LLaMA-3-8B's dims or LLaMA-3-70B's (dim 8192, 64 heads, FFN 28672)")
     parser.add_argument("--peer-autoparallel", metavar="PATH",
@@ -423,12 +425,14 @@ def _main_whole(args, options: PlanOptions) -> int:
     rows = []
     for layers in args.layers:
         for text in args.meshes:
-            row = whole_call(layers, _mesh(text), options, share_layers=args.share_layers, dims=MODELS[args.model])
+            row = whole_call(layers, _mesh(text), options, share_layers=False if args.trace_whole else None,
+                             dims=MODELS[args.model])
             row.update(who="shapecore", layers=layers, mesh=text)
             rows.append(row)
             cells = [f"{row[f'{p}_s']:6.1f} ({row[f'{p}_cpu_s']:4.1f})" for p in ("trace", "build", "bounds", "solve", "whole")]
             print(f"{'shapecore':12} {layers:>2} {text:6} {' '.join(cells)} {row['reported_worst']:6.3f} "
                   f"{row['objective_s']:10.6f} {row['peak_rss_gib']:7.2f}", flush=True)
+            print(f"# shared layers: {row['shared_layers']}", flush=True)
             if not args.peer_autoparallel:
                 continue
             peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape)

@@ -202,15 +202,15 @@ class ParallelModule(nn.Module):
     labels as replicated and lets DTensor compute the loss on the output's pieces. ``plan_options`` go to :func:`planner.plan` (``constraints``,
     ``batch_sizes``, ``hardware``, ``memory_budget`` …); ``plan`` skips planning;
     ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
-    peer for benchmarks); ``share_layers=True`` (training) traces a run of alike blocks once
-    (:func:`shapecore.torch.trace_for_planning`: the same graph, in a fraction of the time on a
-    deep model); ``progress`` is called with the name of each construction phase as
+    peer for benchmarks); ``share_layers`` is :func:`shapecore.torch.trace_for_planning`'s (a
+    training trace takes a run of repeated blocks once when checked sound: the same graph, in a
+    fraction of the time on a deep model; False traces every block); ``progress`` is called with the name of each construction phase as
     it starts.
     """
 
     def __init__(self, model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                  training: bool = False, global_outputs: bool = False, plan: Plan | None = None,
-                 dynamic: bool = True, share_layers: bool = False, progress: Callable[[str], None] | None = None,
+                 dynamic: bool = True, share_layers: bool | None = None, progress: Callable[[str], None] | None = None,
                  **plan_options: Any) -> None:
         import planner
         from shapecore.torch import trace_for_planning
