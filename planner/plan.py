@@ -544,7 +544,8 @@ class Plan:
     lowered program checks each where the size is computed, before any collective reads it."""
     shared_layers: str = ""
     """Which blocks of a run of repeated ones :func:`~planner.api.plan_module` copied rather than
-    traced, or why none were (``Traced.shared_layers``); empty for a plan of a given graph."""
+    traced, or why none were (``Traced.shared_layers``); empty for a model with no such run, or a
+    plan of a given graph."""
 
     # -- queries ----------------------------------------------------------------------------
 

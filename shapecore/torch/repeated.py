@@ -15,23 +15,29 @@ between, with its parameters' inputs, gradients and module paths renamed. The re
 the whole model traces to, node for node (names too, as FX numbers them: each copy moves the
 per-name counters on by the step between the two middle blocks; tested against the full trace).
 
-What makes that sound is :func:`check_blocks`, run before the trace: the model's forward is run
-twice on the meta device (no memory, no arithmetic), with every block and with the traced ones
-only, recording each ATen op (which block runs it, its arguments: which op's output, parameter or
-input each tensor is, and every other value; the metadata of its outputs) and each block's call
-(its arguments and what it returns). The run with every block must be the run with the traced
-ones with the second middle block's ops repeated for each block in between, its parameters
-renamed: the same ops, reading the same tensors, between the blocks too. And a block's own state
-may differ from block to block (HF's ``layer_idx``, an attention type per layer) only where the
-forward never reads it: every attribute of a block's modules whose value is not the same in all
-blocks after the first is watched while the model runs, and one read refuses the run. Within
-that, a block's Python code sees the same values in every block, so it takes the same branches
-(size comparisons included: the guards they record are the same); the meta run shows the model's
-forward passes each block the same arguments and treats none apart. What is left assumed: the
-model's forward between the blocks does not compare sizes with a block's index (at the trace's
-sizes such a comparison may go the same way for every block while the guard it records does not),
-and neither it nor a block keeps state of its own across block calls outside the modules'
-attributes (a global counter) or reads an attribute other than as an attribute (``vars(self)``).
+What makes that sound is :func:`check_blocks`, run before the trace. The model's forward runs
+twice on the meta device (no memory, no arithmetic), under export's compiling state as the trace
+runs it: with the traced blocks only, and with every block. Each call of a torch function or tensor
+method is recorded (which block makes it; its arguments, a tensor named by the call that made it,
+its parameter or its input; its outputs' metadata), and so is each block's call (its arguments)
+and what it returns. The run with every block must be the traced run with the middle block's
+records repeated for each block in between (its parameters renamed, what it reads of the previous
+block read of the previous copy): the same calls on the same tensors, around the blocks too. A
+block's attributes may differ from block to block (transformers' ``layer_idx``) only where nothing
+reads them: every attribute of a block's modules whose value is not the same in all blocks after
+the first is watched while the model runs, and one read refuses the run (Gemma-3's attention type
+per layer is read; ``layer_idx`` is not, without a KV cache).
+
+So every block the trace stands for runs the same code on the same arguments, reading the same
+attribute values: each computes as the middle block does, size comparisons included (the guards
+they record are the same). That is also why the blocks between the traced ones do not run in the
+check: each replays the middle block's records as its own and returns the likes of its outputs,
+so the check costs two runs of four blocks, and what it compares are the calls around them. What
+is left assumed: the forward between the blocks does not compare sizes with a block's index (at
+the trace's sizes such a comparison may go one way for every block while the guards it records do
+not); no block, nor the forward, keeps state across block calls other than in the modules'
+attributes (a global counter) or reads an attribute other than as one (``vars(self)``); and a
+forward that treats a block apart on the trace's fake tensors does so on the meta device too.
 
 A run that fails the check, or whose traced blocks do not repeat as :func:`replicate` requires,
 is traced whole, and the reason is kept (``Traced.shared_layers``).
@@ -106,6 +112,7 @@ def _attributes(block: torch.nn.Module) -> dict[tuple[str, str], Any]:
 
 
 _PLAIN = (int, float, complex, str, bytes, bool, type(None), enum.Enum)
+_MISSING = object()  # an attribute some blocks lack
 
 
 def _same(first: Any, other: Any) -> bool:
@@ -461,7 +468,7 @@ def check_blocks(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlock
         return f"its forward does not run on the meta device ({type(exc).__name__}: {text})"
     if reads:
         (_, prefix), name = owner[reads[0][0]], reads[0][1]
-        values = [_attributes(block).get((prefix, name)) for block in blocks[1:]]
+        values = [_attributes(block).get((prefix, name), _MISSING) for block in blocks[1:]]
         odd = next(k for k, value in enumerate(values, start=1) if not _same(value, values[0]))
         attribute = f"{prefix}.{name}" if prefix else name
         return f"block {odd}'s {attribute!r} differs from block 1's, and the forward reads it"

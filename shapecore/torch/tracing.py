@@ -61,7 +61,7 @@ class Traced:
     over symbols; ``exported`` is the ``ExportedProgram`` (None for a joint graph) and ``error``
     the text of the "Constraints violated" error when it was returned instead of raised.
     ``shared_layers`` (a training trace for planning): which blocks of a run of repeated ones were
-    copied rather than traced, or why none were (:func:`trace_for_planning`).
+    copied rather than traced, or why none were; '' when there is no run (:func:`trace_for_planning`).
     """
 
     graph_module: GraphModule | None
@@ -348,19 +348,18 @@ def _read_tied_parameters_once(gm: GraphModule, model: torch.nn.Module) -> None:
 
 def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
            share_layers: bool | None) -> tuple[GraphModule, TorchShapeEnv, str]:
-    """The joint graph, its ShapeEnv, and which blocks were copied rather than traced (or why none
-    were): a run of repeated blocks traced once when :mod:`shapecore.torch.repeated` finds it and
-    its check passes (unless ``share_layers`` is False), else the whole model, with a warning when
-    ``share_layers`` is True."""
+    """The joint graph, its ShapeEnv, and which blocks of a run of repeated ones were copied rather
+    than traced, or why none were ('' when there is no such run or ``share_layers`` is False): the
+    run traced once when :mod:`shapecore.torch.repeated` finds it and its check passes, else the
+    whole model, with a warning when ``share_layers`` is True."""
     from shapecore.torch.private import joint_graph_with_export_shapes, set_joint_calling_convention
 
     run = repeated_blocks(model) if share_layers is not False else None
-    if share_layers is False:
-        shared = "none (share_layers=False)"
-    elif run is None:
-        shared = (f"none ({type(model).__name__} has no nn.ModuleList of {TRACED_BLOCKS + 2} or more blocks of one "
-                  f"structure, none of whose parameters is used elsewhere)")
-    else:
+    shared = ""
+    if run is None and share_layers:
+        warnings.warn(f"share_layers: traced whole: {type(model).__name__} has no nn.ModuleList of {TRACED_BLOCKS + 2} "
+                      f"or more blocks of one structure, none of whose parameters is used elsewhere", stacklevel=3)
+    elif run is not None:
         why = check_blocks(model, args, run)
         if why is None:
             with truncated(run), _recording_module_stack(model):
@@ -370,8 +369,8 @@ def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
                 return made, shape_env, run.shared()
             why = made
         shared = f"none ({run.path}: {why})"
-    if share_layers:
-        warnings.warn(f"share_layers: traced whole, no blocks shared: {shared[len('none ('):-1]}", stacklevel=3)
+        if share_layers:
+            warnings.warn(f"share_layers: traced whole: {run.path}: {why}", stacklevel=3)
     with _recording_module_stack(model):
         gm, shape_env = joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
     return gm, shape_env, shared
@@ -388,8 +387,9 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
     :data:`~shapecore.torch.repeated.TRACED_BLOCKS` and copies the rest, when the model is checked
     to compute every block as the one copied (:mod:`shapecore.torch.repeated`): the same graph, in a
     fraction of the time on a deep model; ``shared_layers`` says which blocks were copied, or why
-    none were. ``share_layers=False`` traces every block; ``True`` warns when no block could be
-    shared. The forward trace is always taken whole (``share_layers=True`` is refused there).
+    none of the run were ('' when the model has none). ``share_layers=False`` traces every block;
+    ``True`` warns when no block could be shared. The forward trace is always taken whole
+    (``share_layers=True`` is refused there).
     """
     if share_layers and not training:
         raise ValueError("share_layers=True shares the blocks of the training (joint) trace: pass training=True too")

@@ -4,6 +4,7 @@ computes apart (an attribute its forward reads, a call made apart) are traced wh
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -172,9 +173,11 @@ def test_a_run_that_fails_the_check_is_traced_whole_silently_and_the_trace_says_
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the default path does not warn
         traced = _traced(model)
-    assert traced.shared_layers == "none (layers: block 6 is not called or computed as block 2 is (a call of mul))"
-    whole = _traced(model, share_layers=False)
-    assert _described(traced.graph_module) == _described(whole.graph_module)
+    why = "block 6 is not called or computed as block 2 is (a call of mul)"
+    assert traced.shared_layers == f"none (layers: {why})"
+    with pytest.warns(UserWarning, match=re.escape(f"share_layers: traced whole: layers: {why}")):  # asked: a warning
+        asked = _traced(model, share_layers=True)
+    assert _described(traced.graph_module) == _described(asked.graph_module)
 
 
 def test_a_guard_only_an_odd_block_records_is_not_lost():
@@ -184,13 +187,12 @@ def test_a_guard_only_an_odd_block_records_is_not_lost():
 
 
 def test_asked_to_share_blocks_it_cannot_it_warns_why():
-    with pytest.warns(UserWarning, match="share_layers: traced whole, no blocks shared: _Decoder has no nn.ModuleList of 6"):
+    with pytest.warns(UserWarning, match="share_layers: traced whole: _Decoder has no nn.ModuleList of 6 or more"):
         traced = _traced(_Decoder(2), share_layers=True)
-    assert traced.shared_layers.startswith("none (_Decoder has no nn.ModuleList of 6 or more blocks of one structure")
+    assert traced.shared_layers == ""  # nothing repeated: nothing to say
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _traced(_Decoder(2)).shared_layers == traced.shared_layers  # not asked: silent
-        assert _traced(_Decoder(2), share_layers=False).shared_layers == "none (share_layers=False)"
+        assert _traced(_Decoder(2)).shared_layers == _traced(_Decoder(2), share_layers=False).shared_layers == ""
 
 
 def test_the_check_leaves_the_model_as_it_was():
