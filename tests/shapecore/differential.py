@@ -4,13 +4,18 @@ Shared by ``tests/shapecore/test_differential.py`` (hypothesis makes the choices
 ``bench/fuzz.py`` (a seeded ``random.Random`` does); the text comes from
 :mod:`tests.shapecore.guard_text`, the ground truth from :mod:`tests.shapecore.oracle`.
 
-Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals:
+Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals
+(:data:`KINDS` names their generators: ``simplify_divisions`` writes simplify queries of
+issue 19's shape, :func:`division_simplify_query`):
 
 * :class:`ProveQuery` — ``shapecore.prove(claim, facts=..., ranges=...)``. Wrong: ``proved``
   while the claim does not hold at a box point satisfying the facts; ``refuted`` with a
   counterexample that leaves a symbol unbound, breaks a fact, or at which the claim holds.
 * :class:`SimplifyQuery` — ``shapecore.simplify``. Wrong: at a box point satisfying the
-  context, the input guards all hold and the output guards do not, or the reverse.
+  context, the input guards all hold and the output guards do not, or the reverse; a guard
+  dropped as implied (a duplicate, a tautology, merged) that fails at such a point where the
+  guards it names hold; ``ranges`` that leave out a value of a point the input accepts, or
+  are looser than the ranges given.
 * :class:`EnvQuery` — a ShapeEnv, its symbols and a sequence of ``evaluate_expr``,
   ``add_fact``, ``defer_runtime_assert``, ``statically_known_true`` and
   ``to_json``/``from_json`` round trips, run against a model of what the env has been told.
@@ -39,6 +44,7 @@ from tests.shapecore.guard_text import (
     Chooser,
     GuardWriter,
     chance,
+    divisibility,
     extra_fact,
     pick,
     random_box,
@@ -55,6 +61,7 @@ __all__ = [
     "EnvQuery",
     "prove_query",
     "simplify_query",
+    "division_simplify_query",
     "env_query",
     "unbacked_env_query",
     "generate",
@@ -197,15 +204,21 @@ def _bad_counterexample(counterexample, claim: Formula, facts: Sequence[Formula]
 
 @dataclass(frozen=True)
 class SimplifyQuery:
-    """``simplify(guards, facts=facts, ranges=box)``."""
+    """``simplify(guards, facts=facts, ranges=...)``: ``ranges`` as ``(name, lo, hi)`` with
+    ``None`` for an open end, or the box's intervals when None. Brute force walks the box: with
+    open ranges, it checks the part of the scope inside it."""
 
     guards: tuple[str, ...]
     facts: tuple[str, ...]
     box: Box
+    ranges: tuple[tuple[str, int | None, int | None], ...] | None = None
+
+    def scope(self) -> dict[str, tuple[int | None, int | None]]:
+        """The ``ranges=`` argument."""
+        return {n: (lo, hi) for n, lo, hi in (self.box.intervals if self.ranges is None else self.ranges)}
 
     def reproduction(self, timeout_ms: int) -> str:
-        ranges = {n: (lo, hi) for n, lo, hi in self.box.intervals}
-        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={ranges!r}, "
+        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={self.scope()!r}, "
                 f"timeout_ms={timeout_ms}).guards")
 
 
@@ -225,13 +238,66 @@ def simplify_query(choose: Chooser) -> SimplifyQuery:
     return SimplifyQuery(tuple(guards), facts, box)
 
 
+def division_simplify_query(choose: Chooser) -> SimplifyQuery:
+    """Guard sets of issue 19's shape: disjunctions that define a symbol by a division,
+    remainder, ``Max`` or ``Min`` of another (an alternative that never holds under the ranges
+    is pruned first, so the definition reaches the digest late), beside divisibility, range and
+    ``Ne`` guards on both, under ranges (or facts) that may leave a side open.
+
+    The first symbol ranges wide (up to about 100) so that ``CeilDiv(s0, 16)`` takes several
+    values; the box covers the ranges' finite part and cuts off the open sides. The guards hold
+    at an example point, but now and then one that does not is left as it is.
+    """
+    names = pick(choose, (("s0", "s2"), ("s0", "s1", "s2"), ("x", "y")))
+    intervals = {}
+    for k, name in enumerate(names):
+        lo = choose.integer(-3, 2)
+        intervals[name] = (lo, lo + (choose.integer(20, 100) if k == 0 else choose.integer(2, 12)))
+    writer = GuardWriter(choose, Box(tuple((n, *intervals[n]) for n in names)), random_style(choose))
+    example = {name: choose.integer(lo, hi) for name, (lo, hi) in intervals.items()}
+    guards = []
+    for target in names[1 : 1 + choose.integer(1, len(names) - 1)]:  # the definitions, of the others by the first
+        source, term = names[0], writer.division(names[0])
+        value = value_at(formula(term), example)
+        lo, hi = intervals[target]
+        if isinstance(value, int) and lo - 12 <= value <= hi + 12:  # the box takes the example in
+            example[target], intervals[target] = value, (min(lo, value), max(hi, value))
+        never = pick(choose, (f"Gt(-{target} - {choose.integer(0, 4)}, {source} + {choose.integer(0, 6)})",
+                              f"({source} < {intervals[source][0] - choose.integer(1, 4)})", writer.relation(1)))
+        definition = pick(choose, (f"Eq({term}, {target})", f"Eq({target}, {term})", f"({term} == {target})"))
+        guards.append(pick(choose, (f"({never}) | ({definition})", f"Or({definition}, {never})", f"({definition})")))
+    for _ in range(choose.integer(1, 3)):  # what else is known of the symbols
+        name = pick(choose, names)
+        kind = choose.integer(0, 4)
+        if kind <= 1:
+            guards.append(divisibility(choose, name))
+        elif kind == 2:
+            guards.append(f"{pick(choose, ('Ge', 'Le', 'Ne'))}({name}, {choose.integer(-2, 10)})")
+        elif kind == 3:
+            guards.append(f"{pick(choose, ('Le', 'Ge', 'Ne', 'Eq'))}({writer.division(names[0])}, {name})")
+        else:
+            guards.append(writer.claim(1))
+    guards = [g if value_at(formula(g), example) is True or chance(choose, 20) else f"Not({g})" for g in guards]
+    box = Box(tuple((n, *intervals[n]) for n in names))
+    ranges, facts = [], []
+    for name, lo, hi in box.intervals:
+        form = choose.integer(0, 4)  # the range as given, open above, as facts, or not at all
+        if form <= 1:
+            ranges.append((name, lo, hi if form == 0 else None))
+        elif form <= 3:
+            facts += range_texts(choose, name, lo, hi) if form == 2 else [f"{name} >= {lo}"]
+    facts += [extra_fact(writer) for _ in range(choose.integer(0, 1))]
+    return SimplifyQuery(tuple(guards), tuple(facts), box, tuple(ranges))
+
+
 def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
-    ranges = {n: (lo, hi) for n, lo, hi in query.box.intervals}
+    ranges = query.scope()
     reproduction = query.reproduction(timeout_ms)
     result, error, seconds = _timed(
         lambda: shapecore.simplify(list(query.guards), facts=list(query.facts), ranges=ranges, timeout_ms=timeout_ms)
     )
     context = [formula(f) for f in query.facts]
+    context += [formula(f"{n} {op} {end}") for n, sides in ranges.items() for op, end in zip((">=", "<="), sides) if end is not None]
     if isinstance(error, shapecore.ConstraintError):  # documented for a context that cannot hold
         if next(satisfying(context, query.box), None) is None:
             return Outcome("simplify", "refused", seconds)
@@ -247,9 +313,10 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
                       reproduction=reproduction)
 
     inputs = [formula(g) for g in query.guards]
+    points = list(satisfying(context, query.box))
     try:
         simplified = [formula(g) for g in outputs]
-        for point in satisfying(context, query.box):
+        for point in points:
             before, after = all(holds(g, point) for g in inputs), all(holds(g, point) for g in simplified)
             if before != after:
                 undefined = any(value_at(g, point) is ZeroDivisionError for g in (*inputs, *simplified))
@@ -257,11 +324,43 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
                                    f"{' (a guard is undefined at the point)' if undefined else ''}")
                 outcome.detail = (f"at {point} the input {'holds' if before else 'fails'} "
                                   f"but {outputs} {'hold' if after else 'fail'}")
-                break
+                return outcome
+        outcome.problem, outcome.detail = _bad_drop(result.dropped, points)
     except (OracleError, NameError) as exc:
         outcome.problem = "wrong: simplify's output is not a guard over the input's symbols"
         outcome.detail = f"{outputs}: {exc}"
+    if outcome.problem is None and result.contradiction is None:
+        accepted = [p for p in points if all(holds(g, p) for g in inputs)]
+        outcome.problem, outcome.detail = _bad_ranges(result.ranges, ranges, accepted)
     return outcome
+
+
+def _bad_drop(dropped, points: Sequence[dict[str, int]]) -> tuple[str | None, str]:
+    """A guard dropped as implied (or a duplicate, a tautology, merged) that fails at a point
+    where what it names holds."""
+    for drop in dropped:
+        if drop.kind == "contradiction":
+            continue
+        guard, by = formula(str(drop.guard)), [formula(str(g)) for g in drop.by]
+        for point in points:
+            if all(holds(g, point) for g in by) and not holds(guard, point):
+                return (f"wrong: simplify dropped a guard as {drop.kind} that is not",
+                        f"{drop.guard} fails at {point}, where {[str(g) for g in drop.by]} hold")
+    return None, ""
+
+
+def _bad_ranges(found: dict[str, tuple[int | None, int | None]], given: dict[str, tuple[int | None, int | None]],
+                accepted: Sequence[dict[str, int]]) -> tuple[str | None, str]:
+    """Ranges that leave out a value the input accepts, or are looser than the given ones."""
+    for name, (lo, hi) in found.items():
+        given_lo, given_hi = given.get(name, (None, None))
+        if given_lo is not None and (lo is None or lo < given_lo) or given_hi is not None and (hi is None or hi > given_hi):
+            return "wrong: simplify's ranges are looser than the given ranges", f"{name}: {(lo, hi)}, given {(given_lo, given_hi)}"
+        outside = next((p for p in accepted if name in p and (lo is not None and p[name] < lo or hi is not None and p[name] > hi)),
+                       None)
+        if outside is not None:
+            return "wrong: simplify's ranges leave out a point the input accepts", f"{name}: {(lo, hi)}, accepted {outside}"
+    return None, ""
 
 
 # -- ShapeEnv ---------------------------------------------------------------------------------
@@ -644,11 +743,12 @@ def _check_guards(run: _EnvRun, reproduction: str) -> list[Outcome]:
 
 # -- any query --------------------------------------------------------------------------------
 
-KINDS = ("prove", "env", "unbacked_env", "simplify")
+KINDS = ("prove", "env", "unbacked_env", "simplify", "simplify_divisions")
 
 
 def generate(kind: str, choose: Chooser) -> ProveQuery | EnvQuery | SimplifyQuery:
-    makers = {"prove": prove_query, "env": env_query, "unbacked_env": unbacked_env_query, "simplify": simplify_query}
+    makers = {"prove": prove_query, "env": env_query, "unbacked_env": unbacked_env_query, "simplify": simplify_query,
+              "simplify_divisions": division_simplify_query}
     return makers[kind](choose)
 
 

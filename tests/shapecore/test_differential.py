@@ -163,3 +163,12 @@ _U14 = diff.EnvSymbol("u0", 0, 14, None)
                                       ("add_fact", "u0 < 14"), ("evaluate_expr", "s0 <= 14"))))
 def test_shape_env_facts_on_unbacked_symbols_keep_the_hints_possible(query):
     _assert_right(query)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 5))
+@given(_queries(diff.division_simplify_query))
+# issue 19 C: s2 := CeilDiv(s0, 16) reached the digest after Eq(Mod(s2, 2), 0) was settled on s2's congruence
+@example(diff.SimplifyQuery(("(Gt(-s2 - 3, s0 + 4)) | (Eq(CeilDiv(s0, 16), s2))", "Eq(Mod(s2, 2), 0)"), (),
+                            Box((("s0", 0, 100), ("s2", 2, 8))), (("s0", 0, None), ("s2", 2, 8))))
+def test_simplify_keeps_disjunctions_with_divisions_equivalent(query):
+    _assert_right(query)
