@@ -145,6 +145,9 @@ class Llama(nn.Module):
 MODELS = {"8b": {}, "70b": {"dim": 8192, "heads": 64, "kv_heads": 8, "hidden": 28672}}
 """``Llama`` keywords per model: LLaMA-3-8B (the defaults) and LLaMA-3-70B."""
 
+PEER_MODELS = {"8b": {"dim": 4096, "n_heads": 32, "multiple_of": 1024}, "70b": {"dim": 8192, "n_heads": 64, "multiple_of": 4096}}
+"""The peer's ``TransformerModelArgs`` per model, the same dims (its FFN: 14336 and 28672)."""
+
 
 def _trace(layers: int, training: bool):
     with torch.device("meta"):
@@ -237,8 +240,8 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
-    """autoparallel (a checkout at ``path``) on its ``_testing.models.llama3`` with our dims, traced,
+def _peer_seconds(path: str, layers: int, shape: tuple[int, ...], model: str = "8b") -> dict:
+    """autoparallel (a checkout at ``path``) on its ``_testing.models.llama3`` with ``model``'s dims, traced,
     built and solved on a fake process group of ``shape``: wall and CPU seconds per phase.
 
     CPU seconds include waited child processes (PuLP runs its CBC solver as one).
@@ -268,8 +271,8 @@ def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
     dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=world)
     names = {1: ("dp",), 2: ("dp", "tp"), 3: ("pp", "dp", "tp")}[len(shape)]
     mesh = torch.distributed.device_mesh.init_device_mesh("cpu", shape, mesh_dim_names=names)
-    args = TransformerModelArgs(dim=4096, n_layers=layers, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3,
-                                multiple_of=1024, rope_theta=500000, vocab_size=128256, max_seq_len=SEQ)
+    args = TransformerModelArgs(**PEER_MODELS[model], n_layers=layers, n_kv_heads=8, ffn_dim_multiplier=1.3,
+                                rope_theta=500000, vocab_size=128256, max_seq_len=SEQ)
     with torch.device("meta"):
         model = Transformer(args)
 
@@ -301,7 +304,7 @@ def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
     return clock
 
 
-def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
+def _run_peer(path: str, layers: int, shape: tuple[int, ...], model: str = "8b") -> dict | str:
     """:func:`_peer_seconds` in a fresh process, or why it could not run."""
     import multiprocessing
 
@@ -309,7 +312,7 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
         return f"no autoparallel checkout at {path} (git clone meta-pytorch/autoparallel there)"
     try:
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(_peer_seconds, (path, layers, shape))
+            return pool.apply(_peer_seconds, (path, layers, shape, model))
     except Exception as exc:  # the peer is not ours to fix: report what stopped it
         return f"autoparallel failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -435,7 +438,7 @@ def _main_whole(args, options: PlanOptions) -> int:
             print(f"# shared layers: {row['shared_layers']}", flush=True)
             if not args.peer_autoparallel:
                 continue
-            peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape)
+            peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape, args.model)
             if isinstance(peer, str):
                 print(f"# peer skipped: {peer}", flush=True)
                 continue
