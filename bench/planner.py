@@ -29,10 +29,11 @@ on a fake process group, its trace, build and solve seconds beside ours:
 
     python bench/planner.py --whole --layers 32 --meshes 8x8 2x4x8 --peer-autoparallel ../autoparallel
 
-``--share-layers`` plans with ``plan_module(share_layers=True)`` (the decoder's first blocks
-traced, the rest copied); ``--model 70b`` takes LLaMA-3-70B's dims; the table gives the peak RSS:
+``plan_module`` traces the decoder's first blocks and copies the rest (its default path; a line
+says which blocks were copied); ``--trace-whole`` plans with ``plan_module(share_layers=False)``,
+every block traced; ``--model 70b`` takes LLaMA-3-70B's dims; the table gives the peak RSS:
 
-    python bench/planner.py --whole --share-layers --model 70b --layers 80 --meshes 8x8 4x8x8
+    python bench/planner.py --whole --model 70b --layers 80 --meshes 8x8 4x8x8
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ class Llama(nn.Module):
 MODELS = {"8b": {}, "70b": {"dim": 8192, "heads": 64, "kv_heads": 8, "hidden": 28672}}
 """``Llama`` keywords per model: LLaMA-3-8B (the defaults) and LLaMA-3-70B."""
 
+PEER_MODELS = {"8b": {"dim": 4096, "n_heads": 32, "multiple_of": 1024}, "70b": {"dim": 8192, "n_heads": 64, "multiple_of": 4096}}
+"""The peer's ``TransformerModelArgs`` per model, the same dims (its FFN: 14336 and 28672)."""
+
 
 def _trace(layers: int, training: bool):
     with torch.device("meta"):
@@ -236,8 +240,8 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
-    """autoparallel (a checkout at ``path``) on its ``_testing.models.llama3`` with our dims, traced,
+def _peer_seconds(path: str, layers: int, shape: tuple[int, ...], model: str = "8b") -> dict:
+    """autoparallel (a checkout at ``path``) on its ``_testing.models.llama3`` with ``model``'s dims, traced,
     built and solved on a fake process group of ``shape``: wall and CPU seconds per phase.
 
     CPU seconds include waited child processes (PuLP runs its CBC solver as one).
@@ -267,8 +271,8 @@ def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
     dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=world)
     names = {1: ("dp",), 2: ("dp", "tp"), 3: ("pp", "dp", "tp")}[len(shape)]
     mesh = torch.distributed.device_mesh.init_device_mesh("cpu", shape, mesh_dim_names=names)
-    args = TransformerModelArgs(dim=4096, n_layers=layers, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3,
-                                multiple_of=1024, rope_theta=500000, vocab_size=128256, max_seq_len=SEQ)
+    args = TransformerModelArgs(**PEER_MODELS[model], n_layers=layers, n_kv_heads=8, ffn_dim_multiplier=1.3,
+                                rope_theta=500000, vocab_size=128256, max_seq_len=SEQ)
     with torch.device("meta"):
         model = Transformer(args)
 
@@ -300,7 +304,7 @@ def _peer_seconds(path: str, layers: int, shape: tuple[int, ...]) -> dict:
     return clock
 
 
-def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
+def _run_peer(path: str, layers: int, shape: tuple[int, ...], model: str = "8b") -> dict | str:
     """:func:`_peer_seconds` in a fresh process, or why it could not run."""
     import multiprocessing
 
@@ -308,7 +312,7 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
         return f"no autoparallel checkout at {path} (git clone meta-pytorch/autoparallel there)"
     try:
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(_peer_seconds, (path, layers, shape))
+            return pool.apply(_peer_seconds, (path, layers, shape, model))
     except Exception as exc:  # the peer is not ours to fix: report what stopped it
         return f"autoparallel failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -316,10 +320,11 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...]) -> dict | str:
 # -- the whole call, per phase, beside the peer ---------------------------------------------------------
 
 
-def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool = False, dims: dict | None = None) -> dict:
+def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool | None = None,
+               dims: dict | None = None) -> dict:
     """One ``plan_module(training=True, objective="regret", share_layers=...)`` call on ``Llama(layers, **dims)``:
     wall and CPU seconds per phase (trace, build, bounds, solve, assemble, whole), the worst regret it
-    reports, its objective, and the peak resident memory of the process so far."""
+    reports, its objective, which blocks it shared, and the peak resident memory of the process so far."""
     with torch.device("meta"):
         model = Llama(layers, **(dims or {})).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
@@ -343,7 +348,7 @@ def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool
         row[f"{phase}_s"] += wall2 - wall
         row[f"{phase}_cpu_s"] += cpu2 - cpu
     row.update(whole_s=marks[-1][0] - start[0], whole_cpu_s=marks[-1][1] - start[1],
-               reported_worst=plan.worst_regret, objective_s=plan.stats.objective,
+               reported_worst=plan.worst_regret, objective_s=plan.stats.objective, shared_layers=plan.shared_layers,
                peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     return row
 
@@ -365,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-unclustered", action="store_true", help="also solve without clustering and follower merging")
     parser.add_argument("--whole", action="store_true",
                         help="time whole plan_module(training=True, objective='regret') calls per phase instead")
-    parser.add_argument("--share-layers", action="store_true",
-                        help="with --whole: plan_module(share_layers=True), the decoder's blocks traced once")
+    parser.add_argument("--trace-whole", action="store_true",
+                        help="with --whole: plan_module(share_layers=False), every block traced")
     parser.add_argument("--model", choices=sorted(MODELS), default="8b",
                         help="with --whole: LLaMA-3-8B's dims or LLaMA-3-70B's (dim 8192, 64 heads, FFN 28672)")
     parser.add_argument("--peer-autoparallel", metavar="PATH",
@@ -423,15 +428,17 @@ def _main_whole(args, options: PlanOptions) -> int:
     rows = []
     for layers in args.layers:
         for text in args.meshes:
-            row = whole_call(layers, _mesh(text), options, share_layers=args.share_layers, dims=MODELS[args.model])
+            row = whole_call(layers, _mesh(text), options, share_layers=False if args.trace_whole else None,
+                             dims=MODELS[args.model])
             row.update(who="shapecore", layers=layers, mesh=text)
             rows.append(row)
             cells = [f"{row[f'{p}_s']:6.1f} ({row[f'{p}_cpu_s']:4.1f})" for p in ("trace", "build", "bounds", "solve", "whole")]
             print(f"{'shapecore':12} {layers:>2} {text:6} {' '.join(cells)} {row['reported_worst']:6.3f} "
                   f"{row['objective_s']:10.6f} {row['peak_rss_gib']:7.2f}", flush=True)
+            print(f"# shared layers: {row['shared_layers']}", flush=True)
             if not args.peer_autoparallel:
                 continue
-            peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape)
+            peer = _run_peer(args.peer_autoparallel, layers, _mesh(text).shape, args.model)
             if isinstance(peer, str):
                 print(f"# peer skipped: {peer}", flush=True)
                 continue

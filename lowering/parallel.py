@@ -9,7 +9,7 @@ CUDA model on gloo or a CPU model on NCCL, is refused first, naming both devices
    decomposed ``torch.export`` graph, or with ``training=True`` a joint forward+backward
    graph), so the graph lowered is the graph planned;
 2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
-   error is raised on every rank); ``plan=`` skips planning;
+   error is raised as itself on every rank); ``plan=`` skips planning;
 3. :func:`~lowering.lower.lower` the plan, and register the model's parameters and buffers
    (:mod:`lowering.state`) as DTensors on the plan's mesh, placed as the plan places them,
    under the model's own names: ``parameters()``, ``named_parameters()`` and ``state_dict()``
@@ -74,26 +74,28 @@ __all__ = ["ParallelModule", "parallelize"]
 
 
 def _on_rank_zero(what: str, make: Any) -> Any:
-    """``make()`` on rank 0, its (picklable) result broadcast; its error raised on every rank."""
+    """``make()`` on rank 0, its (picklable) result broadcast; its error raised as itself on every rank."""
     import torch.distributed as dist
 
     message: list[Any] = [None]
+    error: Exception | None = None
     if dist.get_rank() == 0:
         try:
             message = [("ok", make())]
-        except Exception as error:  # noqa: BLE001 - re-raised on every rank below
+        except Exception as failure:  # noqa: BLE001 - re-raised on every rank below
             if dist.get_world_size() == 1:
                 raise
-            message = [("error", f"{type(error).__name__}: {error}")]
+            error, message = failure, [("error", _sendable(failure))]
     dist.broadcast_object_list(message, src=0)
     kind, body = message[0]
     if kind == "error":
-        raise LoweringError(f"{what} failed on rank 0: {body}")
+        _raise_from_rank(what, 0, body, error)
     return body
 
 
 def _together(what: str, make: Callable[[], Any]) -> Any:
-    """``make()`` on every rank, then one exchange of outcomes: if any rank failed, every rank raises.
+    """``make()`` on every rank, then one exchange of outcomes: if any rank failed, every rank raises
+    the error of the first rank that failed, as itself.
 
     Keeps a rank from waiting forever in the next collective for a peer that already failed.
     """
@@ -105,12 +107,40 @@ def _together(what: str, make: Callable[[], Any]) -> Any:
     except Exception as failure:  # noqa: BLE001 - shared with every rank below
         error = failure
     outcomes: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(outcomes, None if error is None else f"{type(error).__name__}: {error}")
-    failed = [(rank, text) for rank, text in enumerate(outcomes) if text is not None]
+    dist.all_gather_object(outcomes, None if error is None else _sendable(error))
+    failed = [(rank, sent) for rank, sent in enumerate(outcomes) if sent is not None]
     if failed:
-        rank, text = failed[0]
-        raise LoweringError(f"{what} failed on rank {rank}: {text}") from error
+        rank, sent = failed[0]
+        _raise_from_rank(what, rank, sent, error if rank == dist.get_rank() else None, cause=error)
     return result
+
+
+def _sendable(error: Exception) -> tuple[bytes | None, str]:
+    """``error`` as ranks exchange it: pickled when it comes back as itself (None otherwise), and as text."""
+    import pickle
+
+    try:
+        payload: bytes | None = pickle.dumps(error)
+        pickle.loads(payload)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - an error that does not pickle travels as text
+        payload = None
+    return payload, f"{type(error).__name__}: {error}"
+
+
+def _raise_from_rank(what: str, rank: int, sent: tuple[bytes | None, str], own: Exception | None,
+                     cause: Exception | None = None) -> None:
+    """Raise the error rank ``rank`` sent (``own`` on that rank, its copy elsewhere), noting what
+    failed where; one that does not pickle as a LoweringError with its text."""
+    import pickle
+
+    payload, text = sent
+    if payload is None:
+        raise LoweringError(f"{what} failed on rank {rank}: {text}") from (own or cause)
+    error = own if own is not None else pickle.loads(payload)
+    error.add_note(f"({what} failed on rank {rank})")
+    if own is not None:
+        raise error
+    raise error from cause
 
 
 def _named_state(model: Any) -> dict[str, tuple[str, Any]]:
@@ -237,15 +267,15 @@ class ParallelModule(nn.Module):
     labels as replicated and lets DTensor compute the loss on the output's pieces. ``plan_options`` go to :func:`planner.plan` (``constraints``,
     ``batch_sizes``, ``hardware``, ``memory_budget`` …); ``plan`` skips planning;
     ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
-    peer for benchmarks); ``share_layers=True`` (training) traces a run of alike blocks once
-    (:func:`shapecore.torch.trace_for_planning`: the same graph, in a fraction of the time on a
-    deep model); ``progress`` is called with the name of each construction phase as
+    peer for benchmarks); ``share_layers`` is :func:`shapecore.torch.trace_for_planning`'s (a
+    training trace takes a run of repeated blocks once when checked sound: the same graph, in a
+    fraction of the time on a deep model; False traces every block); ``progress`` is called with the name of each construction phase as
     it starts.
     """
 
     def __init__(self, model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                  training: bool = False, global_outputs: bool = False, plan: Plan | None = None,
-                 dynamic: bool = True, share_layers: bool = False, progress: Callable[[str], None] | None = None,
+                 dynamic: bool = True, share_layers: bool | None = None, progress: Callable[[str], None] | None = None,
                  **plan_options: Any) -> None:
         import planner
         from shapecore.torch import trace_for_planning

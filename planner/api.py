@@ -12,6 +12,7 @@ Both take how to plan as one :class:`~planner.options.PlanOptions`, or its field
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -218,7 +219,7 @@ def plan_module(
     dims: Mapping[str, str | sympy.Basic] | None = None,
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
-    share_layers: bool = False,
+    share_layers: bool | None = None,
     **keywords: Any,
 ) -> Plan:
     """Trace ``model`` (forward, or forward+backward with ``training=True``) and :func:`plan` it.
@@ -228,9 +229,11 @@ def plan_module(
     ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so the guards torch
     records there hold at the sizes the plan is costed for. ``constraints`` are written over the
     Dim names. ``options`` and ``keywords`` are :func:`plan`'s, checked before tracing.
-    ``share_layers=True`` (training) traces the first blocks of a run of alike blocks (a
-    decoder's layers) and copies the rest: one block's trace instead of each's; it assumes the
-    model's forward calls every block of the run alike (:mod:`shapecore.torch.repeated`).
+    A training trace takes a run of repeated blocks (a decoder's layers) for its first few and
+    copies the rest when the model is checked to compute them alike (:mod:`shapecore.torch.repeated`):
+    the same graph and plan, one block's trace instead of each's. ``plan.shared_layers`` says which
+    blocks were copied, or why none were; ``share_layers=False`` traces every block, ``True`` warns
+    when none could be shared.
     """
     options = options_from(options, keywords, caller="plan_module")
     inputs, hint = covering_inputs(model, example_inputs, dynamic_shapes, options.batch_sizes)
@@ -240,5 +243,6 @@ def plan_module(
     traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training,
                                 share_layers=share_layers)
     graph = traced.exported if traced.exported is not None else traced.graph_module
-    return plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})},
+    made = plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})},
                 range_origins=traced.range_origins, options=options, progress=progress)
+    return dataclasses.replace(made, shared_layers=traced.shared_layers)

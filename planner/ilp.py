@@ -72,6 +72,7 @@ import numpy as np
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
 from planner.relaxation import LinearRows, LpRelaxation, RelaxedBound
+from shapecore.errors import ShapecoreError
 
 __all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
 
@@ -620,10 +621,11 @@ class IlpModel:
         return MemoryBudgetError(self.memory_budget, self.problem.peak_breakdown(choices), exact)  # type: ignore[arg-type]
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(ShapecoreError, ValueError):
     """No plan fits ``budget`` (bytes per device): the plan needing the least memory needs
     ``memory`` (its peak: bytes per part, the batch point and the node where it is reached);
-    ``exact``: the solver proved no plan needs less (else it is the least found in the time limit)."""
+    ``exact``: the solver proved no plan needs less (else it is the least found in the time limit).
+    It pickles with these fields (a rank's error crosses ``lowering.launch`` as itself)."""
 
     def __init__(self, budget: float, memory: MemoryBreakdown, exact: bool) -> None:
         self.budget, self.memory, self.exact = budget, memory, exact

@@ -542,6 +542,10 @@ class Plan:
     runtime_asserts: tuple[str, ...] = ()
     """Conditions on data-dependent sizes (``u0 <= 1024``): no entry check can see them, so the
     lowered program checks each where the size is computed, before any collective reads it."""
+    shared_layers: str = ""
+    """Which blocks of a run of repeated ones :func:`~planner.api.plan_module` copied rather than
+    traced, or why none were (``Traced.shared_layers``); empty for a model with no such run, or a
+    plan of a given graph."""
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -656,6 +660,8 @@ class Plan:
         out.append("guards: " + ("; ".join(self.guards) if self.guards else "none"))
         if self.runtime_asserts:
             out.append("runtime asserts: " + "; ".join(self.runtime_asserts))
+        if self.shared_layers:
+            out.append(f"shared layers: {self.shared_layers}")
         unbacked = self.options.get("unbacked_sizes") or {}
         if unbacked:
             split = {name: {"split unevenly" if p.status == "uneven" else "proved and split evenly"
@@ -698,6 +704,7 @@ class Plan:
             "graph_outputs": [None if o is None else o.to_dict() for o in self.graph_outputs],
             "guards": list(self.guards),
             "runtime_asserts": list(self.runtime_asserts),
+            "shared_layers": self.shared_layers,
             "proofs": [p.to_dict() for p in self.proofs],
             "pruned": [p.to_dict() for p in self.pruned],
             "decisions": [d.to_dict() for d in self.decisions.values()],
@@ -745,4 +752,5 @@ class Plan:
             graph_outputs=tuple(None if o is None else GraphOutput.from_dict(o) for o in d["graph_outputs"]),
             options=dict(d["options"]),
             runtime_asserts=tuple(d.get("runtime_asserts", ())),
+            shared_layers=d.get("shared_layers", ""),
         )

@@ -55,6 +55,9 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
     "default_partition": ("torch._functorch.partitioners", "default_partition",
                           "a lowered joint graph split into forward and backward programs (saving, not recomputing)"),
     "OpOverload": ("torch._ops", "OpOverload", "the class of an ATen operator overload (a node's target)"),
+    "compiling_state_context": ("torch._export.utils", "_compiling_state_context",
+                                "export's compiling state around a run on the meta device that must take the "
+                                "trace's paths (shapecore.torch.repeated.check_blocks)"),
     # -- pytrees (the inputs and outputs of a call)
     "tree_flatten": ("torch.utils._pytree", "tree_flatten", "a call's inputs or outputs as leaves and a spec"),
     "tree_unflatten": ("torch.utils._pytree", "tree_unflatten", "leaves back into a call's structure"),

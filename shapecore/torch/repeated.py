@@ -1,36 +1,56 @@
 """Repeated layers traced once: the joint graph of a model with a run of identical blocks, built
-from a trace of its first :data:`TRACED_BLOCKS` blocks.
+from a trace of its first :data:`TRACED_BLOCKS` blocks, after checking that the model computes
+every other block as it computes the one copied.
 
-A decoder's blocks (an ``nn.ModuleList`` whose children are of one class, with equal
-configuration, parameter and buffer shapes, and no hooks) trace to the same region of the
-joint graph, each reading the previous one's output: tracing all of them costs one block's
-trace per block (about 1 CPU s for a LLaMA-3 block), which is most of a planning call.
-:func:`repeated_blocks` finds such a run, :func:`truncated` leaves its first
-:data:`TRACED_BLOCKS` blocks in the model while it is traced, and :func:`replicate` builds the
-joint graph of all the blocks from that trace: the first and the last block as traced, the two
-middle ones checked alike node for node (ops, shapes, module paths, and what each node reads:
-its own block's nodes and parameters, the neighbouring blocks' nodes at the same places, the
-same nodes outside), and the second middle one copied for every block in between, with its
-parameters' inputs, gradients and module paths renamed. The result is the graph the whole model
-traces to, node for node (names too, as FX numbers them: each copy moves the per-name counters on
-by the step between the two middle blocks; tested against the full trace).
+A decoder's blocks (an ``nn.ModuleList`` whose children have one structure: the same classes,
+parameter and buffer shapes) trace to the same region of the joint graph, each reading the
+previous one's output: tracing all of them costs one block's trace per block (about 1 CPU s for a
+LLaMA-3 block), which is most of a planning call. :func:`repeated_blocks` finds such a run,
+:func:`truncated` leaves its first :data:`TRACED_BLOCKS` blocks in the model while it is traced,
+and :func:`replicate` builds the joint graph of all the blocks from that trace: the first and the
+last block as traced, the two middle ones checked alike node for node (ops, shapes, module paths,
+and what each node reads: its own block's nodes and parameters, the neighbouring blocks' nodes at
+the same places, the same nodes outside), and the second middle one copied for every block in
+between, with its parameters' inputs, gradients and module paths renamed. The result is the graph
+the whole model traces to, node for node (names too, as FX numbers them: each copy moves the
+per-name counters on by the step between the two middle blocks; tested against the full trace).
 
-A block whose configuration differs from the others' (HF's ``layer_idx``, an attention type per
-layer) makes the run not alike: such models are traced whole.
+What makes that sound is :func:`check_blocks`, run before the trace. The model's forward runs
+twice on the meta device (no memory, no arithmetic), under export's compiling state as the trace
+runs it: with the traced blocks only, and with every block. Each call of a torch function or tensor
+method is recorded (which block makes it; its arguments, a tensor named by the call that made it,
+its parameter or its input; its outputs' metadata), and so is each block's call (its arguments)
+and what it returns. The run with every block must be the traced run with the middle block's
+records repeated for each block in between (its parameters renamed, what it reads of the previous
+block read of the previous copy): the same calls on the same tensors, around the blocks too. A
+block's attributes may differ from block to block (transformers' ``layer_idx``) only where nothing
+reads them: every attribute of a block's modules whose value is not the same in all blocks after
+the first is watched while the model runs, and one read refuses the run (Gemma-3's attention type
+per layer is read; ``layer_idx`` is not, without a KV cache).
 
-What is assumed, and why it is opt-in (``trace_for_planning(share_layers=True)``): that the
-model's own forward calls each block in the run alike, as it calls the traced ones (the same
-arguments, nothing between calls that depends on the block's index); blocks that are not alike
-as modules are never shared. When the traced blocks do not repeat as required,
-:func:`replicate` says why and the model is traced whole.
+So every block the trace stands for runs the same code on the same arguments, reading the same
+attribute values: each computes as the middle block does, size comparisons included (the guards
+they record are the same). That is also why the blocks between the traced ones do not run in the
+check: each replays the middle block's records as its own and returns the likes of its outputs,
+so the check costs two runs of four blocks, and what it compares are the calls around them. What
+is left assumed: the forward between the blocks does not compare sizes with a block's index (at
+the trace's sizes such a comparison may go one way for every block while the guards it records do
+not); no block, nor the forward, keeps state across block calls other than in the modules'
+attributes (a global counter) or reads an attribute other than as one (``vars(self)``); and a
+forward that treats a block apart on the trace's fake tensors does so on the meta device too.
+
+A run that fails the check, or whose traced blocks do not repeat as :func:`replicate` requires,
+is traced whole, and the reason is kept (``Traced.shared_layers``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
+import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,60 +58,90 @@ if TYPE_CHECKING:
     import torch
     from torch.fx import GraphModule, Node
 
-__all__ = ["TRACED_BLOCKS", "RepeatedBlocks", "repeated_blocks", "truncated", "replicate"]
+__all__ = ["TRACED_BLOCKS", "RepeatedBlocks", "repeated_blocks", "check_blocks", "truncated", "replicate"]
 
 TRACED_BLOCKS = 4
 """Blocks traced of a run: the first, two middle ones (checked alike) and the last."""
 
+_MIDDLE = 2
+"""The traced block copied for the blocks between the traced ones."""
+
 _SUFFIX = re.compile(r"(.*)_(\d+)$")  # FX's node names: base_number
+
+
+class _NotRepeating(Exception):
+    pass
 
 
 @dataclass(frozen=True)
 class RepeatedBlocks:
-    """A run of ``count`` alike blocks: the ``nn.ModuleList`` at ``path`` in the model."""
+    """A run of ``count`` blocks of one structure: the ``nn.ModuleList`` at ``path`` in the model.
+
+    ``varying`` names the attributes (``(submodule path in the block, attribute)``) whose values
+    are not the same in every block after the first: the forward must not read them
+    (:func:`check_blocks`)."""
 
     path: str
     blocks: Any
     count: int
+    varying: tuple[tuple[str, str], ...] = ()
+
+    def shared(self) -> str:
+        """Which blocks a trace of this run copies: a line for the plan."""
+        last = self.count - 1  # at least TRACED_BLOCKS + 2 blocks: two or more copied
+        return (f"{self.path}: blocks 0-{_MIDDLE} and {last} traced, {_MIDDLE + 1}-{last - 1} copied from block {_MIDDLE} "
+                f"(each checked to compute as block {_MIDDLE} does)")
 
 
-def _summary(value: Any, seen: set[int]) -> Any:
-    """What of a module's state decides its trace: classes, configuration values, tensors' metadata."""
+_MODULE_STATE = frozenset({"_parameters", "_buffers", "_modules"})  # compared as structure
+
+
+def _structure(block: torch.nn.Module) -> tuple[Any, ...]:
+    """What a block's trace is made of: its modules' classes, its parameters' and buffers' metadata."""
+    def tensors(named: Iterator[tuple[str, Any]]) -> tuple[Any, ...]:
+        return tuple((name, type(t), tuple(t.shape), t.dtype, t.layout, t.requires_grad) for name, t in named)
+
+    return (tuple((name, type(module)) for name, module in block.named_modules(remove_duplicate=False)),
+            tensors(block.named_parameters(remove_duplicate=False)), tensors(block.named_buffers(remove_duplicate=False)))
+
+
+def _attributes(block: torch.nn.Module) -> dict[tuple[str, str], Any]:
+    """Every attribute of the block's modules but their parameters, buffers and submodules."""
+    return {(prefix, name): value for prefix, module in block.named_modules(remove_duplicate=False)
+            for name, value in vars(module).items() if name not in _MODULE_STATE}
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), enum.Enum)
+_MISSING = object()  # an attribute some blocks lack
+
+
+def _same(first: Any, other: Any) -> bool:
+    """Whether two attribute values are provably the same to a forward that reads them: the same
+    object, or plain values (numbers, strings, partial functions, containers of them) equal with
+    their types; a tensor or any other object only as itself."""
     import torch
 
-    if isinstance(value, torch.nn.Module):
-        if id(value) in seen:
-            raise _NotAlike("a module reached twice")
-        seen.add(id(value))
-        return (type(value), tuple((name, _summary(v, seen)) for name, v in sorted(vars(value).items())))
-    if isinstance(value, torch.Tensor):
-        if id(value) in seen:
-            raise _NotAlike("a tensor shared")
-        seen.add(id(value))
-        return ("tensor", type(value), tuple(value.shape), value.dtype, value.layout, value.requires_grad)
-    if isinstance(value, dict):
-        return (type(value), tuple((k, _summary(v, seen)) for k, v in value.items()))
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return (type(value), tuple(_summary(v, seen) for v in value))
-    return value  # a function (a hook) compares as itself: blocks hooked apart are not alike
-
-
-class _NotAlike(Exception):
-    pass
-
-
-def _alike(first: Any, other: Any) -> bool:
-    try:
-        return bool(_summary(first, set()) == _summary(other, set()))
-    except _NotAlike:
+    if first is other:
+        return True
+    if type(first) is not type(other) or isinstance(first, (torch.Tensor, torch.nn.Module)):
         return False
-    except Exception:  # a configuration value that does not compare (an array): not provably alike
-        return False
+    if isinstance(first, _PLAIN) or isinstance(first, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return bool(first == other)
+    if isinstance(first, functools.partial):
+        return _same(first.func, other.func) and _same(first.args, other.args) and _same(first.keywords, other.keywords)
+    if isinstance(first, (list, tuple)):
+        return len(first) == len(other) and all(_same(a, b) for a, b in zip(first, other))
+    if isinstance(first, dict):
+        return list(first) == list(other) and all(_same(first[k], other[k]) for k in first)
+    if isinstance(first, (set, frozenset)):
+        return all(isinstance(v, _PLAIN) for v in first) and first == other
+    return False
 
 
 def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2) -> RepeatedBlocks | None:
-    """The longest ``nn.ModuleList`` in ``model`` of at least ``at_least`` alike blocks, none of
-    whose parameters or buffers is used anywhere else; None when there is none."""
+    """The longest ``nn.ModuleList`` in ``model`` of at least ``at_least`` blocks of one structure
+    (module classes, parameter and buffer shapes), none of whose parameters or buffers is used
+    anywhere else; None when there is none. Their attributes may differ (``RepeatedBlocks.varying``)."""
     import torch
 
     uses: dict[int, int] = {}
@@ -105,10 +155,337 @@ def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2
             continue
         blocks = list(module)
         owned = [t for b in blocks for _, t in (*b.named_parameters(remove_duplicate=False), *b.named_buffers(remove_duplicate=False))]
-        if any(uses.get(id(t), 0) != 1 for t in owned) or not all(_alike(blocks[0], b) for b in blocks[1:]):
+        if any(uses.get(id(t), 0) != 1 for t in owned) or len({id(b) for b in blocks}) != len(blocks):
             continue
-        best = RepeatedBlocks(path, module, len(blocks))
+        structure = _structure(blocks[0])
+        if any(_structure(b) != structure for b in blocks[1:]):
+            continue
+        attributes = [_attributes(b) for b in blocks[1:]]
+        keys = dict.fromkeys(key for a in attributes for key in a)
+        varying = sorted(key for key in keys if key not in attributes[0]
+                         or any(key not in other or not _same(attributes[0][key], other[key]) for other in attributes[1:]))
+        best = RepeatedBlocks(path, module, len(blocks), tuple(varying))
     return best
+
+
+# -- the check: every block computes as the copied one, on the meta device -----------------------------
+
+
+class _Recorder:
+    """A run of the model on the meta device, recorded: one entry per call of a torch function or
+    tensor method and per block call or return, ``(block, what, arguments, outputs)``; a tensor is
+    named by the call whose output it is (``("out", index, k)``), its parameter or buffer, or its
+    place among the inputs; a value made elsewhere by its metadata (and its data when small), any
+    other object as itself."""
+
+    def __init__(self, names: dict[int, tuple[Any, ...]]) -> None:
+        self.names = names
+        self.records: list[tuple[Any, ...]] = []
+        self.block: int | None = None
+        self.quiet = False  # the check's own calls (a replayed block's outputs made) are not the model's
+        self.outputs: dict[int, Any] = {}  # what each block returned
+        self.made: dict[tuple[Any, ...], Any] = {}  # a call's output tensor by its name
+        self.alive: list[Any] = []  # every object named by its id stays alive, so no id is reused
+
+    def value(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            name = self.names.get(id(value))
+            if name is None:  # made outside the calls seen (torch.tensor(2.0))
+                small = value.device.type != "meta" and value.numel() <= 64
+                name = ("tensor", tuple(value.shape), value.dtype, str(value.device),
+                        tuple(value.detach().flatten().tolist()) if small else id(value))
+                self.names[id(value)] = name
+                self.alive.append(value)
+            return name
+        if isinstance(value, (list, tuple)):
+            return (type(value), tuple(self.value(v) for v in value))
+        if isinstance(value, dict):
+            return (type(value), tuple((k, self.value(v)) for k, v in value.items()))
+        if isinstance(value, slice):
+            return (slice, self.value(value.start), self.value(value.stop), self.value(value.step))
+        if isinstance(value, _PLAIN) or value is Ellipsis or isinstance(
+                value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            return (type(value), value)
+        self.alive.append(value)
+        return ("object", id(value))
+
+    def name(self, tensor: Any, name: tuple[Any, ...]) -> None:
+        self.names[id(tensor)] = name
+        self.made[name] = tensor
+        self.alive.append(tensor)
+
+    def called(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        import torch
+
+        index = len(self.records)
+        outputs = []
+        for k, value in enumerate(out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(value, torch.Tensor):
+                self.name(value, ("out", index, k))
+                outputs.append((tuple(value.shape), value.stride(), value.dtype, value.requires_grad))
+            else:
+                outputs.append(self.value(value))
+        self.records.append((self.block, func, self.value((args, kwargs)), tuple(outputs)))
+
+    def enter(self, block: int, args: Any, kwargs: Any) -> None:
+        self.block = block
+        self.records.append((block, "call", self.value((args, kwargs)), ()))
+
+    def leave(self, block: int, output: Any) -> None:
+        self.records.append((block, "return", self.value(output), ()))
+        self.outputs[block] = output
+        self.block = None
+
+
+
+def _spans(records: list[tuple[Any, ...]]) -> dict[int, tuple[int, int]]:
+    """Where each block's records start and end, for the blocks whose records are in one piece."""
+    spans: dict[int, tuple[int, int]] = {}
+    pieces: dict[int, int] = {}
+    for k, record in enumerate(records):
+        block = record[0]
+        if block is not None and (k == 0 or records[k - 1][0] != block):
+            pieces[block] = pieces.get(block, 0) + 1
+            spans[block] = (k, k + 1)
+        elif block is not None:
+            spans[block] = (spans[block][0], k + 1)
+    return {block: span for block, span in spans.items() if pieces[block] == 1}
+
+
+def _renamed_value(value: Any, path: str, layer: int | None, calls: Callable[[int], int]) -> Any:
+    """A recorded value as block ``layer`` has it: parameters renamed to that block's, a call's
+    output at ``calls(index)``."""
+    if isinstance(value, tuple) and value:
+        if value[0] == "out" and len(value) == 3:
+            return ("out", calls(value[1]), value[2])
+        if value[0] == "param" and layer is not None and _layer(path, value[1]) is not None:
+            return ("param", _renamed(path, value[1], layer))
+        return tuple(_renamed_value(v, path, layer, calls) for v in value)
+    return value
+
+
+def _copied(start: int, end: int, before: int, c: int) -> Callable[[int], int]:
+    """Where block :data:`_MIDDLE` + ``c`` reads what the middle block (records ``start:end``)
+    reads at ``index``: its own calls moved on by ``c`` blocks, the previous block's (those of
+    block :data:`_MIDDLE` - 1 from ``before``) the previous copy's, the rest where they are."""
+    length = end - start
+
+    def calls(index: int) -> int:
+        if start <= index < end:
+            return index + c * length
+        if before <= index < before + length:
+            return start + (c - 1) * length + index - before
+        return index
+    return calls
+
+
+def _expected(records: list[tuple[Any, ...]], path: str, count: int) -> list[tuple[Any, ...]] | str:
+    """The records of the run with ``count`` blocks that the traced run's records (``TRACED_BLOCKS``
+    blocks) stand for: block :data:`_MIDDLE`'s repeated after it for every block in between, the last
+    block renumbered; or why the traced run has no such form."""
+    spans = _spans(records)
+    if sorted(spans, key=lambda b: spans[b]) != list(range(TRACED_BLOCKS)):
+        return "the traced blocks do not each run once, in order"
+    (start, end), before = spans[_MIDDLE], spans[_MIDDLE - 1][0]
+    extra = count - TRACED_BLOCKS
+    shift = extra * (end - start)
+
+    def after(index: int, last: bool) -> int:  # the last block reads the last copy, not block MIDDLE
+        return index + shift if index >= end or (last and start <= index < end) else index
+
+    expected = records[:end]
+    for c in range(1, extra + 1):
+        calls = _copied(start, end, before, c)
+        expected += [(_MIDDLE + c, r[1], _renamed_value(r[2], path, _MIDDLE + c, calls), r[3]) for r in records[start:end]]
+    for block, what, args, outputs in records[end:]:
+        layer = None if block is None else count - 1
+        args = _renamed_value(args, path, layer, functools.partial(after, last=block is not None))
+        expected.append((layer, what, args, outputs))
+    return expected
+
+
+@contextlib.contextmanager
+def _attribute_reads(watched: dict[int, frozenset[str]], modules: Sequence[Any],
+                     reads: list[tuple[int, str]]) -> Iterator[None]:
+    """Each read of an attribute named in ``watched[id(module)]`` of one of ``modules`` is appended
+    to ``reads`` as ``(id(module), name)``, inside the context (their classes' ``__getattribute__``
+    wrapped, then restored)."""
+    names = frozenset().union(*watched.values()) if watched else frozenset()
+    classes = list(dict.fromkeys(type(m) for m in modules if id(m) in watched))
+    patched: list[tuple[type, Any]] = []
+
+    def wrap(original: Any) -> Any:
+        def __getattribute__(self: Any, name: str) -> Any:
+            if name in names and name in watched.get(id(self), ()):
+                reads.append((id(self), name))
+            return original(self, name)
+        return __getattribute__
+
+    try:
+        for cls in classes:
+            patched.append((cls, cls.__dict__.get("__getattribute__")))
+            cls.__getattribute__ = wrap(cls.__getattribute__)  # type: ignore[method-assign]
+        yield
+    finally:
+        for cls, own in reversed(patched):
+            if own is None:
+                del cls.__getattribute__
+            else:
+                cls.__getattribute__ = own  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _replayed(recorder: _Recorder, run: RepeatedBlocks) -> Iterator[None]:
+    """Blocks :data:`_MIDDLE` + 1 to the last but one do not run inside the context: each records
+    the middle block's calls as its own and returns what the middle block returned, as its own
+    outputs. Called as the middle block was (the records say), a block of one structure whose
+    differing attributes are never read computes as the middle block does; the calls around it
+    are what the check reads."""
+    from shapecore.torch.private import tree_map
+
+    blocks = list(run.blocks)
+
+    def stub(c: int) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            spans = _spans(recorder.records)
+            if _MIDDLE not in spans or _MIDDLE - 1 not in spans:
+                raise _NotRepeating(f"blocks {_MIDDLE - 1} and {_MIDDLE} do not each run once before block {_MIDDLE + c}")
+            (start, end), before = spans[_MIDDLE], spans[_MIDDLE - 1][0]
+            calls = _copied(start, end, before, c)
+            layer = _MIDDLE + c
+            recorder.records += [(layer, r[1], _renamed_value(r[2], run.path, layer, calls), r[3])
+                                 for r in recorder.records[start + 1:end - 1]]
+
+            def output(value: Any) -> Any:
+                if not isinstance(value, torch.Tensor):
+                    return value
+                name = recorder.names[id(value)]
+                renamed = _renamed_value(name, run.path, layer, calls)
+                if renamed == name or renamed in recorder.made:
+                    return recorder.made.get(renamed, value)
+                made = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta",
+                                           requires_grad=value.requires_grad)
+                recorder.name(made, renamed)
+                return made
+            recorder.quiet = True
+            try:
+                return tree_map(output, recorder.outputs[_MIDDLE])
+            finally:
+                recorder.quiet = False
+        return forward
+
+    replaced = [(block, block.__dict__.get("forward")) for block in blocks[_MIDDLE + 1:-1]]
+    try:
+        for c, (block, _) in enumerate(replaced, start=1):
+            block.forward = stub(c)
+        yield
+    finally:
+        for block, own in replaced:
+            if own is None:
+                del block.forward
+            else:
+                block.forward = own
+
+
+def _recorded(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlocks, *,
+              replay: bool, watched: dict[int, frozenset[str]]) -> tuple[list[tuple[Any, ...]], list[tuple[int, str]]]:
+    """The records of ``model``'s forward over ``args`` on the meta device (:class:`_Recorder`),
+    ``run``'s blocks labelled by their index (``replay``: those between the traced ones replayed,
+    :func:`_replayed`), and the reads of ``watched`` attributes."""
+    import torch
+
+    from shapecore.torch.private import compiling_state_context
+
+    names: dict[int, tuple[Any, ...]] = {}
+    on_meta: dict[int, Any] = {}
+    state: dict[str, Any] = {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if id(tensor) not in on_meta:
+            on_meta[id(tensor)] = torch.empty_like(tensor, device="meta").requires_grad_(tensor.requires_grad)
+            names[id(on_meta[id(tensor)])] = ("param", name)
+        state[name] = on_meta[id(tensor)]
+    inputs = []
+    for k, value in enumerate(args):
+        if isinstance(value, torch.Tensor):
+            value = torch.empty_like(value, device="meta").requires_grad_(value.requires_grad)
+            names[id(value)] = ("input", k)
+        inputs.append(value)
+    recorder = _Recorder(names)
+
+    class Recording(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if not recorder.quiet:
+                recorder.called(func, args, kwargs or {}, out)
+            return out
+
+    blocks = list(run.blocks)
+    hooks = []
+    for k, block in enumerate(blocks):
+        hooks.append(block.register_forward_pre_hook(lambda m, a, kw, k=k: recorder.enter(k, a, kw), with_kwargs=True))
+        hooks.append(block.register_forward_hook(lambda m, a, out, k=k: recorder.leave(k, out)))
+    reads: list[tuple[int, str]] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            if replay:
+                stack.enter_context(_replayed(recorder, run))
+            stack.enter_context(_attribute_reads(watched, [m for b in blocks for m in b.modules()], reads))
+            stack.enter_context(compiling_state_context())
+            stack.enter_context(Recording())
+            output = torch.func.functional_call(model, state, tuple(inputs), tie_weights=True, strict=False)
+            recorder.records.append((None, "return", recorder.value(output), ()))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return recorder.records, reads
+
+
+def check_blocks(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlocks) -> str | None:
+    """None when ``model``'s forward over ``args`` computes every block of ``run`` as a trace of its
+    first :data:`TRACED_BLOCKS` blocks, replicated, stands for them (see the module docstring);
+    else why not, naming the first block that differs."""
+    blocks = list(run.blocks)
+    watched: dict[int, set[str]] = {}
+    owner: dict[int, tuple[int, str]] = {}
+    for k, block in enumerate(blocks[1:], start=1):
+        modules = dict(block.named_modules(remove_duplicate=False))
+        for prefix, name in run.varying:
+            watched.setdefault(id(modules[prefix]), set()).add(name)
+            owner[id(modules[prefix])] = (k, prefix)
+    frozen = {k: frozenset(v) for k, v in watched.items()}
+    try:
+        full, reads = _recorded(model, args, run, replay=True, watched=frozen)
+        with truncated(run):
+            traced, _ = _recorded(model, args, run, replay=False, watched={})
+    except _NotRepeating as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a model that does not run on the meta device is traced whole
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return f"its forward does not run on the meta device ({type(exc).__name__}: {text})"
+    if reads:
+        (_, prefix), name = owner[reads[0][0]], reads[0][1]
+        values = [_attributes(block).get((prefix, name), _MISSING) for block in blocks[1:]]
+        odd = next(k for k, value in enumerate(values, start=1) if not _same(value, values[0]))
+        attribute = f"{prefix}.{name}" if prefix else name
+        return f"block {odd}'s {attribute!r} differs from block 1's, and the forward reads it"
+    expected = _expected(traced, run.path, run.count)
+    if isinstance(expected, str):
+        return expected
+    for ours, theirs in zip(expected, full):
+        if ours != theirs:
+            where = theirs[0] if theirs[0] is not None else ours[0]
+            what = {"call": "the arguments it is called with", "return": "what it returns"}.get(
+                theirs[1], f"a call of {getattr(theirs[1], '__name__', theirs[1])}")
+            if where is None:
+                return f"the forward outside the blocks is not the same with {run.count} blocks as with {TRACED_BLOCKS} ({what})"
+            return f"block {where} is not called or computed as block {_MIDDLE} is ({what})"
+    if len(expected) != len(full):
+        return f"the forward with {run.count} blocks does not end as with {TRACED_BLOCKS}"
+    return None
 
 
 @contextlib.contextmanager
@@ -256,10 +633,6 @@ class _Regions:
             out.append((node.op, node.target, str(args), _val_key(node.meta.get("val")), stacks,
                         node.meta.get("partitioner_tag"), node.meta.get("autograd_backward")))
         return out
-
-
-class _NotRepeating(Exception):
-    pass
 
 
 def replicate(gm: GraphModule, path: str, count: int, codegen: Callable[[Any, int, int, int], None]) -> GraphModule | str:

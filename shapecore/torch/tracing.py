@@ -13,8 +13,10 @@ attention, normalizations, activations); or, for training, the joint forward+bac
 symbolic as ``torch.export`` makes them (the same symbols, ranges, ``Dim`` names and
 constraint checks), whose inputs and outputs carry descriptors (parameter, user input,
 tangent; gradient, user output); a tied parameter is read through the input of its first
-name, with one gradient. torch's ShapeEnv is handed to shapecore after the trace, so every
-guard is included.
+name, with one gradient. A run of repeated blocks (a decoder's layers) is traced for its first
+few and the rest copied, when the model is checked to compute them alike
+(:mod:`shapecore.torch.repeated`). torch's ShapeEnv is handed to shapecore after the trace, so
+every guard is included.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from shapecore.env import ShapeEnv
 from shapecore.errors import ShapecoreError
 from shapecore.torch.expressions import map_expr
 from shapecore.torch.fake import graph_shape_env
-from shapecore.torch.repeated import TRACED_BLOCKS, repeated_blocks, replicate, truncated
+from shapecore.torch.repeated import TRACED_BLOCKS, check_blocks, repeated_blocks, replicate, truncated
 from shapecore.torch.shape_env import first_sources, from_torch, range_origins, source_name, torch_guards
 
 if TYPE_CHECKING:
@@ -110,6 +112,8 @@ class Traced:
     name, ``dim_exprs`` every ``Dim`` name (derived ones such as ``8*k`` too) to its expression
     over symbols; ``exported`` is the ``ExportedProgram`` (None for a joint graph) and ``error``
     the text of the "Constraints violated" error when it was returned instead of raised.
+    ``shared_layers`` (a training trace for planning): which blocks of a run of repeated ones were
+    copied rather than traced, or why none were; '' when there is no run (:func:`trace_for_planning`).
     """
 
     graph_module: GraphModule | None
@@ -122,6 +126,7 @@ class Traced:
     dim_exprs: dict[str, sympy.Basic] = field(default_factory=dict)
     exported: ExportedProgram | None = None
     error: str | None = None
+    shared_layers: str = ""
 
 
 def _trace_shape_env(gm: GraphModule) -> TorchShapeEnv:
@@ -394,43 +399,57 @@ def _read_tied_parameters_once(gm: GraphModule, model: torch.nn.Module) -> None:
 
 
 def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
-           share_layers: bool) -> tuple[GraphModule, TorchShapeEnv]:
-    """The joint graph and its ShapeEnv; with ``share_layers``, a run of alike blocks traced once
-    (:mod:`shapecore.torch.repeated`), or the whole model with a warning saying why not."""
+           share_layers: bool | None) -> tuple[GraphModule, TorchShapeEnv, str]:
+    """The joint graph, its ShapeEnv, and which blocks of a run of repeated ones were copied rather
+    than traced, or why none were ('' when there is no such run or ``share_layers`` is False): the
+    run traced once when :mod:`shapecore.torch.repeated` finds it and its check passes, else the
+    whole model, with a warning when ``share_layers`` is True."""
     from shapecore.torch.private import joint_graph_with_export_shapes, set_joint_calling_convention
 
-    run = repeated_blocks(model) if share_layers else None
-    if run is not None:
-        with truncated(run), _recording_module_stack(model):
-            gm, shape_env = joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
-        made = replicate(gm, run.path, run.count, functools.partial(set_joint_calling_convention, like=gm.graph))
-        if not isinstance(made, str):
-            return made, shape_env
-        warnings.warn(f"share_layers: the blocks of {run.path!r} are traced one by one: {made}", stacklevel=3)
-    elif share_layers:
-        warnings.warn(f"share_layers: {type(model).__name__} has no nn.ModuleList of {TRACED_BLOCKS + 2} or more alike "
-                      f"blocks (same class, configuration and parameter shapes, no parameter shared elsewhere): "
-                      f"traced whole", stacklevel=3)
+    run = repeated_blocks(model) if share_layers is not False else None
+    shared = ""
+    if run is None and share_layers:
+        warnings.warn(f"share_layers: traced whole: {type(model).__name__} has no nn.ModuleList of {TRACED_BLOCKS + 2} "
+                      f"or more blocks of one structure, none of whose parameters is used elsewhere", stacklevel=3)
+    elif run is not None:
+        why = check_blocks(model, args, run)
+        if why is None:
+            with truncated(run), _recording_module_stack(model):
+                gm, shape_env = joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
+            made = replicate(gm, run.path, run.count, functools.partial(set_joint_calling_convention, like=gm.graph))
+            if not isinstance(made, str):
+                return made, shape_env, run.shared()
+            why = made
+        shared = f"none ({run.path}: {why})"
+        if share_layers:
+            warnings.warn(f"share_layers: traced whole: {run.path}: {why}", stacklevel=3)
     with _recording_module_stack(model):
-        return joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
+        gm, shape_env = joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
+    return gm, shape_env, shared
 
 
 def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any,
-                       training: bool = False, share_layers: bool = False) -> Traced:
+                       training: bool = False, share_layers: bool | None = None) -> Traced:
     """The graph the planner plans and the lowering lowers (see the module docstring).
 
     ``graph_module`` is the decomposed export graph, ``exported`` its ``ExportedProgram`` (whose
     signature names the parameters); with ``training=True`` the joint forward+backward graph,
     and ``exported`` is None. ``dim_exprs`` name the ``Dim`` objects of ``dynamic_shapes``.
-    ``share_layers=True`` (training only) traces the first blocks of a run of alike blocks and
-    copies the rest (:mod:`shapecore.torch.repeated`, which says what that assumes of the model).
-    A forward that branches on a data-dependent value raises :class:`DataDependentBranchError`.
+    A training trace takes a run of repeated blocks (a decoder's layers) for its first
+    :data:`~shapecore.torch.repeated.TRACED_BLOCKS` and copies the rest, when the model is checked
+    to compute every block as the one copied (:mod:`shapecore.torch.repeated`): the same graph, in a
+    fraction of the time on a deep model; ``shared_layers`` says which blocks were copied, or why
+    none of the run were ('' when the model has none). ``share_layers=False`` traces every block;
+    ``True`` warns when no block could be shared. The forward trace is always taken whole
+    (``share_layers=True`` is refused there). A forward that branches on a data-dependent value
+    raises :class:`DataDependentBranchError`.
     """
     if share_layers and not training:
         raise ValueError("share_layers=True shares the blocks of the training (joint) trace: pass training=True too")
+    shared = ""
     with backend_neutral(), _branches_named():
         if training:
-            gm, shape_env = _joint(model, tuple(example_inputs), dynamic_shapes, share_layers)
+            gm, shape_env, shared = _joint(model, tuple(example_inputs), dynamic_shapes, share_layers)
             _read_tied_parameters_once(gm, model)
             planned = None
         else:
@@ -439,7 +458,8 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
             planned = exported.run_decompositions(_decompositions())
             gm = planned.graph_module
     dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
-    return _traced(gm, shape_env, 1000, dims=_dims(dim_exprs), dim_exprs=dim_exprs, exported=planned)
+    return _traced(gm, shape_env, 1000, dims=_dims(dim_exprs), dim_exprs=dim_exprs, exported=planned,
+                   shared_layers=shared)
 
 
 # -- torch.compile and make_fx ------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from torch.export import Dim
 from lowering import GuardViolation, InputError, RankMismatch, launch
 from lowering.demo import MEMORY_BUDGET
 from lowering.examples import MLP, Attention, Decoder
-from lowering.parallel import ParallelModule
+from lowering.parallel import ParallelModule, _on_rank_zero, _together
+from planner import MemoryBreakdown, MemoryBudgetError
 from planner.mesh import Mesh
 from planner.placements import format_placements
 from tests.lowering.budgets import sharding_window
@@ -367,7 +368,7 @@ def _construct_with_one_broken_rank(rank):
     try:
         ParallelModule(_BrokenOnRankOne(rank), (torch.randn(4, 4),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,))
     except Exception as error:  # noqa: BLE001 - the test inspects it
-        return type(error).__name__, str(error)
+        return type(error).__name__, str(error), error.__notes__
     return None
 
 
@@ -375,6 +376,51 @@ def test_a_rank_failing_during_construction_fails_every_rank_instead_of_hanging(
     start = time.monotonic()
     results = launch(_construct_with_one_broken_rank, 2, timeout=TIMEOUT)
     assert time.monotonic() - start < 60
-    for kind, message in results:
-        assert kind == "LoweringError"
-        assert message.startswith("tracing failed on rank 1: RuntimeError: this rank's model cannot be traced")
+    assert results == [("RuntimeError", "this rank's model cannot be traced", ["(tracing failed on rank 1)"])] * 2
+
+
+def _budget_error() -> MemoryBudgetError:
+    return MemoryBudgetError(1e6, MemoryBreakdown(parameters=2e6, point={"batch": 8}, node="mm_1"), True)
+
+
+def _raising(error: Exception, *, on: int, rank: int):
+    def make():
+        if rank == on:
+            raise error
+        return rank
+    return make
+
+
+def _errors_shared_between_ranks(rank):
+    class Unpicklable(Exception):  # a local class: pickle cannot find it
+        pass
+
+    seen = []
+    for share in (lambda: _on_rank_zero("planning", _raising(_budget_error(), on=0, rank=rank)),
+                  lambda: _together("lowering", _raising(_budget_error(), on=1, rank=rank)),
+                  lambda: _together("compiling", _raising(Unpicklable("no way back"), on=1, rank=rank))):
+        try:
+            share()
+        except Exception as error:  # noqa: BLE001 - the test inspects it
+            seen.append((type(error).__name__, str(error), getattr(error, "memory", None), getattr(error, "__notes__", [])))
+    return seen
+
+
+def test_an_error_on_one_rank_is_raised_as_itself_on_every_rank_with_its_fields():
+    results = launch(_errors_shared_between_ranks, 2, timeout=TIMEOUT)
+    budget = _budget_error()
+    assert results == [[
+        ("MemoryBudgetError", str(budget), budget.memory, ["(planning failed on rank 0)"]),
+        ("MemoryBudgetError", str(budget), budget.memory, ["(lowering failed on rank 1)"]),
+        ("LoweringError", "compiling failed on rank 1: Unpicklable: no way back", None, []),  # no way back as itself
+    ]] * 2
+
+
+def _plan_over_budget(rank):
+    return _on_rank_zero("planning", _raising(_budget_error(), on=0, rank=rank))
+
+
+def test_launch_reports_a_planning_error_as_itself_not_as_a_rank_failure():
+    with pytest.raises(MemoryBudgetError) as caught:
+        launch(_plan_over_budget, 2, timeout=TIMEOUT)
+    assert (caught.value.budget, caught.value.memory, caught.value.exact) == (1e6, _budget_error().memory, True)

@@ -82,6 +82,28 @@ def _t5_encoder() -> nn.Module:
     return FirstOutput(transformers.T5EncoderModel(config))
 
 
+def transformers_decoder(name: str, layers: int, **config: Any) -> nn.Module:
+    """A transformers causal LM (``gpt2``, ``llama``, ``qwen2``, ``mistral``, ``phi3``, ``gemma3``) of
+    ``layers`` decoder layers in a tiny configuration (width 16, vocabulary 32), seeded, in eval
+    mode, as ``ids -> logits``; ``config`` adds to its configuration."""
+    import transformers
+
+    sizes = dict(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=16, use_cache=False, bos_token_id=0, eos_token_id=0,
+                 pad_token_id=0)
+    configs = {
+        "gpt2": lambda: transformers.GPT2Config(n_layer=layers, n_embd=16, n_head=2, vocab_size=32, n_positions=16,
+                                                use_cache=False, bos_token_id=0, eos_token_id=0, **config),
+        "llama": lambda: transformers.LlamaConfig(**sizes, **config),
+        "qwen2": lambda: transformers.Qwen2Config(**sizes, **config),
+        "mistral": lambda: transformers.MistralConfig(**sizes, **config),
+        "phi3": lambda: transformers.Phi3Config(**sizes, **config),
+        "gemma3": lambda: transformers.Gemma3TextConfig(**sizes, head_dim=4, sliding_window=4, **config),
+    }
+    torch.manual_seed(0)
+    return FirstOutput(transformers.AutoModelForCausalLM.from_config(configs[name]())).eval()
+
+
 def _token_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(batch)
     return (torch.randint(0, VOCAB, (batch, SEQ), generator=generator),

@@ -13,7 +13,7 @@ import planner
 from planner import Mesh
 from planner.api import prepare
 from shapecore.torch import trace_for_planning
-from tests.planner.models import MLP, on_meta
+from tests.planner.models import MLP, Decoder, on_meta
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +184,35 @@ def test_plans_read_with_the_users_dim_names(mlp_trace):
     assert "dim 0 (size batch) split over axis0: Eq(Mod(batch, 4), 0) proved" in node
     assert symbol not in summary + node + plan.explain()
     assert all(name in plan.explain() for name in plan.decisions)
+
+
+def _shared_and_whole(model, tokens, spec):
+    options = dict(dynamic_shapes=spec, mesh=Mesh((2,)), training=True, batch_sizes=[8, 64], objective="regret")
+    return planner.plan_module(model, (tokens,), **options), planner.plan_module(model, (tokens,), share_layers=False,
+                                                                                  **options)
+
+
+def _without_sharing(plan):
+    return dataclasses.replace(plan, shared_layers="").to_json()
+
+
+def test_a_decoder_plans_alike_with_its_layers_shared_by_default_or_traced_whole():
+    tokens = torch.randint(0, 256, (8, 32), device="meta")
+    shared, whole = _shared_and_whole(on_meta(Decoder, 6), tokens, {"tokens": {0: Dim("batch")}})
+    assert shared.shared_layers.startswith("layers: blocks 0-2 and 5 traced, 3-4 copied from block 2")
+    assert whole.shared_layers == ""
+    assert _without_sharing(shared) == _without_sharing(whole)
+    assert f"shared layers: {shared.shared_layers}" in str(shared)
+    assert planner.Plan.from_json(shared.to_json()).shared_layers == shared.shared_layers
+
+
+@pytest.mark.slow  # four joint traces of transformers models: tens of CPU seconds
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_transformers_decoder_plans_alike_with_its_layers_shared_or_traced_whole(name):
+    from tests.models.zoo import transformers_decoder
+
+    shared, whole = _shared_and_whole(transformers_decoder(name, 6), torch.randint(0, 32, (8, 8)),
+                                      {"ids": {0: Dim("batch")}})
+    assert shared.shared_layers.endswith(": blocks 0-2 and 5 traced, 3-4 copied from block 2 "
+                                         "(each checked to compute as block 2 does)"), shared.shared_layers
+    assert _without_sharing(shared) == _without_sharing(whole)

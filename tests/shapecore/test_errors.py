@@ -1,11 +1,14 @@
 """The errors shapecore raises: each is a ShapecoreError and the built-in error callers already
 catch, its message names the culprit and the fix (the fix a DataDependentError suggests works),
 and it survives pickling with its fields (errors cross process boundaries: multiprocessing,
-a rank's failure re-raised by ``lowering.launch``)."""
+a rank's failure re-raised by ``lowering.launch``), as every public error of shapecore, planner
+and lowering does, found by walking their modules."""
 
 from __future__ import annotations
 
+import importlib
 import pickle
+import pkgutil
 import re
 
 import pytest
@@ -98,3 +101,65 @@ def test_each_error_survives_pickling_with_its_message_and_fields(case):
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is type(error) and str(copy) == str(error) and copy.args == error.args
     assert vars(copy) == vars(error)
+
+
+def _public_errors() -> set[type[BaseException]]:
+    """Every exception class a public module of shapecore, planner or lowering defines under a public name."""
+    found = set()
+    for package in ("shapecore", "planner", "lowering"):
+        root = importlib.import_module(package)
+        for module in pkgutil.walk_packages(root.__path__, f"{package}."):
+            if any(part.startswith("_") for part in module.name.split(".")):
+                continue
+            for name, value in vars(importlib.import_module(module.name)).items():
+                if (isinstance(value, type) and issubclass(value, BaseException) and not name.startswith("_")
+                        and value.__module__ == module.name):
+                    found.add(value)
+    return found
+
+
+def _examples() -> dict[type[BaseException], BaseException]:
+    """One instance of every public error, made as the code that raises it makes it."""
+    import sympy
+
+    from lowering import GuardViolation, InputError, LaunchTimeout, LoweringError, RankFailure, RankMismatch
+    from planner import MemoryBreakdown, MemoryBudgetError
+    from planner.placement_constraints import MinShards, Pin, PlacementConflict
+    from shapecore.cli import UsageError
+    from shapecore.torch.expressions import UnmappableExpressionError
+
+    x = sympy.Symbol("x", integer=True)
+    made = [RAISED[case]() for case in RAISED] + [
+        ShapecoreError("a message"),
+        UsageError("g.txt:1:2: unexpected token"),
+        UnmappableExpressionError(sympy.Function("f")(x), sympy.Function("f")(x) + 1, "to torch"),
+        PlacementConflict("they conflict on fc1.weight", (Pin("fc1.weight", "R"), MinShards(2)), "fc1.weight"),
+        MemoryBudgetError(1e6, MemoryBreakdown(parameters=2e6, activations=5e5, point={"batch": 8}, node="mm_1"), True),
+        LoweringError("node relu: the local result has shape [4*b0, 8] but placement R"),
+        GuardViolation("batch 6 breaks Eq(Mod(s0, 4), 0)", guard="Eq(Mod(s0, 4), 0)", values={"s0": 6}),
+        RankMismatch("rank 1 passed a batch of 8, rank 0 of 16"),
+        InputError("input 0 (x): expected float32, got float64"),
+        LaunchTimeout("rank(s) 1 of 2 did not finish in time"),
+        RankFailure("rank 1 exited with code -9"),
+    ]
+    return {type(error): error for error in made}
+
+
+def test_every_public_error_of_the_packages_survives_pickling_with_its_message_and_fields():
+    examples = _examples()
+    assert _public_errors() <= examples.keys(), "an error class with no example here: add one"
+    for kind, error in examples.items():
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is kind and str(copy) == str(error) and copy.args == error.args, kind
+        assert _plain(vars(copy)) == _plain(vars(error)), kind
+
+
+def _plain(value):
+    """``value`` comparable by content: an object equal only to itself as its type and fields."""
+    if isinstance(value, (list, tuple)):
+        return type(value), [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if type(value).__eq__ is object.__eq__ and hasattr(value, "__dict__"):
+        return type(value), _plain(vars(value))
+    return value

@@ -1,9 +1,10 @@
-"""Repeated layers traced once: the joint graph built from the first blocks' trace is the graph
-the whole model traces to, node for node; blocks that are not alike, or not called alike, are
-traced whole."""
+"""Repeated layers traced once, by default: the joint graph built from the first blocks' trace is
+the graph the whole model traces to, node for node (transformers' decoders too); blocks the model
+computes apart (an attribute its forward reads, a call made apart) are traced whole."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -13,49 +14,68 @@ from torch import nn
 from torch.export import Dim
 
 from shapecore.torch import trace_for_planning
-from shapecore.torch.repeated import TRACED_BLOCKS, repeated_blocks, replicate, truncated
+from shapecore.torch.repeated import TRACED_BLOCKS, check_blocks, repeated_blocks, replicate, truncated
+from tests.models.zoo import transformers_decoder
 
 SPEC = {"tokens": {0: Dim("batch")}}
 
 
 class _Block(nn.Module):
-    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
+    def __init__(self, dim: int = 16, hidden: int = 32, index: int = 0) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(dim)
         self.attention = nn.Linear(dim, dim, bias=False)
         self.up = nn.Linear(dim, hidden)
         self.down = nn.Linear(hidden, dim)
+        self.index = index  # never read by the forward, as transformers' layer_idx without a cache
+        self.gated = False
+        self.widest = None
 
     def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.norm(x)) * scale
+        if self.gated:  # an attribute that changes the computation
+            h = h * torch.sigmoid(h)
+        if self.widest is not None and x.shape[0] > self.widest:  # one that changes a guard only
+            h = h * 1.0
         return h + self.down(F.silu(self.up(h)))
 
 
 class _Decoder(nn.Module):
-    """Alike blocks between an embedding and a head, all reading one buffer, as RoPE tables are read."""
+    """Blocks between an embedding and a head, all reading one buffer, as RoPE tables are read."""
 
     def __init__(self, layers: int, odd_block: int | None = None, doubled_after: int | None = None,
-                 every_hidden_state: bool = False) -> None:
+                 every_hidden_state: bool = False, index_passed: bool = False) -> None:
         super().__init__()
         self.embed = nn.Embedding(32, 16)
-        self.layers = nn.ModuleList([_Block(hidden=48 if k == odd_block else 32) for k in range(layers)])
+        self.layers = nn.ModuleList([_Block(hidden=48 if k == odd_block else 32, index=k) for k in range(layers)])
         self.norm = nn.RMSNorm(16)
         self.head = nn.Linear(16, 32, bias=False)
         self.register_buffer("scale", torch.ones(8, 1), persistent=False)
         self.doubled_after = doubled_after
         self.every_hidden_state = every_hidden_state
+        self.index_passed = index_passed
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.embed(tokens)
         scale = self.scale[: tokens.shape[1]]
         states = []
         for k, layer in enumerate(self.layers):
-            h = layer(h, scale)
+            h = layer(h, scale * k) if self.index_passed else layer(h, scale)
             states.append(h)
             if k == self.doubled_after:  # the model's own forward treats one block apart
                 h = h * 2
         logits = self.head(self.norm(h))
         return (logits, *states) if self.every_hidden_state else logits
+
+
+class _Twice(_Decoder):
+    """Every block run twice, as a model that reuses its layers."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for layer in [*self.layers, *self.layers]:
+            h = layer(h, self.scale[: tokens.shape[1]])
+        return self.head(self.norm(h))
 
 
 def _trace(model: nn.Module, share_layers: bool):
@@ -70,14 +90,28 @@ def _described(gm):
              n.meta.get("partitioner_tag")) for n in gm.graph.nodes]
 
 
+def _traced(model: nn.Module, share_layers: bool | None = None, spec=SPEC):
+    return trace_for_planning(model, (torch.randint(0, 32, (4, 8)),), dynamic_shapes=spec, training=True,
+                              share_layers=share_layers)
+
+
+def _shared_silently(model: nn.Module, spec=SPEC):
+    """The default trace, which must share blocks and warn of nothing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        traced = _traced(model, spec=spec)
+    assert "copied from block 2" in traced.shared_layers, traced.shared_layers
+    return traced
+
+
 @pytest.mark.parametrize("layers", [TRACED_BLOCKS + 2, TRACED_BLOCKS + 5])
 def test_a_run_of_alike_blocks_traced_once_is_the_graph_of_the_whole_model(layers):
     torch.manual_seed(0)
     model = _Decoder(layers)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # shared, not traced whole with a warning
-        shared = _trace(model, share_layers=True)
-    whole = _trace(model, share_layers=False)
+    traced = _shared_silently(model)
+    shared, whole = traced.graph_module, _trace(model, share_layers=False)
+    assert traced.shared_layers == (f"layers: blocks 0-2 and {layers - 1} traced, 3-{layers - 2} copied from block 2 "
+                                    f"(each checked to compute as block 2 does)")
     assert _described(shared) == _described(whole)
     assert shared.code == whole.code
     assert len(list(model.layers)) == layers and [n for n, _ in model.layers.named_children()] == [str(k) for k in range(layers)]
@@ -90,34 +124,87 @@ def test_a_run_of_alike_blocks_traced_once_is_the_graph_of_the_whole_model(layer
         assert (ours is None and theirs is None) or torch.equal(ours, theirs)
 
 
-def test_blocks_not_alike_as_modules_are_not_shared():
+def test_blocks_of_one_structure_are_a_run_whatever_their_attributes():
     assert repeated_blocks(_Decoder(8)).count == 8
+    assert repeated_blocks(_Decoder(8)).varying == (("", "index"),)  # differs from block 1 on; never read
+    assert repeated_blocks(_odd(6, extra=1)).varying == (("", "extra"), ("", "index"))  # one block's own attribute
+    assert repeated_blocks(_odd(0, gated=True)).varying == (("", "index"),)  # the first block is traced as it is
     assert repeated_blocks(_Decoder(8, odd_block=6)) is None  # a block of another width
     assert repeated_blocks(_Decoder(TRACED_BLOCKS + 1)) is None  # too few to gain from sharing
     tied = _Decoder(8)
     tied.layers[5].up.weight = tied.layers[4].up.weight
     assert repeated_blocks(tied) is None
-    hooked = _Decoder(8)
-    hooked.layers[3].register_forward_hook(lambda *args: None)
-    assert repeated_blocks(hooked) is None
 
 
-@pytest.mark.parametrize(("apart", "why"), [
-    ({"doubled_after": 1}, "the two middle blocks traced differently"),
-    ({"every_hidden_state": True}, "the two middle blocks traced differently"),  # each reads its own tangent
-], ids=["one-block-apart", "output-per-block"])
-def test_blocks_the_forward_treats_apart_are_traced_whole_and_the_warning_says_why(apart, why):
-    model = _Decoder(8, **apart)
-    with pytest.warns(UserWarning, match=f"blocks of 'layers' are traced one by one: .*{why}"):
-        shared = _trace(model, share_layers=True)
-    assert _described(shared) == _described(_trace(model, share_layers=False))
+def _odd(block: int, **attributes) -> _Decoder:
+    model = _Decoder(8)
+    for name, value in attributes.items():
+        setattr(model.layers[block], name, value)
+    return model
 
 
-def test_a_model_with_no_run_of_alike_blocks_is_traced_whole_and_the_warning_says_so():
-    model = _Decoder(8, odd_block=6)
-    with pytest.warns(UserWarning, match="share_layers: _Decoder has no nn.ModuleList of 6 or more alike blocks"):
-        shared = _trace(model, share_layers=True)
-    assert _described(shared) == _described(_trace(model, share_layers=False))
+def _hooked(block: int) -> _Decoder:
+    model = _Decoder(8)
+    model.layers[block].register_forward_hook(lambda *args: None)
+    return model
+
+
+@pytest.mark.parametrize(("build", "why"), [
+    (lambda: _odd(5, gated=True), "block 5's 'gated' differs from block 1's, and the forward reads it"),
+    (lambda: _odd(6, widest=3), "block 6's 'widest' differs from block 1's, and the forward reads it"),  # a guard only
+    (lambda: _hooked(4), "block 4's '_forward_hooks' differs from block 1's, and the forward reads it"),
+    (lambda: _Decoder(8, doubled_after=5), "block 6 is not called or computed as block 2 is (a call of mul)"),
+    (lambda: _Decoder(8, doubled_after=1),
+     "block 3 is not called or computed as block 2 is (the arguments it is called with)"),
+    (lambda: _Decoder(8, index_passed=True), "block 3 is not called or computed as block 2 is (a call of mul)"),
+    (lambda: _Decoder(8, every_hidden_state=True),
+     "the forward outside the blocks is not the same with 8 blocks as with 4 (what it returns)"),
+    (lambda: _Twice(8), "blocks 1 and 2 do not each run once before block 3"),
+], ids=["gated", "guard-only", "hooked", "treated-apart", "treated-apart-among-traced", "index-passed",
+        "output-per-block", "run-twice"])
+def test_blocks_the_model_computes_apart_fail_the_check_which_says_why(build, why):
+    model = build()
+    run = repeated_blocks(model)
+    assert run is not None and check_blocks(model, (torch.randint(0, 32, (4, 8)),), run) == why
+
+
+def test_a_run_that_fails_the_check_is_traced_whole_silently_and_the_trace_says_why():
+    model = _Decoder(8, doubled_after=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default path does not warn
+        traced = _traced(model)
+    why = "block 6 is not called or computed as block 2 is (a call of mul)"
+    assert traced.shared_layers == f"none (layers: {why})"
+    with pytest.warns(UserWarning, match=re.escape(f"share_layers: traced whole: layers: {why}")):  # asked: a warning
+        asked = _traced(model, share_layers=True)
+    assert _described(traced.graph_module) == _described(asked.graph_module)
+
+
+def test_a_guard_only_an_odd_block_records_is_not_lost():
+    model = _odd(6, widest=3)  # block 6 alone asks for batch > 3, which narrows Dim("batch"): the whole trace fails
+    with pytest.raises(Exception, match="Constraints violated .*\n.* guard 4 <= L\\['tokens'\\]"):
+        _traced(model)
+
+
+def test_asked_to_share_blocks_it_cannot_it_warns_why():
+    with pytest.warns(UserWarning, match="share_layers: traced whole: _Decoder has no nn.ModuleList of 6 or more"):
+        traced = _traced(_Decoder(2), share_layers=True)
+    assert traced.shared_layers == ""  # nothing repeated: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _traced(_Decoder(2)).shared_layers == _traced(_Decoder(2), share_layers=False).shared_layers == ""
+
+
+def test_the_check_leaves_the_model_as_it_was():
+    model = _odd(5, gated=True)
+
+    def state():
+        return ([(name, id(m), {k: v for k, v in vars(m).items() if k != "_modules"}) for name, m in model.named_modules()],
+                [(name, p.data_ptr()) for name, p in model.named_parameters()], "__getattribute__" in vars(_Block))
+
+    before = state()
+    check_blocks(model, (torch.randint(0, 32, (4, 8)),), repeated_blocks(model))
+    assert state() == before
 
 
 def test_truncation_restores_the_blocks_under_their_names():
@@ -136,6 +223,39 @@ def test_replicate_says_why_when_the_trace_has_no_such_blocks():
     assert "not in one run per block" in replicate(gm, "norm", 8, lambda *args: None)
 
 
-def test_sharing_the_forward_trace_s_blocks_is_refused_by_name():
+def test_sharing_the_forward_trace_s_blocks_is_refused_by_name_and_not_tried_by_default():
     with pytest.raises(ValueError, match="share_layers=True .* training=True"):
         trace_for_planning(_Decoder(8), (torch.randint(0, 32, (4, 8)),), dynamic_shapes=SPEC, share_layers=True)
+    traced = trace_for_planning(_Decoder(8), (torch.randint(0, 32, (4, 8)),), dynamic_shapes=SPEC)
+    assert traced.shared_layers == ""
+
+
+# -- transformers' decoders: layer_idx is never read without a cache ------------------------------------
+
+
+IDS = {"ids": {0: Dim("batch")}}
+ALL_SLIDING = {"layer_types": ["sliding_attention"] * (TRACED_BLOCKS + 2)}
+DECODERS = [("gpt2", {}), ("llama", {}), ("qwen2", {}), ("mistral", {}), ("phi3", {}), ("gemma3", ALL_SLIDING)]
+NAMES = ["gpt2", "llama", "qwen2", "mistral", "phi3", "gemma3-all-sliding"]
+
+
+@pytest.mark.parametrize(("name", "extra"), DECODERS, ids=NAMES)
+def test_a_transformers_decoder_passes_the_check_though_each_layer_has_its_own_index(name, extra):
+    model = transformers_decoder(name, TRACED_BLOCKS + 2, **extra)
+    run = repeated_blocks(model)
+    assert run is not None and run.count == TRACED_BLOCKS + 2 and any(a == "layer_idx" for _, a in run.varying)
+    assert check_blocks(model, (torch.randint(0, 32, (4, 8)),), run) is None
+
+
+def test_gemma3_s_full_attention_layer_among_sliding_ones_fails_the_check():
+    model = transformers_decoder("gemma3", TRACED_BLOCKS + 2)  # layers 0-4 slide over 4 tokens, layer 5 attends to all
+    why = check_blocks(model, (torch.randint(0, 32, (4, 8)),), repeated_blocks(model))
+    assert why is not None and why.startswith("block 5's ") and why.endswith("differs from block 1's, and the forward reads it")
+
+
+@pytest.mark.slow  # two joint traces of a transformers model: tens of CPU seconds
+@pytest.mark.parametrize(("name", "extra"), DECODERS, ids=NAMES)
+def test_a_transformers_decoder_s_shared_trace_is_its_whole_graph(name, extra):
+    model = transformers_decoder(name, TRACED_BLOCKS + 2, **extra)
+    shared = _shared_silently(model, IDS).graph_module
+    assert _described(shared) == _described(_traced(model, False, IDS).graph_module)
