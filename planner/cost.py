@@ -4,10 +4,15 @@ Every quantity is a vector over the plan's batch points (:mod:`planner.batches`)
 planner minimizes its expectation. The default :class:`AlphaBetaCostModel`:
 
 * **collectives** — alpha-beta with ring factors on the link the mesh axis runs over. With
-  ``n`` ranks on the axis, latency ``a`` and bandwidth ``B`` (bytes/s per device):
-  ``all_gather`` ``(n-1)·a + (n-1)/n · out/B``; ``reduce_scatter`` ``(n-1)·a + (n-1)/n · in/B``;
-  ``all_reduce`` ``2(n-1)·a + 2(n-1)/n · S/B``; ``all_to_all`` ``(n-1)·a + (n-1)/n · S/B``;
-  a local ``chunk`` or ``to_partial`` is free. ``out``/``in``/``S`` are local bytes per device.
+  ``n`` ranks on the axis, latency ``a`` (each collective's launch included) and bandwidth
+  ``B`` (bytes/s per device): ``all_gather`` ``(n-1)·a + (n-1)/n · out/B``; ``reduce_scatter``
+  ``(n-1)·a + (n-1)/n · in/B``; ``all_reduce`` ``2(n-1)·a + 2(n-1)/n · S/B``; ``all_to_all``
+  ``(n-1)·a + (n-1)/n · S/B``; a local ``chunk`` or ``to_partial`` is one op: its launch
+  (:attr:`Hardware.launch`; its bytes are not priced, as Inductor often fuses the slice or the
+  mask into the op that reads it). ``out``/``in``/``S`` are local bytes per device. So every
+  step has a fixed cost, and among placements that move the same bytes the plan takes the one
+  with fewer steps. A step over a mesh axis of size 1 is nothing (the lowering emits no op for
+  it) and costs 0; the planner never places anything but ``Replicate`` on such an axis.
   Mesh axes are laid out innermost-last: the last axes whose sizes multiply to at most
   ``devices_per_node`` use the intra-node link, the others the inter-node link. A
   :class:`Hardware` measured by :func:`planner.calibrate` carries its own figures per mesh axis
@@ -80,6 +85,9 @@ class Hardware:
     devices_per_node: int
     mesh_shape: tuple[int, ...] | None = None
     links: tuple[LinkCost, ...] = ()
+    launch: float = 5e-6
+    """Seconds a local step of a redistribution (``chunk``, ``to_partial``) costs before it moves a
+    byte: one op's launch. A collective's launch is part of its latency."""
 
     def link(self, mesh_shape: Sequence[int], axis: int, kind: str) -> LinkCost | None:
         """The measured figures of ``kind`` on ``axis`` when measured on a mesh of ``mesh_shape``, else None."""
@@ -97,13 +105,14 @@ class Hardware:
     def from_dict(cls, data: Mapping[str, Any]) -> Hardware:
         if data.get("format") != HARDWARE_FORMAT:
             raise ValueError(f"not a hardware document (format {data.get('format')!r}, expected {HARDWARE_FORMAT!r})")
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(data))
+        missing = sorted(names - optional - set(data))
         if missing:
             raise ValueError(f"hardware document lacks {', '.join(missing)}")
-        fields = {k: data[k] for k in names}
-        fields["mesh_shape"] = None if data["mesh_shape"] is None else tuple(data["mesh_shape"])
-        fields["links"] = tuple(LinkCost(**link) for link in data["links"])
+        fields = {k: data[k] for k in names if k in data}
+        fields["mesh_shape"] = None if data.get("mesh_shape") is None else tuple(data["mesh_shape"])
+        fields["links"] = tuple(LinkCost(**link) for link in data.get("links", ()))
         return cls(**fields)
 
     def to_json(self) -> str:
@@ -211,20 +220,21 @@ class AlphaBetaCostModel:
 
     def collective_seconds(self, kind: CollectiveKind, axis: int, before: np.ndarray, after: np.ndarray) -> np.ndarray:
         n = self.mesh.shape[axis]
-        if kind in ("chunk", "to_partial") or n == 1:
+        if kind not in ("chunk", "to_partial", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
+            raise ValueError(f"unknown collective {kind!r}")
+        if n == 1:
             return np.zeros_like(before)
-        measured = self.hardware.link(self.mesh.shape, axis, kind)
+        hw = self.hardware
+        if kind in ("chunk", "to_partial"):  # one local op, which Inductor may fuse into its reader
+            return np.full_like(before, hw.launch)
+        measured = hw.link(self.mesh.shape, axis, kind)
         latency, bandwidth = (measured.latency, measured.bandwidth) if measured else self._links[axis]
         ring = (n - 1) / n
         if kind == "all_gather":
             return (n - 1) * latency + ring * after / bandwidth
-        if kind == "reduce_scatter":
-            return (n - 1) * latency + ring * before / bandwidth
         if kind == "all_reduce":
             return 2 * (n - 1) * latency + 2 * ring * before / bandwidth
-        if kind == "all_to_all":
-            return (n - 1) * latency + ring * before / bandwidth
-        raise ValueError(f"unknown collective {kind!r}")
+        return (n - 1) * latency + ring * before / bandwidth  # reduce_scatter, all_to_all
 
     def compute_seconds(self, node: GraphNode, operands: Sequence[LocalTensor], outputs: Sequence[LocalTensor | None]) -> np.ndarray:
         name = _packet(node.target)

@@ -393,6 +393,8 @@ class IlpModel:
                 return Solution(choices=choices, status="optimal", objective=objective, bound=objective, gap=0.0,
                                 variables=self.model.num_cols, constraints=self.model.num_rows,
                                 build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
+        if not self.model.num_cols:  # every decision has one choice (python-mip refuses a model without a column)
+            return self._only_plan(constant, start, time_limit)
         self.model.objective = self._linear(costs)
         status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
@@ -411,6 +413,16 @@ class IlpModel:
             build_seconds=self.build_seconds,
             solve_seconds=time.perf_counter() - start,
         )
+
+    def _only_plan(self, cost: float, start: float, time_limit: float) -> Solution:
+        """The one plan there is, when no decision has a choice (a plan on a one-device mesh)."""
+        choices = self._chosen()
+        peak = float(self.problem.peak_memory(choices).total.max())
+        if self.memory_budget is not None and peak > self.memory_budget * (1 + _MEMORY_TOLERANCE):
+            raise self._over_budget(time_limit)
+        return Solution(choices=choices, status="optimal", objective=cost, bound=cost, gap=0.0, variables=0,
+                        constraints=self.model.num_rows, build_seconds=self.build_seconds,
+                        solve_seconds=time.perf_counter() - start)
 
     def lower_bound(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Optimum:
         """A lower bound on the ``weights``-expected cost of every plan: the LP relaxation's optimum

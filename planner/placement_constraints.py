@@ -13,6 +13,9 @@ pattern (:func:`fnmatch.fnmatchcase`) matched against a parameter's or buffer's 
 and against FX node names (``"layers.*.mlp.fc1.weight"``, ``"mm_3"``); or a predicate called
 with a :class:`NodeInfo`. A constraint whose target matches no node is an error naming it.
 
+On a mesh axis of size 1 every placement is ``Replicate`` (one rank's piece is the whole): a
+``Pin`` there asks for ``Replicate``, and ``RequireShard`` on it holds for every placement.
+
 The planner removes every decision choice that breaks a constraint before it solves, so the
 ILP and the greedy baseline both obey them; a constrained node neither follows its producer
 nor shares its decision with layers that are not constrained alike. When no choice is left,
@@ -33,7 +36,8 @@ import sympy
 
 from planner.graph import GraphNode, TensorMeta
 from planner.mesh import Mesh
-from planner.placements import Codes, Placement, code_shard_axes, encode, format_codes, parse_placement, parse_placements
+from planner.placements import (Codes, Placement, canonical, code_shard_axes, encode, format_codes, parse_placement,
+                                parse_placements)
 from shapecore.errors import ShapecoreError
 
 if TYPE_CHECKING:
@@ -171,6 +175,7 @@ class Pin(PlacementConstraint):
             one = parse_placement(placements) if isinstance(placements, str) else placements
             self.codes = encode((one,))  # type: ignore[arg-type]
         self._axis = 0
+        self._codes = self.codes  # as bound to a mesh: canonical there
 
     def __str__(self) -> str:
         where = "" if self.axis is None else f", axis={self.axis!r}"
@@ -181,15 +186,17 @@ class Pin(PlacementConstraint):
             if len(self.codes) != mesh.ndim:
                 raise ValueError(f"{self}: {len(self.codes)} placements for the {mesh.ndim}-axis mesh {mesh}; "
                                  "give one per axis, or one with axis=")
+            self._codes = canonical(self.codes, mesh.shape)
         else:
             self._axis = _axis_index(mesh, self.axis, self)
+            self._codes = canonical(self.codes, mesh.shape[self._axis:self._axis + 1])
 
     def applies_to(self, info: NodeInfo) -> bool:
         return self._matches(self.target, info)
 
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
         codes = candidate.outputs[0]
-        return codes == self.codes if self.axis is None else codes[self._axis] == self.codes[0]  # type: ignore[index]
+        return codes == self._codes if self.axis is None else codes[self._axis] == self._codes[0]  # type: ignore[index]
 
 
 class MinShards(PlacementConstraint):
@@ -297,6 +304,8 @@ class RequireShard(_DimOnAxis):
         return self._data_dependent and any(self._has_dim(m) for m in node.outputs)
 
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
+        if self._sizes[self._axis] == 1:
+            return True  # one piece is the whole: every placement splits the Dim "1 way"
         if self._data_dependent and not any(self._has_dim(m) for m in operand_metas):
             return True  # where the size is born
         for meta, codes in zip(node.outputs, candidate.outputs):

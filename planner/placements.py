@@ -92,12 +92,6 @@ def shard_factor(ps: Sequence[Placement], mesh_shape: Sequence[int], dim: int) -
     return math.prod(mesh_shape[a] for a in shard_axes(ps, dim))
 
 
-
-
-
-
-
-
 # -- compact codes for the planner's inner loops ------------------------------------------------
 #
 # Hashing DTensor placement objects is slow, and the planner hashes placements millions of
@@ -142,6 +136,13 @@ def format_code(code: int) -> str:
 
 def format_codes(codes: Codes | None) -> str:
     return "-" if codes is None else ",".join(format_code(c) for c in codes)
+
+
+def canonical(codes: Codes, mesh_shape: Sequence[int]) -> Codes:
+    """``codes`` with ``R`` on every mesh axis of size 1: one rank's ``Shard`` is the whole tensor
+    and its ``Partial`` the whole sum, so on such an axis every placement holds the same data, and
+    only ``R`` needs no step to become any other."""
+    return tuple(R_CODE if mesh_shape[a] == 1 else c for a, c in enumerate(codes))
 
 
 def code_shard_axes(codes: Codes, dim: int) -> tuple[int, ...]:

@@ -3,7 +3,11 @@
 A node's proposals come from the first strategy provider that answers for it; a placeholder
 or an output may take any non-partial placement (only ``Replicate`` for a user output under
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
-covers is replicated (and listed in ``Problem.uncovered``). A proposal survives when every
+covers is replicated (and listed in ``Problem.uncovered``). Every proposal is first made
+canonical (:func:`~planner.placements.canonical`): on a mesh axis of size 1 each placement is
+``Replicate``, and the op's own collectives over such an axis are dropped, so a size-1 axis
+places nothing and no redistribution ever steps on it; proposals that become equal are one.
+A proposal survives when every
 sharded dim of its outputs and operands passes the divisibility policy; it is then priced
 (compute seconds, with the collectives the op itself performs, and the bytes its outputs hold
 per device when the node holds a storage of its own: :class:`~planner.problem.liveness.Liveness`)
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.graph import GraphNode, PlanGraph, TensorMeta
-from planner.placements import R_CODE, Codes, decode, encode, format_codes, shard_code
+from planner.placements import R_CODE, Codes, canonical, decode, encode, format_codes, shard_code
 from planner.problem.model import Candidate
 from planner.strategies.base import Strategy, StrategyProvider
 
@@ -96,6 +100,7 @@ def _survivors(problem: Problem, node: GraphNode, proposals: list[Proposal], pro
     pruned: list[tuple[str, str]] = []
     seen: set[tuple] = set()
     for strategy, outs, ins in proposals:
+        strategy, outs, ins = _canonical(problem.mesh.shape, strategy, outs, ins)
         if (outs, ins) in seen:
             continue
         seen.add((outs, ins))
@@ -112,6 +117,18 @@ def _survivors(problem: Problem, node: GraphNode, proposals: list[Proposal], pro
             f"every strategy of node {node.name} ({node.target}) was pruned; first reason: {pruned[0][1] if pruned else 'none proposed'}"
         )
     return survivors, pruned
+
+
+def _canonical(shape: tuple[int, ...], strategy: Strategy | None, outs: tuple, ins: tuple) -> Proposal:
+    """The proposal with ``R`` on the mesh axes of size 1, and without the op's collectives over them."""
+    if 1 not in shape or any(p is not None and len(p) != len(shape) for p in (*outs, *ins)):
+        return strategy, outs, ins  # nothing to do, or a misfit that _rejection names
+    outs = tuple(None if p is None else canonical(p, shape) for p in outs)
+    ins = tuple(canonical(p, shape) for p in ins)
+    if strategy is not None:
+        strategy = Strategy(tuple(None if p is None else decode(p) for p in outs), tuple(decode(p) for p in ins),
+                            strategy.rule, tuple((axis, n) for axis, n in strategy.all_reduces if shape[axis] > 1))
+    return strategy, outs, ins
 
 
 def _rejection(problem: Problem, node: GraphNode, outs: tuple, ins: tuple, operand_metas: list[TensorMeta]) -> str | None:

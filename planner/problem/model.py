@@ -25,7 +25,7 @@ from planner.cost import CostModel, LocalTensor
 from planner.divisibility import Divisibility, Verdict
 from planner.graph import PlanGraph, TensorMeta
 from planner.mesh import Mesh
-from planner.placements import Codes, code_shard_axes, format_codes
+from planner.placements import Codes, canonical, code_shard_axes, format_codes
 from planner.plan import MEMORY_PARTS, CollectiveKind, MemoryBreakdown
 from planner.problem.liveness import Liveness
 from planner.resharding import StateGraph
@@ -189,7 +189,9 @@ class Problem:
         return found
 
     def allowed(self, meta: TensorMeta, codes: Codes) -> bool:
-        return all(v.allowed for _, _, v in self.verdicts(meta, codes))
+        """Whether a tensor like ``meta`` may be placed as ``codes``: canonical (nothing but ``R``
+        on a mesh axis of size 1) and every split allowed by the divisibility policy."""
+        return canonical(codes, self.mesh.shape) == codes and all(v.allowed for _, _, v in self.verdicts(meta, codes))
 
     # -- redistribution ---------------------------------------------------------------------
 

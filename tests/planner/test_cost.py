@@ -25,10 +25,29 @@ def test_collectives_follow_ring_factors():
     np.testing.assert_allclose(scatter, gather)
     reduce = model.collective_seconds("all_reduce", 0, nbytes, nbytes)
     np.testing.assert_allclose(reduce, 2 * gather)
-    np.testing.assert_allclose(model.collective_seconds("chunk", 0, nbytes, nbytes / 4), 0)
-    np.testing.assert_allclose(model.collective_seconds("to_partial", 0, nbytes, nbytes), 0)
+    np.testing.assert_allclose(model.collective_seconds("chunk", 0, nbytes, nbytes / 4), hw.launch)
+    np.testing.assert_allclose(model.collective_seconds("to_partial", 0, nbytes, nbytes), hw.launch)
     with pytest.raises(ValueError, match="unknown collective"):
         model.collective_seconds("broadcast", 0, nbytes, nbytes)  # type: ignore[arg-type]
+
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk", "to_partial")
+
+
+@pytest.mark.parametrize("preset", sorted(HARDWARE_PRESETS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_step_has_a_fixed_cost_and_a_step_over_one_rank_costs_nothing(preset, kind):
+    # so among placements that move the same bytes, fewer steps are cheaper; and a size-1 axis moves nothing
+    model = AlphaBetaCostModel(preset, Mesh((2, 1)))
+    none = np.zeros(1)
+    assert model.collective_seconds(kind, 0, none, none)[0] > 0
+    assert model.collective_seconds(kind, 1, np.array([1e6]), np.array([1e6]))[0] == 0
+
+
+def test_a_hardware_document_without_a_launch_cost_takes_the_default():
+    data = HARDWARE_PRESETS["cpu-gloo"].to_dict()
+    del data["launch"]
+    assert Hardware.from_dict(data) == HARDWARE_PRESETS["cpu-gloo"]
 
 
 @pytest.mark.parametrize("shape, inside", [((8, 8), (False, True)), ((2, 4), (True, True)), ((2, 4, 8), (False, False, True)), ((16,), (False,))])

@@ -45,11 +45,25 @@ def test_ilp_objective_equals_brute_force(tiny_mlp, solver):
     assert solution.objective == pytest.approx(float(tiny_mlp.evaluate(solution.choices, weights).total @ weights), rel=1e-9)
 
 
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_a_problem_with_one_plan_solves_to_it_and_a_budget_it_breaks_is_refused(solver):
+    # on a one-device mesh every decision has one choice: the model has no column (python-mip refused it)
+    problem = problem_of(on_meta(MLP, 32, 64), torch.randn(16, 32, device="meta"), Mesh((1,)), batch_sizes=[16])
+    assert all(g.choices == 1 for g in problem.groups)
+    weights = problem.points.weights
+    solution = IlpModel(problem, solver=solver).solve(weights)
+    assert solution.choices == [0] * len(problem.groups) and solution.status == "optimal"
+    assert solution.objective == pytest.approx(float(problem.evaluate(solution.choices, weights).total @ weights), rel=1e-9)
+    peak = float(problem.peak_memory(solution.choices).total.max())
+    with pytest.raises(planner.MemoryBudgetError):
+        IlpModel(problem, solver=solver, memory_budget=peak / 2).solve(weights)
+
+
 def test_ilp_with_memory_budget_equals_brute_force(tiny_mlp):
     weights = tiny_mlp.points.weights
     free = IlpModel(tiny_mlp).solve(weights)
     free_peak = float(tiny_mlp.peak_memory(free.choices).total.max())
-    least_peak = float(tiny_mlp.peak_memory(IlpModel(tiny_mlp).least_memory_choices()).total.max())
+    least_peak = float(tiny_mlp.peak_memory(IlpModel(tiny_mlp).least_peak_choices()[0]).total.max())
     assert least_peak < free_peak
     budget = (free_peak + least_peak) / 2
     model = IlpModel(tiny_mlp, memory_budget=budget)

@@ -133,3 +133,12 @@ def test_placement_constraints_must_be_constraints():
         planner.PlanOptions(placement_constraints=["S(0)"])
     with pytest.raises(ValueError, match="ways must be a positive int"):
         MinShards(0)
+
+
+def test_on_an_axis_of_size_one_a_pin_asks_for_replicate_and_requiring_a_split_holds_for_all(forward):
+    # one rank's piece is the whole tensor: S(0) there is R, and "split 1 way" is no requirement
+    plan = _plan(forward, mesh=(1, 4), placement_constraints=[Pin("inputs", "S(0),S(0)"), Pin("fc1.weight", "S(0)", axis="dp"),
+                                                             RequireShard("batch", axis="dp")])
+    assert plan.input_placements[0] == (R, S0)
+    assert plan.param_placements["fc1.weight"][0] == R
+    assert all(p[0] == R for p in plan.placements.values())

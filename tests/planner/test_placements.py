@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.distributed.tensor import Partial, Replicate, Shard
 
-from planner.placements import decode, encode, format_codes, format_placements, parse_placements, placement_key
+from planner.placements import R_CODE, canonical, decode, encode, format_codes, format_placements, parse_placements, placement_key
 
 placement = st.one_of(st.just(Replicate()), st.just(Partial()), st.integers(0, 5).map(Shard))
 
@@ -29,3 +29,13 @@ def test_text_forms():
         parse_placements("X(1)")
     with pytest.raises(ValueError, match="unsupported placement"):
         encode((Partial("max"),))
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=4).flatmap(
+    lambda codes: st.tuples(st.just(tuple(codes)), st.lists(st.integers(1, 3), min_size=len(codes), max_size=len(codes)))))
+def test_canonical_codes_replicate_on_size_one_axes_and_keep_the_others(case):
+    codes, shape = case
+    found = canonical(codes, shape)
+    assert [c for c, n in zip(found, shape) if n == 1] == [R_CODE] * shape.count(1)
+    assert [c for c, n in zip(found, shape) if n > 1] == [c for c, n in zip(codes, shape) if n > 1]
+    assert canonical(found, shape) == found

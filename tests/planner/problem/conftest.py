@@ -43,3 +43,10 @@ def problem(request, two_layer_decoder_trace):
         assert any(g.inner for g in found.groups)
         return found
     return _prepare(two_layer_decoder_trace, Mesh((2, 2)), cluster=request.param == "clustered")
+
+
+@pytest.fixture(scope="session")
+def problem_with_a_size_one_axis():
+    """The decision problem of :class:`PlusTranspose` on a (2, 1) mesh."""
+    traced = trace_for_planning(PlusTranspose(), (torch.randn(4, 8, 8),), dynamic_shapes={"x": {0: Dim("batch")}})
+    return _prepare(traced, Mesh((2, 1)))

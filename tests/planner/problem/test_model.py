@@ -86,3 +86,14 @@ def test_an_assignment_gives_each_node_the_candidate_its_group_picks_and_its_tru
     assert (evaluation.communication >= 0).all()
     again = problem.evaluate(choices, problem.points.weights)
     np.testing.assert_array_equal(again.total, evaluation.total)
+
+
+def test_on_a_mesh_axis_of_size_one_nothing_is_placed_and_nothing_moves(problem_with_a_size_one_axis):
+    # one rank's Shard is the whole tensor, its Partial the whole sum: only R, and no step over the axis
+    problem = problem_with_a_size_one_axis
+    placements = [p for cands in problem.candidates.values() for c in cands for p in (*c.outputs, *c.inputs) if p]
+    assert placements and all(p[1] == R_CODE for p in placements)
+    assert any(p[0] != R_CODE for p in placements)  # the size-2 axis still splits
+    for meta in _tensors(problem):
+        graph = problem.state_graph(meta)
+        assert all(s[1] == R_CODE for s in graph.states) and all(axis == 0 for _, _, axis, _ in graph.arcs)
