@@ -164,7 +164,8 @@ def _device_mesh(mesh: Any) -> tuple[Any, Mesh]:
     world = dist.get_world_size()
     if planning.size != world:
         raise ValueError(f"mesh {planning} has {planning.size} devices but the process group has {world} ranks")
-    device_type = "cuda" if "nccl" in str(dist.get_backend()) else "cpu"
+    backend = str(dist.get_backend())
+    device_type = "cuda" if "nccl" in backend or "cuda:" in backend else "cpu"  # cpu:gloo,cuda:gloo: the GPU's figures
     return init_device_mesh(device_type, planning.shape, mesh_dim_names=planning.axis_names), planning
 
 
