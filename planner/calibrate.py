@@ -164,9 +164,14 @@ def _device_mesh(mesh: Any) -> tuple[Any, Mesh]:
     world = dist.get_world_size()
     if planning.size != world:
         raise ValueError(f"mesh {planning} has {planning.size} devices but the process group has {world} ranks")
-    backend = str(dist.get_backend())
-    device_type = "cuda" if "nccl" in backend or "cuda:" in backend else "cpu"  # cpu:gloo,cuda:gloo: the GPU's figures
-    return init_device_mesh(device_type, planning.shape, mesh_dim_names=planning.axis_names), planning
+    return init_device_mesh(_device_type(str(dist.get_backend())), planning.shape,
+                            mesh_dim_names=planning.axis_names), planning
+
+
+def _device_type(backend: str) -> str:
+    """The device a process group of ``backend`` computes on: CUDA for NCCL or a per-device
+    backend naming CUDA (``cpu:gloo,cuda:gloo``: ranks sharing a GPU over gloo), else the CPU."""
+    return "cuda" if "nccl" in backend or "cuda:" in backend else "cpu"
 
 
 def _sync(device: Any) -> None:

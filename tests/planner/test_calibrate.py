@@ -16,7 +16,7 @@ from torch.export import Dim
 import planner
 from lowering import launch
 from planner import HARDWARE_PRESETS, AlphaBetaCostModel, Hardware, LinkCost, Mesh
-from planner.calibrate import KINDS, _fit, _mean_over, _saturating, _time_after
+from planner.calibrate import KINDS, _device_type, _fit, _mean_over, _saturating, _time_after
 from tests.planner.models import MLP, on_meta
 
 MEASURED = dataclasses.replace(
@@ -165,6 +165,12 @@ def test_the_fastest_probe_counts_when_a_larger_one_is_slower():
     rates = {64: 1.0, 128: 3.0, 256: 2.0}
     assert _saturating(lambda size: 1.0 / rates[size], lambda size: 1.0, 64, limit=1 << 20, tolerance=0.1,
                        window=1e9) == 3.0
+
+
+@pytest.mark.parametrize("backend, device", [("gloo", "cpu"), ("nccl", "cuda"), ("cpu:gloo,cuda:nccl", "cuda"),
+                                             ("cpu:gloo,cuda:gloo", "cuda")])
+def test_the_device_measured_is_the_one_the_backend_computes_on(backend, device):
+    assert _device_type(backend) == device  # two ranks sharing a GPU over gloo measure the GPU
 
 
 def test_calibrate_needs_a_process_group():
