@@ -35,7 +35,7 @@ def test_the_gpu_run_checks_a_70m_decoder_and_the_demo_on_a_nccl_world_and_two_r
     assert 60e6 < parameters < 80e6
     for device in ("cuda", "cpu"):
         assert set(bench.MODELS[device]) == {"demo", "70m"}
-        assert all(len(sizes) == 6 and all(b % 2 == 0 for b in sizes) for _, sizes in bench.MODELS[device].values())
+        assert all(len(sizes) == 6 and all(b % 4 == 0 for b in sizes) for _, sizes in bench.MODELS[device].values())
 
 
 @pytest.mark.slow
