@@ -20,11 +20,20 @@ Contract:
   such as compile workers, die with it) and is killed with its parent;
 * unless ``OMP_NUM_THREADS`` is set, each rank gets ``cpu_count // world_size`` intra-op
   threads (at least one), as torchrun does: ranks spinning more OpenMP threads than the
-  machine has cores slow every step down by orders of magnitude.
+  machine has cores slow every step down by orders of magnitude;
+* ranks of a backend that carries CUDA tensors (``"nccl"``, or a per-device string such as
+  ``"cpu:gloo,cuda:nccl"`` or ``"cpu:gloo,cuda:gloo"``) each use one CUDA device, made current
+  (``torch.cuda.set_device``) before the group starts: rank ``r`` gets device
+  ``r % torch.cuda.device_count()``. NCCL takes one device per rank (it refuses two ranks on
+  one device), and the group is bound to it (``device_id``); gloo may share a device between
+  ranks. Asking for more NCCL ranks than visible devices, or for CUDA where none is visible,
+  raises ``ValueError`` before any process starts. A bare ``"gloo"`` runs on the CPU.
 
-Processes are forked from a ``forkserver`` that has imported torch and Inductor once (and
+CPU ranks are forked from a ``forkserver`` that has imported torch and Inductor once (and
 detected the CPU's vector ISA, :mod:`lowering._forkserver_warmup`), so a launch costs
 milliseconds rather than an interpreter start, a torch import and a compiler probe per rank.
+CUDA ranks are spawned (a fresh interpreter each, seconds per launch): a CUDA context does not
+survive ``fork``, and that preload may initialize CUDA (Inductor asks whether a GPU is there).
 """
 
 from __future__ import annotations
@@ -79,7 +88,48 @@ def _die_with_parent() -> None:
         pass
 
 
-def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: str, port: int,
+def _cuda_backend(backend: str) -> str | None:
+    """The backend that carries CUDA tensors under torch's ``backend`` string (``"nccl"``,
+    ``"cpu:gloo,cuda:nccl"``, ...), or None where the ranks use no GPU (a bare ``"gloo"``)."""
+    text = backend.strip().lower()
+    if ":" not in text:
+        return "nccl" if text == "nccl" else None
+    pairs = [part.split(":") for part in text.split(",")]
+    if any(len(pair) != 2 or not all(pair) for pair in pairs):
+        raise ValueError(f"backend {backend!r} is neither a backend name nor comma-separated device:backend pairs "
+                         "such as 'cpu:gloo,cuda:nccl'")
+    return dict(pairs).get("cuda")
+
+
+def _rank_devices(backend: str, world_size: int, cuda_devices: Callable[[], int]) -> list[int] | None:
+    """The CUDA device index of each rank under ``backend``, or None where the ranks use no GPU.
+
+    ``cuda_devices()`` counts the visible CUDA devices (asked only for a CUDA backend). Raises
+    ``ValueError`` naming what to change when NCCL would get fewer devices than ranks, or
+    CUDA none at all.
+    """
+    carrier = _cuda_backend(backend)
+    if carrier is None:
+        return None
+    count = cuda_devices()
+    if count == 0:
+        raise ValueError(f"backend {backend!r} runs collectives on CUDA tensors, but no CUDA device is visible "
+                         "(torch.cuda.device_count() is 0: no GPU, a CPU build of torch, or CUDA_VISIBLE_DEVICES "
+                         "empty); launch with backend='gloo' to run the ranks on the CPU")
+    if carrier == "nccl" and world_size > count:
+        raise ValueError(f"NCCL needs a CUDA device per rank: {world_size} ranks asked for on backend {backend!r}, "
+                         f"{count} device(s) visible; launch at most {count} rank(s), or let ranks share devices "
+                         "with backend='cpu:gloo,cuda:gloo'")
+    return [rank % count for rank in range(world_size)]
+
+
+def _visible_cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: str, device: int | None, port: int,
                timeout: float, conn: multiprocessing.connection.Connection) -> None:
     os.setpgrp()
     _die_with_parent()
@@ -94,9 +144,15 @@ def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: st
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
 
+        bound = None
+        if device is not None:
+            torch.cuda.set_device(device)
+            if _cuda_backend(backend) == "nccl":  # NCCL's communicator forms now, on this rank's device
+                bound = torch.device("cuda", device)
         delta = datetime.timedelta(seconds=timeout)
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=delta)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=delta)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=delta,
+                                device_id=bound)
         try:
             result = fn(rank)
         except BaseException:
@@ -120,9 +176,12 @@ def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: st
     conn.close()
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+def _context(method: str) -> multiprocessing.context.BaseContext:
+    """``"forkserver"`` (CPU ranks: forked from a process that has imported torch and Inductor)
+    or ``"spawn"`` (CUDA ranks: a fresh interpreter, with no CUDA state inherited)."""
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)
     return ctx
 
 
@@ -153,24 +212,35 @@ def launch(fn: Callable[[int], T], world_size: int, backend: str = "gloo", timeo
     """Run ``fn(rank)`` on ``world_size`` processes with the default process group initialized.
 
     ``fn`` must be picklable (a module-level function or a ``functools.partial`` of one).
-    Returns the ranks' return values in rank order; re-raises the exception raised first; raises :class:`LaunchTimeout` after ``timeout`` seconds. Every process it
+    ``backend`` is torch's backend string: ``"gloo"`` (CPU), ``"nccl"`` (one CUDA device per
+    rank), or device:backend pairs such as ``"cpu:gloo,cuda:gloo"`` (CUDA ranks that may share a
+    device). Returns the ranks' return values in rank order; re-raises the exception raised
+    first; raises :class:`LaunchTimeout` after ``timeout`` seconds, and ``ValueError`` before
+    starting anything when the CUDA devices ``backend`` needs are not there. Every process it
     started has ended when it returns or raises.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    devices = _rank_devices(backend, world_size, _visible_cuda_devices)
+    return _start(fn, world_size, backend, timeout, devices, _context("forkserver" if devices is None else "spawn"))
+
+
+def _start(fn: Callable[[int], T], world_size: int, backend: str, timeout: float, devices: list[int] | None,
+           ctx: multiprocessing.context.BaseContext) -> list[T]:
+    """:func:`launch` with its checks done: the ranks started from ``ctx`` on ``devices``."""
     import torch.distributed as dist
 
     store = dist.TCPStore(_HOST, 0, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout))
-    ctx = _context()
     processes, connections = [], []
     try:
         for rank in range(world_size):
             receiver, sender = ctx.Pipe(duplex=False)
+            device = None if devices is None else devices[rank]
             process = ctx.Process(target=_rank_main, name=f"rank{rank}",
-                                  args=(fn, rank, world_size, backend, store.port, timeout, sender))
+                                  args=(fn, rank, world_size, backend, device, store.port, timeout, sender))
             process.start()
             sender.close()
             processes.append(process)

@@ -16,16 +16,27 @@ every rank gets the same ``Hardware`` back (each figure is the slowest rank's). 
   throughput (bytes moved per second by ``a + b``, the roofline's memory bandwidth), each the
   mean over a window with every rank computing at once: ranks sharing a CPU get a share of it
   (on 2 busy cores, 2 ranks of 256^3 products: 25 GFLOP/s each over 0.1 s, where the median
-  single product ran at 80);
+  single product ran at 80). Each is probed at growing sizes (the side of the matrices, the
+  bytes added, doubled) until the throughput stops rising by more than a tolerance, a call
+  would take more than the window, or the size reaches its cap; the fastest probe counts. A small probe
+  on a GPU measures its launch latency, not its throughput: on an H100 a 512^2 bfloat16 product
+  read 7.6e12 FLOP/s where an 8192^2 one runs at about 790e12. On a CPU the first probes are
+  at full speed already, and a call twice the size would take longer than the window;
+* one op's launch (:attr:`~planner.cost.Hardware.launch`): the mean seconds of a one-element
+  add issued back to back, what a local step of a redistribution costs before it moves a byte.
+  A collective costs at least that much whatever its size, so the fitted fixed cost of each is
+  never below it, and among plans moving the same bytes the one with fewer collectives wins;
 * the memory per device (the accelerator's, or this host's RAM shared by its ranks) and how
   many ranks share a host (``devices_per_node``).
 
-It uses the public ``torch.distributed`` collectives, on the device the backend runs on:
-gloo (CPU) is what the tests run; NCCL (CUDA) takes the same path, untested here.
+It uses the public ``torch.distributed`` collectives, on the device the backend runs on
+(timing a CUDA device waits for it: ``torch.cuda.synchronize``): gloo (CPU) is what the tests
+run; NCCL (CUDA) takes the same path, run by ``bench/gpu.py`` where a GPU is at hand.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -49,6 +60,9 @@ def calibrate(
     message_bytes: Sequence[int] = (1 << 10, 1 << 16, 1 << 20),
     matmul_size: int = 512,
     elementwise_bytes: int = 1 << 24,
+    max_matmul_size: int = 16384,
+    max_elementwise_bytes: int = 1 << 30,
+    tolerance: float = 0.1,
     gap: int = 128,
     repeats: int = 5,
     window: float = 0.1,
@@ -59,8 +73,10 @@ def calibrate(
 
     ``message_bytes``: the per-device message sizes each collective is timed at (at least two;
     latency comes from the small ones, bandwidth from the large); ``matmul_size``: the side of
-    the square matrices multiplied; ``elementwise_bytes``: the size of each operand of the
-    elementwise add; ``gap``: the side of the square matrix product each collective is timed
+    the first square matrices multiplied, doubled up to ``max_matmul_size`` while the FLOP/s
+    rise by more than ``tolerance`` (a fraction); ``elementwise_bytes``: the size of each
+    operand of the first elementwise add, doubled likewise up to ``max_elementwise_bytes``;
+    ``gap``: the side of the square matrix product each collective is timed
     after (the local work a program runs between its collectives); ``repeats``: timed runs per
     collective and size (the median counts), after one warm-up; ``window``: the seconds each
     throughput is measured over, every rank at once (the mean over the window counts, so ranks
@@ -82,6 +98,12 @@ def calibrate(
         raise ValueError(f"window must be a positive number of seconds, got {window!r}")
     if gap < 1:
         raise ValueError(f"gap must be a positive int (the side of a square matrix), got {gap!r}")
+    if not 1 <= matmul_size <= max_matmul_size or not 4 <= elementwise_bytes <= max_elementwise_bytes:
+        raise ValueError(f"probe sizes must start positive and at most their caps, got matmul_size {matmul_size!r} "
+                         f"(max_matmul_size {max_matmul_size!r}), elementwise_bytes {elementwise_bytes!r} "
+                         f"(max_elementwise_bytes {max_elementwise_bytes!r})")
+    if not tolerance >= 0:
+        raise ValueError(f"tolerance must be a non-negative fraction, got {tolerance!r}")
     device_mesh, planning = _device_mesh(mesh)
     device = torch.device(device_mesh.device_type, torch.cuda.current_device()) if device_mesh.device_type == "cuda" \
         else torch.device(device_mesh.device_type)
@@ -89,14 +111,17 @@ def calibrate(
     timings = [_time_collective(kind, device_mesh.get_group(axis), planning.shape[axis], size, repeats, device,
                                 between=lambda: work @ work)
                for axis in range(planning.ndim) if planning.shape[axis] > 1 for kind in KINDS for size in sizes]
-    fp32 = torch.randn(matmul_size, matmul_size, device=device)
-    bf16 = fp32.to(torch.bfloat16)
-    matmul_fp32 = _mean_over(lambda: fp32 @ fp32, window, device)
-    matmul_bf16 = _mean_over(lambda: bf16 @ bf16, window, device)
-    n = max(1, elementwise_bytes // 4)
-    a, b, out = (torch.rand(n, device=device) for _ in range(3))
-    elementwise = _mean_over(lambda: torch.add(a, b, out=out), window, device)
-    seconds = _slowest(timings + [matmul_fp32, matmul_bf16, elementwise], device)
+    seconds = _slowest(timings, device) if timings else []
+    launch = _slowest([_launch_seconds(window, device)], device)[0]
+
+    def probe(kernel: Callable[[int], Callable[[], Any]]) -> Callable[[int], float]:
+        return lambda size: _slowest([_mean_over(kernel(size), window, device)], device)[0]
+
+    flops_fp32, flops_bf16 = (_saturating(probe(functools.partial(_matmul, dtype=dtype, device=device)),
+                                          lambda side: 2.0 * side**3, matmul_size, max_matmul_size, tolerance, window)
+                              for dtype in (torch.float32, torch.bfloat16))
+    memory_bandwidth = _saturating(probe(functools.partial(_elementwise, device=device)), lambda size: 3.0 * size,
+                                   elementwise_bytes, max_elementwise_bytes, tolerance, window)
     ranks_per_host = _ranks_per_host()
 
     links, k = [], 0
@@ -105,18 +130,17 @@ def calibrate(
         if n_axis == 1:
             continue
         for kind in KINDS:
-            latency, bandwidth = _fit(kind, n_axis, sizes, seconds[k:k + len(sizes)])
+            latency, bandwidth = _fit(kind, n_axis, sizes, seconds[k:k + len(sizes)], launch)
             links.append(LinkCost(axis, n_axis, kind, latency, bandwidth))  # type: ignore[arg-type]
             k += len(sizes)
-    flops_fp32, flops_bf16, moved = seconds[k:k + 3]
     reduces = [link for link in links if link.kind == "all_reduce"] or links
     latency = float(np.median([link.latency for link in reduces])) if reduces else 0.0
     bandwidth = float(np.median([link.bandwidth for link in reduces])) if reduces else float("inf")
     return Hardware(
         name=name,
-        flops=2.0 * matmul_size**3 / flops_bf16,
-        flops_fp32=2.0 * matmul_size**3 / flops_fp32,
-        memory_bandwidth=3.0 * 4 * n / moved,
+        flops=flops_bf16,
+        flops_fp32=flops_fp32,
+        memory_bandwidth=memory_bandwidth,
         memory=_memory_per_device(device, ranks_per_host),
         intra_bandwidth=bandwidth,
         intra_latency=latency,
@@ -125,6 +149,7 @@ def calibrate(
         devices_per_node=ranks_per_host,
         mesh_shape=planning.shape,
         links=tuple(links),
+        launch=launch,
     )
 
 
@@ -139,8 +164,14 @@ def _device_mesh(mesh: Any) -> tuple[Any, Mesh]:
     world = dist.get_world_size()
     if planning.size != world:
         raise ValueError(f"mesh {planning} has {planning.size} devices but the process group has {world} ranks")
-    device_type = "cuda" if "nccl" in str(dist.get_backend()) else "cpu"
-    return init_device_mesh(device_type, planning.shape, mesh_dim_names=planning.axis_names), planning
+    return init_device_mesh(_device_type(str(dist.get_backend())), planning.shape,
+                            mesh_dim_names=planning.axis_names), planning
+
+
+def _device_type(backend: str) -> str:
+    """The device a process group of ``backend`` computes on: CUDA for NCCL or a per-device
+    backend naming CUDA (``cpu:gloo,cuda:gloo``: ranks sharing a GPU over gloo), else the CPU."""
+    return "cuda" if "nccl" in backend or "cuda:" in backend else "cpu"
 
 
 def _sync(device: Any) -> None:
@@ -168,6 +199,60 @@ def _mean_over(fn: Callable[[], Any], window: float, device: Any, clock: Callabl
         elapsed = clock() - start
         if elapsed >= window:
             return elapsed / calls
+
+
+def _saturating(seconds_at: Callable[[int], float], work: Callable[[int], float], start: int, limit: int,
+                tolerance: float, window: float) -> float:
+    """The highest throughput (work per second) of probes of doubling size from ``start``.
+
+    ``seconds_at(size)`` is a probe's seconds per call (every rank's same figure), ``work(size)``
+    the work one call does. The next probe is twice the size while the last one's throughput
+    rose by more than ``tolerance`` over the best before it, the doubled size is at most
+    ``limit``, and a call of it would take at most ``window`` seconds at the last one's rate
+    (so a CPU, at full speed from the first probe, is not kept long). Small probes of a GPU are
+    launch-bound; its throughput rises until the device is busy, then stays.
+    """
+    size, best = start, 0.0
+    while True:
+        seconds = seconds_at(size)
+        rate = work(size) / max(seconds, 1e-12)
+        rising = rate > best * (1.0 + tolerance)
+        best = max(best, rate)
+        if not rising or 2 * size > limit or work(2 * size) / rate > window:
+            return best
+        size *= 2
+
+
+def _matmul(side: int, dtype: Any, device: Any) -> Callable[[], Any]:
+    """A ``side``-square matrix product of ``dtype`` on ``device``, ready to call."""
+    import torch
+
+    a = torch.randn(side, side, device=device).to(dtype)
+    return lambda: a @ a
+
+
+def _elementwise(nbytes: int, device: Any) -> Callable[[], Any]:
+    """An add of two 32-bit vectors of ``nbytes`` each into a third on ``device``, ready to call."""
+    import torch
+
+    a, b, out = (torch.ones(max(1, nbytes // 4), device=device) for _ in range(3))
+    return lambda: torch.add(a, b, out=out)
+
+
+_LAUNCHES = 100  # one-element adds per timed call of _launch_seconds
+
+
+def _launch_seconds(window: float, device: Any) -> float:
+    """Mean seconds of one op issued back to back (a one-element add): its launch, as a program pays it."""
+    import torch
+
+    a, out = torch.ones(1, device=device), torch.empty(1, device=device)
+
+    def adds() -> None:
+        for _ in range(_LAUNCHES):
+            torch.add(a, a, out=out)
+
+    return _mean_over(adds, window, device) / _LAUNCHES
 
 
 def _time_after(fn: Callable[[], Any], between: Callable[[], Any], repeats: int, device: Any,
@@ -233,14 +318,15 @@ def _slowest(seconds: list[float], device: Any) -> list[float]:
     return t.cpu().tolist()
 
 
-def _fit(kind: str, n: int, sizes: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
+def _fit(kind: str, n: int, sizes: Sequence[int], seconds: Sequence[float], launch: float) -> tuple[float, float]:
     """(latency, bandwidth) fitting ``seconds`` at local ``sizes`` to the cost model's formula for ``kind``.
 
     ``AlphaBetaCostModel`` prices ``hops·(n-1)·latency + ring·S / bandwidth``, with ``S`` the
     local bytes (the gathered output for ``all_gather``) and ``ring`` ``2(n-1)/n`` for
     ``all_reduce``, ``(n-1)/n`` otherwise: a straight line in ``S``, fitted by least squares
     (where noise makes a coefficient non-positive, the smallest message's time is taken as
-    latency, the largest's as transfer).
+    latency, the largest's as transfer). The fixed cost ``hops·(n-1)·latency`` is at least
+    ``launch``, one op's: a collective is never cheaper to start than a local op.
     """
     ring = (2.0 if kind == "all_reduce" else 1.0) * (n - 1) / n
     volume = np.array([float(s * n if kind == "all_gather" else s) for s in sizes]) * ring
@@ -250,6 +336,7 @@ def _fit(kind: str, n: int, sizes: Sequence[int], seconds: Sequence[float]) -> t
         slope = t[-1] / volume[-1]
     if intercept <= 0:  # and the smallest message's time to latency
         intercept = t[0]
+    intercept = max(intercept, launch)
     return float(intercept / (_HOPS[kind] * (n - 1))), float(1.0 / slope)
 
 
