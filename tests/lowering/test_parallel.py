@@ -373,9 +373,7 @@ def _construct_with_one_broken_rank(rank):
 
 
 def test_a_rank_failing_during_construction_fails_every_rank_instead_of_hanging():
-    start = time.monotonic()
-    results = launch(_construct_with_one_broken_rank, 2, timeout=TIMEOUT)
-    assert time.monotonic() - start < 60
+    results = launch(_construct_with_one_broken_rank, 2, timeout=TIMEOUT)  # a hang would time out
     assert results == [("RuntimeError", "this rank's model cannot be traced", ["(tracing failed on rank 1)"])] * 2
 
 
