@@ -180,6 +180,8 @@ class EntryCheck:
         import torch
         import torch.distributed as dist
 
+        from shapecore.torch.private import dist_all_gather_single
+
         problems, flat = self._fit(inputs)
         if problems:
             row = [1] + [0] * (self._length - 1)
@@ -188,7 +190,7 @@ class EntryCheck:
         world = dist.get_world_size() if dist.is_initialized() else 1
         if world > 1:
             table = torch.empty(world * self._length, dtype=torch.int64)
-            dist.all_gather_single(table, torch.tensor(row, dtype=torch.int64))
+            dist_all_gather_single(table, torch.tensor(row, dtype=torch.int64))
             rows = table.view(world, self._length).tolist()
         else:
             rows = [row]
