@@ -14,6 +14,11 @@ Run from the repository root (about 15 minutes for the default 100,000 queries o
 
     nice python bench/fuzz.py --queries 100000
     python bench/fuzz.py --seed 0 --replay 1234      # one case: its calls, answers and verdicts
+    nice python bench/fuzz.py --mix simplify=1,simplify_divisions=1 --queries 20000   # simplify alone
+
+``simplify_divisions`` (not in the default mix, which keeps the case numbers of earlier runs)
+asks simplify about disjunctions that define a symbol by a division, remainder, Max or Min,
+with divisibility and range guards, under ranges that may be open-ended.
 
 Prints wrong answers (grouped, with a reproduction each), unknowns, exceptions by type, and the
 median and p95 milliseconds per query; exits 1 if anything was wrong or raised.

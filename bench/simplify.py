@@ -1,6 +1,7 @@
 """Benchmark: guard simplification against what torch keeps, at scale, and compiled guard checks.
 
-Run from the repository root (about a minute; ``--quick`` for a smaller scale case)::
+Run from the repository root (about two minutes; ``--quick`` for smaller cases, ``--cli`` for
+part 4 alone)::
 
     python bench/simplify.py
 
@@ -37,6 +38,13 @@ Every figure is compared with a peer measured in the same run:
 3. **compile_guards**: per-call cost of the generated function against evaluating the guards
    one by one with ``shapecore.holds`` and against ``ShapeEnv.check_guards``, at values where
    every guard holds (the common case: all of them are evaluated).
+
+4. **The command line on a 10 MB guard file**: ``shapecore explain`` and ``shapecore simplify``
+   (default options) on a file shaped like a long trace's guard log (:func:`guard_file`: about
+   940,000 guards, 1,781 distinct, over 200 symbols), each in a fresh process: wall seconds,
+   CPU seconds and peak RSS. The peer, in the same run, is the same command on the file of the
+   distinct guards, each once: what the size of the file costs beyond its content.
+   ``--guard-file PATH`` keeps the file (and the peer's, ``PATH.distinct``) for other runs.
 """
 
 from __future__ import annotations
@@ -47,7 +55,9 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import timeit
 
@@ -59,7 +69,8 @@ from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.z3backend import Translator
 
-CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "corpus")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+CORPUS = os.path.join(ROOT, "tests", "data", "corpus")
 
 
 # -- corpus ---------------------------------------------------------------------------------------
@@ -278,14 +289,76 @@ def bench_compile_guards(sets: list[list[sympy.Basic]], hints: dict[str, int]) -
         print(line)
 
 
+# -- the command line on a large guard file -------------------------------------------------------
+
+
+def guard_file(n_symbols: int, n_guards: int, size: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """The lines of a guard file of about ``size`` bytes shaped like a long trace's guard log,
+    and its distinct guards in order of first appearance.
+
+    The distinct guards are :func:`generated_guards` ``(n_symbols, n_guards)``, deduplicated:
+    torch-like (divisibility, ``FloorDiv``, ``Eq``/``Ne``/``<=``/``<`` on one symbol or two of a
+    tensor's), all true at the example values. The file has each once, then repeats them as a long
+    trace records the same guards again and again, the short single-symbol ones (``s3 > 2``,
+    ``Ne(s7, 1)``) most: drawn with weight ``len(text) ** -4``, which gives about 940,000 guards
+    in 10 MB.
+    """
+    guards, _ = generated_guards(n_symbols, n_guards, seed=seed)
+    distinct = list(dict.fromkeys(str(g) for g in guards))
+    rng = random.Random(seed)
+    weights = [len(text) ** -4 for text in distinct]
+    lines, total = list(distinct), sum(len(text) + 1 for text in distinct)
+    while total < size:
+        for text in rng.choices(distinct, weights, k=10_000):
+            lines.append(text)
+            total += len(text) + 1
+    rng.shuffle(lines)
+    return lines, list(dict.fromkeys(lines))
+
+
+def _run_cli(argv: list[str]) -> tuple[float, float, float, int]:
+    """``(wall s, CPU s, peak RSS MB, exit code)`` of ``shapecore ARGV`` (this checkout's) in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "shapecore.cli", *argv], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+
+
+def bench_cli(megabytes: float, keep: str | None) -> None:
+    n_symbols, n_guards = 200, 4000
+    lines, distinct = guard_file(n_symbols, n_guards, int(megabytes * 1_000_000))
+    with tempfile.TemporaryDirectory() as folder:
+        path = keep or os.path.join(folder, "guards.txt")
+        for name, content in ((path, lines), (path + ".distinct", distinct)):
+            with open(name, "w") as handle:
+                handle.write("\n".join(content) + "\n")
+        size = os.path.getsize(path) / 1e6
+        print(f"\n4. the command line on a {size:.1f} MB guard file: {len(lines):,} guards, {len(distinct):,} distinct, "
+              f"over {n_symbols} symbols ({path})")
+        print(f"   {'command':10s} {'input':28s} {'wall s':>7s} {'CPU s':>7s} {'peak MB':>8s} {'exit':>5s}")
+        inputs = [(f"{size:.1f} MB, {len(lines):,} guards", path), (f"distinct, {len(distinct):,} guards", path + ".distinct")]
+        for command in ("explain", "simplify"):
+            for label, name in inputs:
+                wall, cpu, rss, code = _run_cli([command, name])
+                print(f"   {command:10s} {label:28s} {wall:7.1f} {cpu:7.1f} {rss:8.0f} {code:5d}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1,000 guards over 25 symbols instead of 4,000 over 50")
+    parser.add_argument("--quick", action="store_true",
+                        help="1,000 guards over 25 symbols instead of 4,000 over 50; a 1 MB guard file instead of 10 MB")
+    parser.add_argument("--cli", action="store_true", help="part 4 alone: the command line on a large guard file")
+    parser.add_argument("--guard-file", metavar="PATH", help="write part 4's guard file to PATH (and PATH.distinct) and keep it")
     args = parser.parse_args(argv)
-    bench_corpus()
-    n_symbols, n_guards = (25, 1000) if args.quick else (50, 4000)
-    sets, hints = bench_scale(n_symbols, n_guards, peer_symbols=10, peer_guards=300)
-    bench_compile_guards(sets[::-1], hints)
+    if not args.cli:
+        bench_corpus()
+        n_symbols, n_guards = (25, 1000) if args.quick else (50, 4000)
+        sets, hints = bench_scale(n_symbols, n_guards, peer_symbols=10, peer_guards=300)
+        bench_compile_guards(sets[::-1], hints)
+    bench_cli(1 if args.quick else 10, args.guard_file)
     return 0
 
 

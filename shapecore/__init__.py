@@ -9,6 +9,8 @@ The public API, importable without torch:
 * :class:`ShapeEnv` — PyTorch's ShapeEnv verbs on top of a reasoner;
 * :func:`evaluate`, :func:`holds` — exact evaluation; :func:`extend_assignment` — values of
   replaced symbols; :func:`torch_str`, :func:`python_str`;
+* :class:`Progress` — how far long work got, and a wall-clock limit on it
+  (``simplify(..., progress=...)``);
 * the vocabulary (:class:`FloorDiv`, :class:`Mod`, …) and the errors.
 
 Hypothesis strategies for property tests live in :mod:`shapecore.testing` (needs hypothesis).
@@ -51,6 +53,7 @@ from shapecore.knowledge import creation_order
 from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.printing import python_str, torch_str
+from shapecore.progress import Progress
 from shapecore.proof import Proof
 from shapecore.ranges import ValueRange
 from shapecore.reasoner import Reasoner, bound, prove, residue
@@ -74,6 +77,7 @@ __all__ = [
     "ModularIndexing",
     "ModularSet",
     "ParseError",
+    "Progress",
     "Proof",
     "PythonAnd",
     "PythonMod",

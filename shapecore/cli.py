@@ -7,40 +7,75 @@ those other packages register (:data:`PLUGIN_GROUP`). Guard files are read by
 
 Every subcommand has ``--help`` with examples. Exit codes: 0 success (``prove``: proved),
 1 a negative answer (``prove``: refuted; ``simplify``/``explain``: the guards contradict each
-other; ``check``: a guard fails), 2 malformed input (printed as ``where:line:column:
-message``, never a traceback), 3 unknown, 4 an internal error: a bug in shapecore, not in the
+other; ``check``: a guard fails), 2 malformed input (one line: ``where:line:column: message``;
+an argument argparse refuses is named with the help to read; never a traceback or a usage
+dump), 3 unknown (``prove``: undecided; ``simplify``/``explain``: ``--timeout`` fired, and
+the partial answer printed is sound), 4 an internal error: a bug in shapecore, not in the
 input, printed as one line naming the exception and where it was raised (never as 1 or 2,
 which would pass it off as an answer or as the user's mistake).
+
+Two limits on time, not to be confused: ``--timeout-ms`` is z3's budget
+(:mod:`shapecore.budget`: deterministic resource units with a wall-clock backstop);
+``--timeout`` (seconds) is the whole command's wall-clock limit (:mod:`shapecore.progress`),
+and work still running after :data:`PROGRESS_EVERY_S` says how far it got on stderr. A long
+trace repeats its guards: each distinct guard is parsed, digested and printed once.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import importlib.metadata
 import json
+import math
 import os
 import re
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from shapecore.errors import ArgumentError, ParseError, ShapecoreError
 from shapecore.parsing import MAX_INTEGER_DIGITS
-from shapecore.reasoner import prove
+from shapecore.reasoner import as_claim, prove
 from shapecore.validation import check_integer, check_symbol_name
 
 if TYPE_CHECKING:
+    import sympy
+
     from shapecore.guard_input import GuardSet
+    from shapecore.progress import Progress
 
 __all__ = ["main", "UsageError"]
 
 EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE, EXIT_UNKNOWN, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
+PROGRESS_EVERY_S = 2.0
+"""Work still running after this many seconds says how far it got on stderr, and again every as many."""
+
 
 class UsageError(Exception):
     """Malformed input from the user: printed as ``where:line:column: message``, exit 2 (as is a
     plugin subcommand whose extra is not installed)."""
+
+
+class _CommandLineError(UsageError):
+    """An argument argparse refuses (unknown option, missing or unknown subcommand, bad value),
+    with the program (``shapecore prove``) whose help to read."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(f"{message}; run '{prog} --help'")
+        self.prog = prog
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (exit 2) instead of a usage dump: the
+    argument, what is wrong with it, and the help to read. Subcommands' parsers are of this
+    class too (argparse makes them of their parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _CommandLineError(self.prog, message)
 
 
 def _name(text: str, name: str) -> str:
@@ -89,6 +124,16 @@ def located(where: str, error: ParseError) -> UsageError:
     return UsageError(f"{where}:{error.line}:{error.column}: {error.message}")
 
 
+def _claim(text: str, where: str) -> sympy.Basic:
+    """``text`` (the argument named ``where``: ``<claim>``, ``--assume[2]``) read as a claim."""
+    try:
+        return as_claim(text)
+    except ParseError as error:
+        raise located(where, error) from None
+    except ArgumentError as error:  # an integer expression, not a claim
+        raise UsageError(f"{where}:1:1: {error}") from None
+
+
 def _positive_int(text: str) -> int:
     """An argparse type: a positive integer (z3 reads 0 as no limit at all)."""
     try:
@@ -100,6 +145,46 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+_TIMEOUT_MS_HELP = (
+    "z3's budget in milliseconds{scope}: a deterministic count of z3's resource units (the answer does not "
+    "depend on the machine's load) with a wall-clock backstop (default {default}); not --timeout"
+)
+
+
+def _add_timeout_option(parser: argparse.ArgumentParser, stops: str, also: str = "") -> None:
+    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                        help="wall-clock limit on the whole command; when it passes, "
+                        f"{stops}, says so on stderr and exits 3. Work running longer than a few seconds reports "
+                        f"its progress on stderr either way.{also}")
+
+
+def _progress(args: argparse.Namespace) -> Progress:
+    """The command's progress: lines on stderr for long work, and its --timeout."""
+    from shapecore.progress import Progress
+
+    def report(line: str) -> None:
+        print(f"shapecore {args.command}: {line}", file=sys.stderr, flush=True)
+
+    return Progress(report, time_limit_s=args.timeout, quiet_s=PROGRESS_EVERY_S, every_s=PROGRESS_EVERY_S)
+
+
+def _timed_out(args: argparse.Namespace, progress: Progress, what: str) -> None:
+    """Say on stderr that --timeout fired, where the work was then, and what the answer printed is."""
+    print(f"shapecore {args.command}: --timeout {args.timeout:g} fired ({progress.describe()}): {what}",
+          file=sys.stderr)
+
+
 def _add_scope_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assume", action="append", default=[], metavar="EXPR",
                         help="a fact to assume (repeatable), e.g. --assume 'Eq(Mod(b, 4), 0)'")
@@ -107,15 +192,9 @@ def _add_scope_options(parser: argparse.ArgumentParser) -> None:
                         help="a symbol's range (repeatable), e.g. --range n=3..10000 or --range b=1..")
 
 
-def _scope(args: argparse.Namespace) -> tuple[list[str], dict[str, tuple[int | None, int | None]]]:
-    from shapecore.parsing import parse
-
-    for i, fact in enumerate(args.assume, 1):
-        try:
-            parse(fact)
-        except ParseError as error:
-            raise located(f"--assume[{i}]", error) from None
-    return list(args.assume), dict(parse_range(r) for r in args.ranges)
+def _scope(args: argparse.Namespace) -> tuple[list[sympy.Basic], dict[str, tuple[int | None, int | None]]]:
+    facts = [_claim(fact, f"--assume[{i}]") for i, fact in enumerate(args.assume, 1)]
+    return facts, dict(parse_range(r) for r in args.ranges)
 
 
 def _prove_parser(sub: argparse._SubParsersAction) -> None:
@@ -130,22 +209,19 @@ def _prove_parser(sub: argparse._SubParsersAction) -> None:
         "  shapecore prove 's0 % 16 == 0' --assume 's0 % 8 == 0' --smtlib | z3 -in",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("claim", help="the claim, in torch's guard syntax or Python's")
+    parser.add_argument("claim", metavar="CLAIM", help="the claim, in torch's guard syntax or Python's")
     _add_scope_options(parser)
     parser.add_argument("--smtlib", action="store_true",
                         help="print an SMT-LIB2 script whose (check-sat) is unsat exactly when the claim is proved")
-    parser.add_argument("--timeout-ms", type=_positive_int, default=1000,
-                        help="z3's budget in milliseconds: a deterministic resource count (the answer does not depend "
-                        "on the machine's load) with a wall-clock backstop (default 1000)")
+    parser.add_argument("--timeout-ms", type=_positive_int, default=1000, metavar="MS",
+                        help=_TIMEOUT_MS_HELP.format(scope="", default=1000))
     parser.set_defaults(run=_run_prove)
 
 
 def _run_prove(args: argparse.Namespace) -> int:
+    claim = _claim(args.claim, "<claim>")
     facts, ranges = _scope(args)
-    try:
-        proof = prove(args.claim, facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
-    except ParseError as error:
-        raise located("<claim>", error) from None
+    proof = prove(claim, facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
     if args.smtlib:
         print(proof.to_smtlib())
         return EXIT_OK
@@ -171,20 +247,29 @@ def _decoded(data: bytes, where: str) -> str:
                          f"{error.reason}); guard files are UTF-8") from None
 
 
-def _read_input(path: str) -> GuardSet:
+def _read_input(path: str, progress: Progress | None = None) -> GuardSet:
     """The guard set in ``path`` (``-``: standard input), in any form guard_input reads."""
     from shapecore.guard_input import read_guard_set
 
     if path == "-":
         stdin = getattr(sys.stdin, "buffer", None)  # bytes, so that a non-UTF-8 byte is reported
-        text = sys.stdin.read() if stdin is None else _decoded(stdin.read(), "<stdin>")
-        return read_guard_set(text, "<stdin>")
+        text, where = (sys.stdin.read() if stdin is None else _decoded(stdin.read(), "<stdin>")), "<stdin>"
+    else:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            raise UsageError(f"{path}:1:1: cannot read: {error}") from None
+        text, where = _decoded(data, path), path
+    # Reading makes an object or two per guard, and no garbage cycles: the collector's passes over
+    # them took half the reading time of a 10 MB file. They are read with it off.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise UsageError(f"{path}:1:1: cannot read: {error}") from None
-    return read_guard_set(_decoded(data, path), path)
+        return read_guard_set(text, where, progress)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 _INPUT_HELP = (
@@ -199,11 +284,13 @@ def _simplify_parser(sub: argparse._SubParsersAction) -> None:
         help="an equivalent, smaller guard set, with the reason for every dropped guard",
         description="Print an equivalent set of guards in which none is implied by the others (plus the "
         "assumed facts and ranges): implied guards dropped, ranges merged into one guard per symbol, the "
-        "strongest divisibility kept. Exit 0, or 1 when the guards can never hold together.",
+        "strongest divisibility kept. Exit 0, 1 when the guards can never hold together, or 3 when --timeout "
+        "fired (the guards printed are still equivalent to the input).",
         epilog="examples:\n"
         "  shapecore simplify guards.txt --range n=3..10000\n"
         "  TORCH_LOGS=dynamic python train.py 2> log.txt; shapecore simplify log.txt --explain\n"
         "  shapecore simplify env.json --format json\n"
+        "  shapecore simplify big-trace.log --timeout 30 --timeout-ms 10000\n"
         "  echo 'Ne(Mod(1, s0//2), 0)' | shapecore simplify - --assume 's0 > 2'",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -214,17 +301,22 @@ def _simplify_parser(sub: argparse._SubParsersAction) -> None:
                         "dropped, rewritten, contradiction and ranges; python: Python source over the inputs' sources")
     parser.add_argument("--explain", action="store_true",
                         help="also print every input guard, what became of it and why (json: an 'explain' list)")
-    parser.add_argument("--timeout-ms", type=_positive_int, default=2000,
-                        help="z3's budget for the whole run, in milliseconds: a deterministic resource count (the "
-                        "result does not depend on the machine's load) with a wall-clock backstop (default 2000)")
+    parser.add_argument("--timeout-ms", type=_positive_int, default=2000, metavar="MS",
+                        help=_TIMEOUT_MS_HELP.format(scope=" for the whole run, all its queries together", default=2000))
+    _add_timeout_option(parser, "it prints the guards it has not shown redundant (still equivalent to the input, "
+                        "maybe not minimal)", " Not --timeout-ms, which bounds z3's part alone")
     parser.set_defaults(run=_run_simplify)
 
 
-def _guard_scope(args: argparse.Namespace, guards: GuardSet) -> tuple[list, dict[str, tuple[int | None, int | None]]]:
-    """Facts and ranges: the file's, then the command line's (a --range replaces the file's)."""
-    facts, ranges = _scope(args)
+def _guard_scope(args: argparse.Namespace, guards: GuardSet, facts: list[sympy.Basic],
+                 ranges: dict[str, tuple[int | None, int | None]]) -> tuple[list, dict[str, tuple[int | None, int | None]]]:
+    """Facts and ranges: the file's, then the command line's (``facts`` and ``ranges``, from
+    :func:`_scope`; a --range replaces the file's)."""
     merged = dict(guards.ranges)
-    mentioned = {s.name for g in guards.guards + guards.assumptions for s in g.expr.free_symbols} | set(guards.ranges)
+    mentioned = set(guards.ranges)
+    if ranges:  # a long trace repeats its guards: each distinct one is looked at once
+        mentioned.update(s.name for e in dict.fromkeys(g.expr for g in guards.guards + guards.assumptions)
+                         for s in e.free_symbols)
     for name, span in ranges.items():
         if name not in mentioned:
             known = ", ".join(sorted(mentioned)) or "none"
@@ -243,35 +335,48 @@ def _run_simplify(args: argparse.Namespace) -> int:
     from shapecore.printing import python_str
     from shapecore.simplifier import simplify
 
-    guards = _read_input(args.file)
-    facts, ranges = _guard_scope(args, guards)
-    result = simplify([g.expr for g in guards.guards], facts=facts, ranges=ranges, timeout_ms=args.timeout_ms)
+    progress = _progress(args)
+    scope = _scope(args)  # the arguments are checked before a long file is read
+    guards = _read_input(args.file, progress)
+    facts, ranges = _guard_scope(args, guards, *scope)
+    result = simplify([g.expr for g in guards.guards], facts=facts, ranges=ranges, timeout_ms=args.timeout_ms,
+                      progress=progress)
+    if progress.timed_out:
+        _timed_out(args, progress, "the guards it has not shown redundant are kept, so the result is equivalent to "
+                   "the input but may not be minimal")
     if result.backstop_fired:
         print(f"shapecore simplify: warning: z3's wall-clock backstop fired before its --timeout-ms budget was spent "
               f"(a loaded machine): guards it could not decide were kept, so another run may drop more",
               file=sys.stderr)
-    rows = [("where", "guard", "outcome", "why")] + [
-        (guards.guards[f.source].where, str(f.guard), f.outcome, f.detail) for f in result.fates
-    ]
+    if args.explain:  # a long input repeats its guards: each is printed once
+        text, reason = functools.cache(str), functools.cache(lambda dropped: dropped.reason)
+        rows = [("where", "guard", "outcome", "why")] + [
+            (guards.guards[f.source].where, text(f.guard), f.outcome, f.detail if f.dropped is None else reason(f.dropped))
+            for f in result.fates
+        ]
     if args.format == "json":
         document = result.to_json()
+        document["timed_out"] = progress.timed_out
         if args.explain:
             document["explain"] = [dict(zip(("where", "guard", "outcome", "why"), row)) for row in rows[1:]]
-        print(json.dumps(document, indent=2))
+        json.dump(document, sys.stdout, indent=2)  # written as it is encoded, not held whole in memory
+        print()
     else:
         total = len(result.fates)
         if result.contradiction is not None:
             print("# contradiction: these guards can never hold together")
         else:
             print(f"# {len(result.guards)} of {total} guards kept ({len(result.dropped)} dropped, "
-                  f"{len(result.rewritten)} rewritten)")
+                  f"{len(result.rewritten)} rewritten)" + ("; --timeout fired: maybe not minimal" if progress.timed_out else ""))
         names = guards.sources if args.format == "python" else None
         for guard in result.guards:
             print(python_str(guard, names) if args.format == "python" else str(guard))
         if args.explain:
             print()
             print(_explain_table(rows))
-    return EXIT_OK if result.contradiction is None else EXIT_NEGATIVE
+    if result.contradiction is not None:
+        return EXIT_NEGATIVE
+    return EXIT_UNKNOWN if progress.timed_out else EXIT_OK
 
 
 def _check_parser(sub: argparse._SubParsersAction) -> None:
@@ -328,13 +433,18 @@ def _explain_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "explain",
         help="per symbol: range, divisibility, replacement and the guards that mention it",
-        description="Summarize what the guards of FILE (with their declared ranges) say about each symbol.",
+        description="Summarize what the guards of FILE (with their declared ranges) say about each symbol: its "
+        "range, divisibility or replacement, and each distinct guard that mentions it, where it first appears "
+        "and how many times. Exit 0, 1 when the guards can never hold together, or 3 when --timeout fired.",
         epilog="examples:\n"
         "  shapecore explain guards.txt\n"
-        "  shapecore explain case.json",
+        "  shapecore explain case.json\n"
+        "  shapecore explain big-trace.log --timeout 30",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", metavar="FILE", help=_INPUT_HELP)
+    _add_timeout_option(parser, "it prints what the distinct guards it got to imply (true, but maybe looser "
+                        "than what all of them imply)")
     parser.set_defaults(run=_run_explain)
 
 
@@ -343,22 +453,36 @@ def _run_explain(args: argparse.Namespace) -> int:
     from shapecore.knowledge import Knowledge
     from shapecore.ranges import is_infinite
 
-    guards = _read_input(args.file)
+    progress = _progress(args)
+    guards = _read_input(args.file, progress)
+    first: dict[sympy.Basic, tuple[str, int]] = {}  # each distinct guard: where it first appears, how many times
+    for guard in guards.assumptions + guards.guards:
+        where, count = first.get(guard.expr, (guard.where, 0))
+        first[guard.expr] = (where, count + 1)
     knowledge = Knowledge()
     for name, (lo, hi) in guards.ranges.items():
         x = int_symbol(name)
         for bound in ([x >= lo] if lo is not None else []) + ([x <= hi] if hi is not None else []):
             knowledge.add(bound)
-    for guard in guards.assumptions + guards.guards:
-        knowledge.add(guard.expr)
+    digested = 0
+    for expr in first:
+        if not progress.step("digesting distinct guards", digested, len(first)):
+            break
+        knowledge.add(expr)
+        digested += 1
     if knowledge.contradiction is not None:
         print("contradiction: the guards can never hold together: "
               + ", ".join(str(knowledge.facts[i]) for i in knowledge.contradiction))
         return EXIT_NEGATIVE
-    mentions: dict[str, list] = {}
-    for guard in guards.assumptions + guards.guards:
-        for s in guard.expr.free_symbols:
-            mentions.setdefault(s.name, []).append(guard)
+    if progress.timed_out:
+        what = (f"what the first {digested:,} of {len(first):,} distinct guards imply is printed (true, but maybe "
+                "looser than all of them give)")
+        _timed_out(args, progress, what)
+        print(f"# --timeout fired: {what}")
+    mentions: dict[str, list[sympy.Basic]] = {}
+    for expr in first:
+        for s in expr.free_symbols:
+            mentions.setdefault(s.name, []).append(expr)
     names = sorted(set(mentions) | set(guards.ranges) | set(guards.sources), key=_creation_order)
     for name in names:
         x = int_symbol(name)
@@ -373,9 +497,10 @@ def _run_explain(args: argparse.Namespace) -> int:
             congruence = knowledge.congruences.get(x)
             if congruence is not None and congruence.coeff > 1:
                 print(f"  divisible    {name} % {congruence.coeff} == {congruence.base}")
-        for i, guard in enumerate(mentions.get(name, [])):
-            print(f"  {'guards' if i == 0 else '':11s}  {guard.where}: {guard.expr}")
-    return EXIT_OK
+        for i, expr in enumerate(mentions.get(name, [])):
+            where, count = first[expr]
+            print(f"  {'guards' if i == 0 else '':11s}  {where}: {expr}" + (f"  ({count:,} times)" if count > 1 else ""))
+    return EXIT_UNKNOWN if progress.timed_out else EXIT_OK
 
 
 def _creation_order(name: str) -> tuple[str, int, str]:
@@ -437,11 +562,37 @@ def _load_plugin(entry_point: importlib.metadata.EntryPoint, sub: argparse._SubP
     entry_point.load()(sub)
 
 
+_EPILOG = """\
+Run 'shapecore COMMAND --help' for a command's options and examples.
+
+exit codes:
+  0  success (prove: proved)
+  1  a negative answer (prove: refuted; simplify, explain: the guards contradict each other;
+     check: a guard fails)
+  2  malformed input, in one line: where:line:column: message (or the argument refused and
+     the help to read)
+  3  unknown (prove: undecided; simplify, explain: --timeout fired, and the partial answer
+     printed is sound)
+  4  an internal error: a bug in shapecore, in one line naming the exception
+
+two limits on time:
+  --timeout-ms MS    z3's budget (prove, simplify): a deterministic count of z3's resource
+                     units, so the answer does not depend on the machine's load, with a
+                     wall-clock backstop of MS milliseconds
+  --timeout SECONDS  the whole command's wall-clock limit (simplify, explain): reading,
+                     analysis and z3; when it passes, the command stops with a sound partial
+                     answer and exits 3. Work running longer than a few seconds reports its
+                     progress on stderr either way
+"""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; plugin subcommands are loaded only when ``command`` names them."""
-    parser = argparse.ArgumentParser(
+    parser = _ArgumentParser(
         prog="shapecore",
         description="Symbolic shape reasoning: prove, simplify and check PyTorch shape guards.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _prove_parser(sub)
@@ -468,6 +619,14 @@ def _undecodable(argv: Sequence[str]) -> str | None:
     return None
 
 
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # what str.splitlines() splits at
+
+
+def _print_error(message: str) -> None:
+    """``message`` on stderr in one line: a line break in the user's text quoted in it is escaped."""
+    print(_LINE_BREAKS.sub(lambda match: match.group().encode("unicode_escape").decode(), message), file=sys.stderr)
+
+
 def _internal_error(command: str, error: Exception) -> str:
     """One line for an exception that is a bug: its type, message and where it was raised."""
     frame = traceback.extract_tb(error.__traceback__)[-1]
@@ -481,22 +640,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     undecodable = _undecodable(argv)
     if undecodable is not None:
-        print(f"shapecore: {undecodable}", file=sys.stderr)
+        _print_error(f"shapecore: {undecodable}")
         return EXIT_USAGE
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command)
     except UsageError as error:
-        print(f"shapecore {command}: {error}", file=sys.stderr)
+        _print_error(f"shapecore {command}: {error}")
         return EXIT_USAGE
-    args = parser.parse_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # argparse's parse_args would blame the top-level parser
+            raise _CommandLineError(f"{parser.prog} {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
+    except _CommandLineError as error:
+        _print_error(f"{error.prog}: {error}")
+        return EXIT_USAGE
+    except SystemExit as exit:  # --help
+        return exit.code
     try:
         return args.run(args)
     except (UsageError, ShapecoreError) as error:
-        print(f"shapecore {args.command}: {error}", file=sys.stderr)
+        _print_error(f"shapecore {args.command}: {error}")
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - a bug: exit 4, never 1 (refuted) or 2 (bad input)
-        print(_internal_error(args.command, error), file=sys.stderr)
+        _print_error(_internal_error(args.command, error))
         return EXIT_INTERNAL
 
 

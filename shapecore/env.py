@@ -10,9 +10,14 @@ decision that would need an unbacked value.
 Invariants: every entry holds at the *example point* (the hints, extended through the
 replacements) whenever the point binds its symbols, so a decision read off the hints agrees
 with the facts; a condition that is false there, or undefined there (a zero divisor, where
-Python would raise ``ZeroDivisionError``), is never recorded. Recording is atomic: an entry
-rejected with :class:`~shapecore.errors.ConstraintError` leaves the env, its reasoner included,
-exactly as it was.
+Python would raise ``ZeroDivisionError``), is never recorded. Entries on unbacked symbols
+cannot be checked at the hints, so the env keeps a *witness*: values of the unbacked symbols
+(within their ranges) at which every entry holds with the backed symbols at their hints. An
+entry the witness does not satisfy sends the reasoner looking for another; one for which no
+values exist, or none could be found within ``timeout_ms``, is refused, since the facts would
+then imply claims false at the hints. Recording is atomic: an entry rejected with
+:class:`~shapecore.errors.ConstraintError` leaves the env, its reasoner included, exactly as
+it was.
 
 Differences from torch, on purpose: hints of 0 and 1 are not specialized (create the symbol
 with ``min=0`` to allow them); facts are proofs rather than syntax, so ``Mod`` and
@@ -39,6 +44,7 @@ from shapecore.proof import Proof
 from shapecore.ranges import ValueRange, bound, is_infinite
 from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr, is_claim
 from shapecore.rewrite import build_keeping_divisions, divisors, substitute, symbols_of
+from shapecore.search import bind_all, find_model
 from shapecore.validation import check_bound, check_integer, check_symbol_name, check_values
 
 __all__ = ["ShapeEnv", "SymbolInfo", "RuntimeAssert", "JSON_FORMAT", "JSON_VERSION"]
@@ -104,6 +110,7 @@ class ShapeEnv:
         self._reasoner = Reasoner(timeout_ms=timeout_ms)
         self._symbols: dict[str, SymbolInfo] = {}
         self._log: list[_Entry] = []
+        self._witness: dict[str, int] = {}  # unbacked values satisfying every entry with the hints
         self._backed = 0
         self._unbacked = 0
 
@@ -185,12 +192,13 @@ class ShapeEnv:
     @contextmanager
     def _atomically(self) -> Iterator[None]:
         """Entries recorded in the block are all kept, or, if it raises, none: the env is as before."""
-        logged = len(self._log)
+        logged, witness = len(self._log), self._witness
         try:
             with self._reasoner.transaction():
                 yield
         except BaseException:
             del self._log[logged:]
+            self._witness = witness
             raise
 
     def _record(self, kind: FactKind, expr: sympy.Basic, msg: str = "") -> None:
@@ -209,6 +217,7 @@ class ShapeEnv:
                     f"nothing was recorded — check the constraint or the example inputs"
                 )
             self._check_example_still_holds(kind, stored, bound)
+            self._keep_a_witness(kind, stored)
 
     def _check_example_still_holds(self, kind: str, stored: sympy.Basic, bound: set[str]) -> None:
         """Raise :class:`ConstraintError` if what the env now knows excludes the hints.
@@ -248,6 +257,60 @@ class ShapeEnv:
                 f"{kind} {stored} is inconsistent with the example values ({values}): with it, {'; '.join(wrong)}; "
                 f"nothing was recorded"
             )
+
+    def _keep_a_witness(self, kind: str, stored: sympy.Basic) -> None:
+        """Keep ``_witness`` a witness with ``stored`` recorded, or raise :class:`ConstraintError`.
+
+        Most entries hold at the witness as it is, their new unbacked symbols taking a first
+        value in range (:func:`~shapecore.search.bind_all`), or once their unbacked symbols
+        move to other values in range (:func:`~shapecore.search.find_model`). Otherwise the
+        reasoner decides whether the backed symbols can all take their hints; its
+        counterexample, checked exactly against every fact, is the new witness.
+        """
+        hints, knowledge = self.hints, self._reasoner.knowledge
+        names = {s.name for s in symbols_of(stored)}
+        if names <= hints.keys():
+            return  # it holds at the hints (_check_at_example), so at the witness too
+        point = {**self._witness, **hints}
+        missing = [F.int_symbol(n) for n in sorted(names - point.keys())]
+        if missing:
+            point = bind_all(point, missing, knowledge, hints)
+        try:
+            found = holds(stored, point)
+        except UnboundSymbolError:
+            found = False
+        if not found:
+            model = find_model(knowledge, point, [F.int_symbol(n) for n in names - hints.keys()], hints)
+            point = model if model is not None else self._find_witness(kind, stored)
+        self._witness = {n: v for n, v in point.items() if n in self._symbols and n not in hints}
+
+    def _find_witness(self, kind: str, stored: sympy.Basic) -> dict[str, int]:
+        """Values satisfying every fact with each backed symbol at its hint, from the reasoner.
+
+        Refuting "some backed symbol differs from its hint" gives them; proving it, or giving up,
+        refuses ``stored`` (no facts are added to ask, so the z3 session keeps its state).
+        """
+        hints = self.hints
+        backed = sorted((s for s in self._reasoner.knowledge.symbols if s.name in hints), key=lambda s: s.name)
+        proof = self.prove(sympy.Or(*(sympy.Ne(s, hints[s.name]) for s in backed)))
+        if proof.status == "refuted":
+            return dict(proof.counterexample)  # type: ignore[arg-type]
+        unbacked = ", ".join(sorted({s.name for s in symbols_of(stored)} - hints.keys()))
+        used = proof.facts_used or ()
+        involved = set().union(*(symbols_of(f) for f in (stored, *used)))
+        values = ", ".join(f"{s.name}={hints[s.name]}" for s in backed if s in involved) or "no backed symbols"
+        if proof.status == "proved":
+            culprits = ", ".join(str(f) for f in used if f != stored)
+            raise ConstraintError(
+                f"{kind} {stored} holds for no values of {unbacked} at the example values ({values})"
+                f"{f' together with {culprits}' if culprits else ''}; nothing was recorded — check the constraint, "
+                f"the example inputs or the unbacked symbols' ranges"
+            )
+        raise ConstraintError(
+            f"{kind} {stored}: could not show within timeout_ms={self._reasoner.timeout_ms} that some values of "
+            f"{unbacked} satisfy it with the example values ({values}) ({proof.reason}); nothing was recorded — "
+            f"create the env with a larger timeout_ms, or state the constraint more simply"
+        )
 
     def _in_residue_class(self, x: sympy.Symbol, value: int) -> bool:
         congruence = self._reasoner.knowledge.congruences.get(x)
@@ -326,7 +389,7 @@ class ShapeEnv:
         """
         claims = [facts] if isinstance(facts, (str, sympy.Basic, bool, int)) else list(facts)
         symbols, counters, logged = dict(self._symbols), (self._backed, self._unbacked), len(self._log)
-        hints = dict(self._reasoner.hints)
+        hints, witness = dict(self._reasoner.hints), self._witness
         checkpoint = self._reasoner.checkpoint()
         try:
             for claim in claims:
@@ -337,7 +400,7 @@ class ShapeEnv:
             self._reasoner.hints.clear()
             self._reasoner.hints.update(hints)
             del self._log[logged:]
-            self._symbols, (self._backed, self._unbacked) = symbols, counters
+            self._symbols, (self._backed, self._unbacked), self._witness = symbols, counters, witness
 
     def defer_runtime_assert(self, expr: ExprLike, msg: str = "") -> bool:
         """Record a condition to check at run time; it is assumed from now on.
@@ -387,9 +450,12 @@ class ShapeEnv:
         return self.prove(expr).proved
 
     def _unbacked_in(self, expr: sympy.Basic) -> list[sympy.Symbol]:
-        resolved = substitute(expr, self._reasoner.knowledge.replacements, keep_divisions=True)
+        """The symbols without a hint that ``expr`` depends on, through the replacements too (read
+        off them, not substituted: substituting may fold a divisor to zero, ``s0 + 1`` at ``s0 := -1``)."""
+        replacements = self._reasoner.knowledge.replacements
+        found = set().union(*((symbols_of(replacements[s]) if s in replacements else {s}) for s in symbols_of(expr)))
         return sorted(
-            (s for s in resolved.free_symbols if self._symbols.get(s.name, None) is None or self._symbols[s.name].hint is None),
+            (s for s in found if self._symbols.get(s.name, None) is None or self._symbols[s.name].hint is None),
             key=lambda s: s.name,
         )
 

@@ -69,15 +69,18 @@ class DataDependentError(ShapecoreError, RuntimeError):
         self.suggestions = suggestions
         origin = f" (from {source})" if source else ""
         fixes = " or ".join(f"env.add_fact({s!r})" for s in suggestions)
+        advice = (f"Add the fact that holds, e.g. {fixes}, or narrow" if suggestions
+                  else f"Add a fact that fixes it (env.add_fact('Eq({symbol}, ...)')), or narrow")
         super().__init__(
             f"cannot decide {expr}: it depends on unbacked symbol {symbol}{origin}, which has no "
-            f"hint, and the known facts do not settle it. Add the fact that holds, e.g. {fixes}, "
-            f"or narrow its range with env.constrain_range({symbol}, min=..., max=...)."
+            f"hint, and the known facts do not settle it. {advice} its range with "
+            f"env.constrain_range({symbol}, min=..., max=...)."
         )
 
 
 class ConstraintError(ShapecoreError, ValueError):
-    """A range, fact or hint contradicts what is already known."""
+    """A range, fact or hint contradicts what is already known (or, for a ShapeEnv entry on
+    unbacked symbols, could not be shown consistent with it within the time budget)."""
 
 
 class GuardInputError(ShapecoreError, ValueError):

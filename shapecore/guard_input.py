@@ -28,6 +28,7 @@ value, such as ``symbols[3].hint``). Reading is linear in the size of the input.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,6 +39,7 @@ from shapecore.errors import GuardInputError, ParseError
 from shapecore.functions import int_symbol, symbol_for
 from shapecore.input_text import JsonInput, JsonPath, LocatedText, format_path
 from shapecore.parsing import parse
+from shapecore.progress import Progress
 from shapecore.reasoner import as_claim
 
 __all__ = ["GuardInputError", "Guard", "GuardSet", "read_guard_set"]
@@ -73,8 +75,25 @@ class GuardSet:
 
 
 class _Reader(LocatedText):
+    def __init__(self, text: str, where: str, progress: Progress | None) -> None:
+        super().__init__(text, where)
+        self.progress = progress
+
     def guard(self, source: str, offset: int, kind: GuardKind = "guard") -> Guard:
         return Guard(self.parsed(source, offset), self.location(offset), kind)
+
+    def lines(self) -> Iterator[tuple[int, int, str]]:
+        """``(number, offset, line)`` of every line, reporting progress every so many lines."""
+        offset, progress = 0, self.progress
+        lines = self.text.split("\n")
+        for number, line in enumerate(lines, 1):
+            if progress is not None and number % _REPORT_EVERY == 0:
+                progress.step("reading", number, len(lines))
+            yield number, offset, line
+            offset += len(line) + 1
+
+
+_REPORT_EVERY = 1 << 10  # lines
 
 
 # -- plain lines ----------------------------------------------------------------------------------
@@ -82,13 +101,14 @@ class _Reader(LocatedText):
 
 def _read_lines(reader: _Reader) -> GuardSet:
     result = GuardSet("text")
-    offset = 0
-    for line in reader.text.split("\n"):
-        body = line.split("#", 1)[0]
+    where = reader.where
+    for number, offset, line in reader.lines():
+        body = line.split("#", 1)[0] if "#" in line else line
         stripped = body.strip()
         if stripped:
-            result.guards.append(reader.guard(stripped, offset + body.index(stripped)))
-        offset += len(line) + 1
+            column = 0 if stripped is body else body.index(stripped)  # strip() returns the str itself if it can
+            expr = reader.parsed(stripped, offset + column)
+            result.guards.append(Guard(expr, f"{where}:{number}:{column + 1}"))
     return result
 
 
@@ -116,7 +136,13 @@ def _bound(text: str) -> int | None:
         return None
 
 
+_LOG_WORDS = ("[guard added]", "set_replacement", "constrain_symbol_range", "create_symbol", "create_unbacked_sym",
+              "Not all values of")  # one in every line a pattern matches
+
+
 def _is_log(text: str) -> bool:
+    if not any(word in text for word in _LOG_WORDS):  # a guard file: no line to look at
+        return False
     return any(p.search(line) for line in text.split("\n") for p in _LOG_PATTERNS.values())
 
 
@@ -130,10 +156,8 @@ def _declared_range(text: str) -> Range:
 
 def _read_log(reader: _Reader) -> GuardSet:
     result = GuardSet("log")
-    offset = 0
-    for line in reader.text.split("\n"):
+    for _, offset, line in reader.lines():
         _read_log_line(reader, result, line, offset)
-        offset += len(line) + 1
     return result
 
 
@@ -268,8 +292,12 @@ def _read_corpus(source: JsonInput) -> GuardSet:
     return result
 
 
-def read_guard_set(text: str, where: str = "<input>") -> GuardSet:
-    """The guard set in ``text`` (any form in the module docstring); ``where`` names the file."""
+def read_guard_set(text: str, where: str = "<input>", progress: Progress | None = None) -> GuardSet:
+    """The guard set in ``text`` (any form in the module docstring); ``where`` names the file.
+
+    Guard lines and logs report how many lines are read to ``progress`` (its time limit does not
+    cut reading short: every guard is needed for a sound answer).
+    """
     if text.lstrip().startswith("{"):
         source = JsonInput(text, where)
         if is_env_json(source.root):
@@ -279,5 +307,5 @@ def read_guard_set(text: str, where: str = "<input>") -> GuardSet:
         raise GuardInputError(
             where, 1, 1, "unrecognized JSON: expected ShapeEnv.to_json() output or a guard corpus case (schema_version 1)"
         )
-    reader = _Reader(text, where)
+    reader = _Reader(text, where, progress)
     return _read_log(reader) if _is_log(text) else _read_lines(reader)

@@ -51,6 +51,7 @@ class LocatedText:
         self.text = text
         self.where = where
         self._line_starts: list[int] | None = None
+        self._parsed: dict[tuple[str, bool], sympy.Basic] = {}
 
     def line_column(self, offset: int) -> tuple[int, int]:
         """1-based line and column of ``offset``."""
@@ -70,12 +71,17 @@ class LocatedText:
     def parsed(self, source: str, offset: int, *, claim: bool = True, context: str = "") -> sympy.Basic:
         """``source`` (found at ``offset`` in the text) parsed; errors point into the text.
 
-        ``context`` (a JSON path, say) prefixes the error message.
+        ``context`` (a JSON path, say) prefixes the error message. Each distinct ``source`` is
+        read once per text.
         """
+        known = self._parsed.get((source, claim))
+        if known is not None:  # a long trace repeats its guards
+            return known
         prefix = f"{context}: " if context else ""
         try:
             expr = parse(source)
-            return as_claim(expr) if claim else expr
+            self._parsed[source, claim] = expr = as_claim(expr) if claim else expr
+            return expr
         except ParseError as error:
             lines = source.split("\n")
             inner = sum(len(line) + 1 for line in lines[: error.line - 1]) + error.column - 1

@@ -54,7 +54,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ParseError
 from shapecore.operations import CALL_NAMES, DIVISOR_ARGUMENTS, Kind
-from shapecore.rewrite import build_keeping_divisions, divisors, strict_suffices
+from shapecore.rewrite import build_keeping_divisions, divisors, short_circuit, strict_suffices
 
 __all__ = ["parse", "named_symbols", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
 
@@ -412,7 +412,10 @@ def parse(text: str) -> sympy.Basic:
         raise reader.error("expected one expression, got several separated by commas", tree.body)
     _check_nesting(tree.body, reader)
     result = reader.read(tree)
-    if reader.divisors - divisors(result):  # folding dropped a division: read again, keeping them
+    # Folding dropped a division: read again, keeping them. Under Python's and/or a division
+    # may also be dropped where another part still divides by the same thing, but only when
+    # that part is reached (``x == (0 // x) % 1 or 1 != 0 // x`` raises at x = 0).
+    if reader.divisors - divisors(result) or (reader.divisors and short_circuit(result)):
         return _read_keeping_divisions(text, tree)
     return result
 

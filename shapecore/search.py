@@ -4,7 +4,8 @@ Candidates per symbol come from what is known about it: its hint, the ends of it
 values next to them, and small values, all moved into its residue class and off excluded
 values. Replaced symbols take the value of their replacement. An assignment is returned only
 if every fact holds there and the claim does not (:func:`shapecore.evaluation.holds`), so a
-search result is always a genuine counterexample.
+search result is always a genuine counterexample. :func:`find_model` searches the same way
+for an assignment satisfying the facts alone, near a given one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from shapecore.evaluation import evaluate, holds
 from shapecore.knowledge import Knowledge
 from shapecore.rewrite import symbols_of
 
-__all__ = ["find_counterexample", "satisfies", "bind_all"]
+__all__ = ["find_counterexample", "find_model", "satisfies", "bind_all"]
 
 _SMALL = (0, 1, 2, 3, 4, 8, -1, -2, 16, 64)
 
@@ -90,16 +91,68 @@ def find_counterexample(
                 return None
             fixed[symbol.name] = options[0]
     choices = [_candidates(knowledge, s, hints.get(s.name)) for s in in_claim]
-    for combination in itertools.islice(itertools.product(*choices), budget):
-        values = dict(fixed)
-        values.update((s.name, v) for s, v in zip(in_claim, combination))
-        try:
-            values.update((s.name, evaluate(e, values)) for s, e in replaced.items())
-        except ArithmeticError:
-            continue
+    for values in _assignments(fixed, in_claim, choices, replaced, budget):
         if not holds(claim, values) and satisfies(facts, values):
             return values
     return None
+
+
+def find_model(
+    knowledge: Knowledge,
+    start: Mapping[str, int],
+    vary: Iterable[sympy.Symbol],
+    pinned: Mapping[str, int],
+    *,
+    budget: int = 32,
+) -> dict[str, int] | None:
+    """An assignment satisfying ``knowledge.facts`` near ``start``, or None if none is found.
+
+    ``start`` must satisfy every fact that does not mention a symbol of ``vary``; those
+    symbols are moved to candidate values, the replaced symbols recomputed, and the facts
+    that mention a symbol of ``vary`` or one whose value changed are checked. Each symbol of
+    ``pinned`` must keep its value there (a replaced one, recomputed, may not).
+    """
+    facts = knowledge.facts
+    replaced = knowledge.replacements
+    vary = set(vary)
+    free = sorted((s for s in vary if s not in replaced), key=lambda s: s.name)
+    mentions: dict[str, list[int]] = {}
+    for index, fact in enumerate(facts):
+        for symbol in symbols_of(fact):
+            mentions.setdefault(symbol.name, []).append(index)
+    varied = {i for s in vary for i in mentions.get(s.name, ())}
+    budget = max(1, min(budget, 50_000 // (len(facts) + 1)))
+    choices = [_candidates(knowledge, s, None) for s in free]
+    for values in _assignments(dict(start), free, choices, replaced, budget):
+        if any(values.get(n) != v for n, v in pinned.items()):
+            continue
+        changed = (n for n, v in values.items() if start.get(n) != v)
+        touched = varied.union(*(mentions.get(n, ()) for n in changed))
+        try:
+            if satisfies([facts[i] for i in sorted(touched)], values):
+                return values
+        except UnboundSymbolError:  # a fact on a symbol start does not bind
+            return None
+    return None
+
+
+def _assignments(
+    fixed: dict[str, int],
+    varied: Sequence[sympy.Symbol],
+    choices: Sequence[Sequence[int]],
+    replaced: Mapping[sympy.Symbol, sympy.Basic],
+    budget: int,
+) -> Iterable[dict[str, int]]:
+    """``fixed`` with ``varied`` set to each combination of ``choices`` (the first ``budget``),
+    and every replaced symbol to its replacement's value (skipped where that is undefined)."""
+    for combination in itertools.islice(itertools.product(*choices), budget):
+        values = dict(fixed)
+        values.update((s.name, v) for s, v in zip(varied, combination))
+        try:
+            values.update((s.name, evaluate(e, values)) for s, e in replaced.items())
+        except (ArithmeticError, UnboundSymbolError):
+            continue
+        yield values
 
 
 def bind_all(

@@ -21,15 +21,20 @@ Algorithm, cheapest first; each step keeps the set equivalent:
 3. **Decide cheaply** — a conjunct is dropped when rewriting, interval bounds and residue
    classes show it holds wherever the summary guards (and the context) do. The cheap layers see
    nothing of the digest but its replacements, ranges and congruences, all of which are in the
-   summary guards, so this never relies on the dropped conjunct itself. One that holds nowhere
-   is a contradiction.
+   summary guards, so this never relies on the dropped conjunct itself. The summary guards are
+   the *final* digest's, which need not know all an earlier one did: a replacement ``x := e``
+   turns what was known of ``x`` into facts about ``e``, kept aside when they are not of a
+   digestible shape (``Eq(Mod(s2, 2), 0)`` with ``s2 := CeilDiv(s0, 16)``). So a conjunct is
+   settled again whenever the digest's knowledge of the symbols its verdict read changes (by
+   z3 in step 5 after the last round). One that holds nowhere is a contradiction.
 4. **Rewrite single-symbol guards** — a conjunct in one symbol ``x`` (after replacements) that
    the cheap layers cannot settle is evaluated on ``x``'s admissible values: all of them when
    there are at most ``2**12``, else a window at the finite end, with z3 proving the guard
    beyond it. If it holds exactly on a sub-range (or everywhere except a few values) it becomes
    that range (or those ``Ne``), which feeds back into the digest:
-   ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. Steps 2–4 repeat
-   until the digest stops changing.
+   ``Ne(Mod(1, FloorDiv(s0, 2)), 0)`` under ``s0 > 2`` becomes ``s0 >= 4``. The rewrite is
+   equivalent on ``x``'s admissible values only, so it is undone if ``x`` later gets a
+   replacement (as in step 3). Steps 2–4 repeat until the digest stops changing.
 5. **z3 on groups, locally** — the remaining conjuncts and summary guards are grouped by the
    symbols they share (a guard can only be implied by guards connected to it through shared
    symbols, context facts or replacements). One model of each group (z3's nonlinear tactic,
@@ -54,6 +59,7 @@ then also the output (it accepts nothing, like the input).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,7 +75,8 @@ from shapecore.guard_code import compile_predicate
 from shapecore.functions import FloorDiv, Mod, PythonAnd, int_symbol
 from shapecore.knowledge import Knowledge
 from shapecore.modular import ModularSet, tighten
-from shapecore.ranges import ValueRange, bound, is_infinite
+from shapecore.progress import Progress
+from shapecore.ranges import UNBOUNDED, ValueRange, bound, is_infinite
 from shapecore.decide import CheapLayers
 from shapecore.reasoner import ExprLike, as_claim
 from shapecore.rewrite import canonicalize, divisors, keep_definedness, short_circuit, substitute, symbols_of
@@ -171,9 +178,10 @@ class Simplified:
     def to_json(self) -> dict[str, object]:
         """``{"guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired"}``, guards in torch
         syntax."""
+        text, reason = functools.cache(str), functools.cache(lambda d: d.reason)  # a long input repeats its guards
         return {
             "guards": [str(g) for g in self.guards],
-            "dropped": [{"guard": str(d.guard), "reason": d.reason} for d in self.dropped],
+            "dropped": [{"guard": text(d.guard), "reason": reason(d)} for d in self.dropped],
             "rewritten": [{"guard": str(r.guard), "as": str(r.to)} for r in self.rewritten],
             "contradiction": None if self.contradiction is None else [str(g) for g in self.contradiction],
             "ranges": {name: [lo, hi] for name, (lo, hi) in self.ranges.items()},
@@ -237,9 +245,10 @@ class _Atom:
     canonical: sympy.Basic
     divisors: frozenset[sympy.Basic]  # non-constant divisors of ``expr``: where it is undefined
     current: sympy.Basic  # ``expr`` or its rewritten form
-    fate: tuple | None = None  # ("duplicate", first), ("summary",): the summary implies it, ("open", candidate)
+    fate: tuple | None = None  # ("duplicate", first), ("summary", symbols, what the digest knew of them), ("open", candidate)
     rewrite: Rewrite | None = None
     learned: tuple | None = None  # what the digest knew of its symbols when it last learned it
+    assumed: frozenset[sympy.Symbol] = frozenset()  # symbols whose summary guards its rewrite assumes
 
     @property
     def opaque(self) -> bool:
@@ -550,14 +559,17 @@ class _Digest:
 # -- step 3 (and 4): one round of cheap decisions ---------------------------------------------------
 
 
-def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom]) -> list[_Atom] | None:
+def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom], progress: Progress,
+                  stage: str) -> list[_Atom] | None:
     """Step 3 of the module docstring, with step 4 on what it cannot settle: settle what the
     cheap layers and single-symbol evaluation can; learn the rest again (the digest may take it
     now that it knows more). Returns a contradiction's culprits if one is found."""
     layers = CheapLayers(digest.knowledge)
-    for atom in unique:
+    for k, atom in enumerate(unique):
         if atom.fate is not None or atom.opaque:
             continue
+        if not progress.step(stage, k, len(unique)):
+            return None
         expr, found = _substituted(atom, digest.knowledge.replacements)
         verdict = False if expr is sympy.false else _cheap(layers, expr, found)
         if verdict is None and isinstance(expr, sympy.Or):
@@ -565,7 +577,9 @@ def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom]) -
         elif verdict is None:
             verdict = {"summary": True, "never": False}.get(_try_rewrite(single, digest.knowledge, atom, expr, found))  # type: ignore[arg-type]
         if verdict is True:
-            atom.fate = ("summary",)
+            read = frozenset(symbols_of(atom.canonical) | symbols_of(atom.current) | symbols_of(expr)).union(
+                *(symbols_of(d) for d in found))
+            atom.fate = ("summary", read, digest.known_about(read))
         elif verdict is False:
             return digest.behind(atom, symbols_of(atom.canonical) | symbols_of(expr))
     for atom in unique:
@@ -575,6 +589,25 @@ def _decide_round(digest: _Digest, single: _SingleSymbol, unique: list[_Atom]) -
                 digest.learn(canonicalize(atom.current), atom)
                 atom.learned = state
     return None
+
+
+def _reopen(digest: _Digest, unique: list[_Atom]) -> None:
+    """Unsettle what rests on something the digest no longer knows: a verdict of steps 3-4 that
+    read what the digest now knows otherwise, a single-symbol rewrite whose symbol has since
+    been replaced.
+
+    Only the final digest is in the summary guards, and it does not always know more: when a
+    symbol ``x`` gets a replacement ``x := e``, its range and congruence become facts about
+    ``e``, which the digest keeps aside when it cannot digest them (``x ≡ 0 mod 2`` with
+    ``x := CeilDiv(s0, 16)``). A verdict or rewrite that read them would rest on nothing in
+    the output.
+    """
+    replaced = digest.knowledge.replacements.keys()
+    for atom in unique:
+        if atom.assumed & replaced:  # the rewrite holds on the symbol's admissible values only
+            atom.rewrite, atom.current, atom.assumed, atom.fate = None, atom.expr, frozenset(), None
+        elif atom.fate is not None and atom.fate[0] == "summary" and digest.known_about(atom.fate[1]) != atom.fate[2]:
+            atom.fate = None
 
 
 def _prune_alternatives(atom: _Atom, expr: sympy.Basic, found: frozenset[sympy.Basic], layers: CheapLayers) -> None:
@@ -613,6 +646,7 @@ def _try_rewrite(single: _SingleSymbol, knowledge: Knowledge, atom: _Atom, expr:
     if isinstance(verdict, Rewrite):
         atom.rewrite = Rewrite(atom.expr, verdict.to, verdict.why)
         atom.current = verdict.to
+        atom.assumed = symbols_of(verdict.to)  # equivalent on the symbol's admissible values only
         return None
     return verdict
 
@@ -628,8 +662,11 @@ class _GroupSettling:
     ``bounds`` (the ranges the groups' models show for open sides) are what :class:`_Report` reads.
     """
 
-    def __init__(self, digest: _Digest, atoms: list[_Atom], context_facts: list[sympy.Basic], budget: Budget) -> None:
+    def __init__(self, digest: _Digest, atoms: list[_Atom], context_facts: list[sympy.Basic], budget: Budget,
+                 progress: Progress) -> None:
         self.digest, self.atoms, self.context_facts, self.budget = digest, atoms, context_facts, budget
+        self.progress = progress
+        self.stage = ""
         self.candidates: list[_Candidate] = []
         self.summary_candidates: dict[object, _Candidate] = {}
         self.bounds: dict[sympy.Symbol, tuple[int | None, int | None]] = {}
@@ -664,6 +701,9 @@ class _GroupSettling:
             atom.fate = ("open", cand)
         groups = _connected_groups(self.candidates, self.context_facts)
         for k, (group, related) in enumerate(groups):
+            self.stage = f"z3 on group {k + 1} of {len(groups)}"
+            if not self.progress.step(self.stage, 0):
+                return None
             contradiction = self._settle_group(group, related, self.budget.part(1 / (len(groups) - k)))
             if contradiction is not None:
                 return contradiction
@@ -700,6 +740,8 @@ class _GroupSettling:
             key=lambda i: (group[i].sources is not None, -_complexity(group[i].expr), -group[i].order),
         )
         for k, i in enumerate(order):
+            if not self.progress.step(self.stage, k, len(order)):
+                return None
             implied_by = solver.implied_by(i, budget.part(1 / (len(order) - k)))
             if implied_by is not None:
                 group[i].kept = False
@@ -726,11 +768,15 @@ class _Simplification:
     :meth:`run` (:class:`_Digest`, :func:`_decide_round` with :class:`_SingleSymbol`,
     :class:`_GroupSettling`), and :class:`_Report` writes the result."""
 
-    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int):
+    def __init__(self, guards: Iterable[ExprLike], facts: Iterable[ExprLike], ranges: Ranges | None, timeout_ms: int,
+                 progress: Progress):
         self.budget = Budget(timeout_ms)
+        self.progress = progress
         self.context_facts: list[sympy.Basic] = []
+        self.given: dict[sympy.Symbol, ValueRange] = {}
         for name, (lo, hi) in sorted((ranges or {}).items()):
             x = int_symbol(name)
+            self.given[x] = ValueRange(-math.inf if lo is None else lo, math.inf if hi is None else hi)
             if lo is not None:
                 self.context_facts.append(sympy.Ge(x, lo))
             if hi is not None:
@@ -744,6 +790,7 @@ class _Simplification:
             raise ConstraintError(f"the facts and ranges contradict each other ({culprits}); nothing to simplify under them")
         self.atoms: list[_Atom] = []
         for source, guard in enumerate(guards):
+            progress.step("normalizing", source, len(guards))  # every guard is needed: never stops here
             claim = as_claim(guard)
             for conjunct in claim.args if isinstance(claim, (sympy.And, PythonAnd)) else (claim,):  # make_args is a set
                 self.atoms.append(self._atom(conjunct, source))
@@ -765,29 +812,36 @@ class _Simplification:
     def run(self) -> Simplified:
         unique = _dedupe(self.atoms)
         digest = _Digest(self.context_facts)
-        for atom in unique:
+        progress = self.progress
+        for k, atom in enumerate(unique):
+            if not progress.step("digesting", k, len(unique)):
+                break
             digest.learn(atom.canonical, atom)
             atom.learned = (atom.current, digest.known_about(symbols_of(atom.canonical)))
         single = _SingleSymbol(self.budget)
-        for _ in range(_ROUNDS):
+        for round_ in range(1, _ROUNDS + 1):
             culprits = digest.culprits()
             if culprits is not None:
                 return self._contradiction(culprits)
+            if progress.timed_out:
+                break
             before = digest.state()
-            culprits = _decide_round(digest, single, unique)
+            _reopen(digest, unique)
+            culprits = _decide_round(digest, single, unique, progress, f"deciding (round {round_})")
             if culprits is not None:
                 return self._contradiction(culprits)
             if digest.state() == before:
                 break
+        _reopen(digest, unique)  # out of rounds, the last one changed the digest: z3 settles what that moved
         culprits = digest.culprits()
         if culprits is not None:
             return self._contradiction(culprits)
-        groups = _GroupSettling(digest, self.atoms, self.context_facts, self.budget)
+        groups = _GroupSettling(digest, self.atoms, self.context_facts, self.budget, progress)
         culprits = groups.settle(unique, digest.summary(self.atoms, self.context))
         if culprits is not None:
             return self._contradiction(culprits)
         return _Report(self.atoms, groups.candidates, groups.summary_candidates, digest.knowledge, self.context,
-                       self.context_facts, groups.bounds, self.budget).result()
+                       self.context_facts, self.given, groups.bounds, self.budget).result()
 
     def _contradiction(self, culprits: Sequence[_Atom]) -> Simplified:
         return _contradiction_result(self.atoms, culprits, self.context_facts, self.budget)
@@ -806,6 +860,7 @@ class _Report:
     knowledge: Knowledge  # the digest of the context and the guards
     context: Knowledge  # of the context alone
     context_facts: list[sympy.Basic]
+    given: dict[sympy.Symbol, ValueRange]  # the ranges argument
     bounds: dict[sympy.Symbol, tuple[int | None, int | None]]  # step 5's bounds of open sides
     budget: Budget
 
@@ -816,31 +871,45 @@ class _Report:
         for x in sorted(symbols, key=lambda s: s.name):
             if not x.is_integer:
                 continue
-            r = bound(k.replacements[x], k.ranges) if x in k.replacements else _admissible(self.knowledge, x)[0]
+            if x in k.replacements:  # what was known of x is now facts about its replacement; the given ranges still hold
+                r = bound(k.replacements[x], k.ranges) & _admissible(self.context, x)[0] & self.given.get(x, UNBOUNDED)
+            else:
+                r = _admissible(self.knowledge, x)[0]
             lo, hi = self.bounds.get(x, (None, None))
             lo = lo if is_infinite(r.lo) else math.ceil(r.lo) if lo is None else max(lo, math.ceil(r.lo))
             hi = hi if is_infinite(r.hi) else math.floor(r.hi) if hi is None else min(hi, math.floor(r.hi))
             result[x.name] = (lo, hi)
         return result
 
-    def _implying(self, cand: _Candidate) -> list[_Candidate]:
-        """What implies a dropped candidate, in terms of kept ones where it can tell."""
+    def _behind(self, candidates: Iterable[_Candidate], mentioned: set[sympy.Symbol]) -> list[_Candidate]:
+        """The kept candidates behind ``candidates`` (each, or what implies it when dropped);
+        adds the symbols of every candidate on the way to ``mentioned``."""
         result: dict[int, _Candidate] = {}
-        for other in cand.implied_by:
-            for c in ([other] if other.kept else self._implying(other)):
+        for cand in candidates:
+            mentioned |= symbols_of(cand.expr)
+            for c in ([cand] if cand.kept else self._behind(cand.implied_by, mentioned)):
                 result[id(c)] = c
         return list(result.values())
 
-    def _summary_by(self, atom: _Atom) -> list[_Candidate]:
-        """The summary guards that imply a conjunct the cheap layers settled."""
-        expr, _ = _substituted(atom, self.knowledge.replacements)
-        symbols = symbols_of(atom.canonical) | symbols_of(expr)
-        found: dict[int, _Candidate] = {}
-        for key, cand in self.summary_candidates.items():
-            if key[1] in symbols:
-                for c in ([cand] if cand.kept else self._implying(cand)):
-                    found[id(c)] = c
+    def _by(self, mentioned: set[sympy.Symbol], implying: Iterable[_Candidate]) -> list[_Candidate]:
+        """The kept guards behind ``implying`` and the replacement guard of every symbol they
+        or ``mentioned`` name, in output order.
+
+        A candidate's formula has the replacements substituted (``y >= 5`` is read as
+        ``CeilDiv(x, 8) >= 5`` under ``y := CeilDiv(x, 8)``), so what it implies needs them;
+        a symbol the context replaces stands for the symbols of its replacement.
+        """
+        found = {id(c): c for c in self._behind(implying, mentioned)}
+        for x in ordered(self._through_context(mentioned)):
+            cand = self.summary_candidates.get(("=", x))
+            if cand is not None:  # never dropped
+                found[id(cand)] = cand
         return sorted(found.values(), key=lambda c: c.order)
+
+    def _through_context(self, symbols: Iterable[sympy.Symbol]) -> set[sympy.Symbol]:
+        """``symbols`` and those of the context's replacements of them."""
+        replacements = self.context.replacements
+        return set(symbols).union(*(symbols_of(replacements[x]) for x in symbols if x in replacements))
 
     def _fate(self, atom: _Atom, context_layers: CheapLayers) -> Dropped | None:
         """Why ``atom`` is not in the result as written, or None when it is."""
@@ -851,18 +920,25 @@ class _Report:
             cand = rest[0]
             if cand.kept:
                 return None
-            via = [self.summary_candidates[("=", x)] for x in ordered(symbols_of(atom.canonical)) if ("=", x) in self.summary_candidates]
-            by = self._implying(cand) + [c for c in via if c.kept]
+            assumed = self._through_context(atom.assumed)
+            by = self._by(set(symbols_of(atom.canonical)),
+                          [*cand.implied_by, *(c for key, c in self.summary_candidates.items() if key[1] in assumed)])
             return Dropped(atom.expr, "implied" if by else "tautology", tuple(dict.fromkeys(c.expr for c in by)))
         expr, found = _substituted(atom, self.context.replacements)
         if _cheap(context_layers, expr, found) is True:
             return Dropped(atom.expr, "tautology")
-        by = self._summary_by(atom)
+        # settled by steps 3-4 from the summary guards of the symbols the verdict read (its
+        # divisors' included: ``Mod(7 // (s0 - 2), -1)`` is 0 where defined)
+        read = self._through_context(atom.fate[1])
+        by = self._by(read, (c for key, c in self.summary_candidates.items() if key[1] in read))
         merged = any(atom in (c.sources or ()) for c in by)
         return Dropped(atom.expr, "merged" if merged else "implied", tuple(c.expr for c in by))
 
     def result(self) -> Simplified:
         kept = sorted((c for c in self.candidates if c.kept), key=lambda c: c.order)
+        unique = [a for a in self.atoms if not (a.fate and a.fate[0] == "duplicate")]
+        if len(kept) > len(unique):  # the summary guards outnumber the input: the input, deduplicated, is smaller
+            return self._deduplicated(unique)
         dropped: list[Dropped] = []
         rewritten: list[Rewrite] = []
         fates: list[Fate] = []
@@ -879,6 +955,21 @@ class _Report:
                 dropped.append(record)
                 fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
         return Simplified(tuple(c.expr for c in kept), tuple(dropped), tuple(rewritten), None, self._ranges(), tuple(fates),
+                          self.budget.backstop_fired)
+
+
+    def _deduplicated(self, unique: list[_Atom]) -> Simplified:
+        """The input's distinct conjuncts, as the result: equivalent, and never larger."""
+        dropped, fates = [], []
+        distinct = {id(a) for a in unique}
+        for atom in self.atoms:
+            if id(atom) in distinct:
+                fates.append(Fate(atom.expr, "kept", atom.source, note="what the guards imply takes more guards to say"))
+            else:
+                record = Dropped(atom.expr, "duplicate", (atom.fate[1].expr,))
+                dropped.append(record)
+                fates.append(Fate(atom.expr, "dropped", atom.source, dropped=record))
+        return Simplified(tuple(a.expr for a in unique), tuple(dropped), (), None, self._ranges(), tuple(fates),
                           self.budget.backstop_fired)
 
 
@@ -911,6 +1002,7 @@ def simplify(
     facts: Iterable[ExprLike] = (),
     ranges: Ranges | None = None,
     timeout_ms: int = 2000,
+    progress: Progress | None = None,
 ) -> Simplified:
     """An equivalent, smaller guard set under ``facts`` and ``ranges`` (name → ``(lo, hi)``).
 
@@ -920,10 +1012,55 @@ def simplify(
     machine's load, and a wall-clock backstop of ``timeout_ms`` (:mod:`shapecore.budget`). A
     guard z3 cannot settle within its share is kept.
 
+    ``progress`` (:class:`~shapecore.progress.Progress`) hears how far the steps got; once its
+    wall-clock time limit has passed, the run stops where it is and returns every guard it has
+    not yet shown redundant (``progress.timed_out`` says so): still equivalent to the input.
+    A guard repeated verbatim is read once (its repeats are duplicates of its first occurrence).
+
     >>> s = simplify(["Ne(Mod(1, FloorDiv(s0, 2)), 0)"], facts=["s0 > 2"])
     >>> [str(g) for g in s.guards]
     ['s0 >= 4']
     """
     guard_exprs, fact_exprs, checked = guard_list(guards, "guards"), guard_list(facts, "facts"), check_ranges(ranges)
+    distinct = list(dict.fromkeys(guard_exprs))
     with z3_threads.exclusive():  # every z3 object of the run is made and freed inside (see shapecore.z3_threads)
-        return _Simplification(guard_exprs, fact_exprs, checked, timeout_ms).run()
+        result = _Simplification(distinct, fact_exprs, checked, timeout_ms, progress or Progress()).run()
+    return result if len(distinct) == len(guard_exprs) else _with_repeats(result, guard_exprs, distinct)
+
+
+def _with_repeats(result: Simplified, guards: list[ExprLike], distinct: list[ExprLike]) -> Simplified:
+    """``result``, of the ``distinct`` guards, as the result for ``guards``: each conjunct of a
+    repeated guard is dropped as a duplicate of the conjunct's first occurrence (as step 1
+    would), or as part of a contradiction."""
+    position = {guard: i for i, guard in enumerate(distinct)}
+    fates_of: list[list[Fate]] = [[] for _ in distinct]
+    for fate in result.fates:
+        fates_of[fate.source].append(fate)
+    repeats: dict[int, list[Fate]] = {}
+    fates: list[Fate] = []
+    for source, guard in enumerate(guards):
+        i = position[guard]
+        if i not in repeats:
+            fates += [_at(f, source) for f in fates_of[i]]
+            repeats[i] = [_repeat(f, result.contradiction is not None) for f in fates_of[i]]
+        else:
+            fates += [_at(f, source) for f in repeats[i]]
+    return dataclasses.replace(
+        result, dropped=tuple(f.dropped for f in fates if f.dropped is not None),
+        rewritten=tuple(f.rewrite for f in fates if f.outcome == "rewritten"), fates=tuple(fates))
+
+
+def _at(fate: Fate, source: int) -> Fate:
+    """``fate`` for the input guard ``source``."""
+    return Fate(fate.guard, fate.outcome, source, fate.dropped, fate.rewrite, fate.merged_into, fate.note)
+
+
+def _repeat(first: Fate, contradiction: bool) -> Fate:
+    """The fate of a repeat of the conjunct whose first occurrence met ``first``."""
+    if contradiction:
+        dropped = Dropped(first.guard, "contradiction")
+    elif first.dropped is not None and first.dropped.kind == "duplicate":
+        dropped = first.dropped
+    else:
+        dropped = Dropped(first.guard, "duplicate", (first.guard,))
+    return Fate(first.guard, "dropped", first.source, dropped=dropped)

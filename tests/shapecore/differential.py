@@ -4,22 +4,31 @@ Shared by ``tests/shapecore/test_differential.py`` (hypothesis makes the choices
 ``bench/fuzz.py`` (a seeded ``random.Random`` does); the text comes from
 :mod:`tests.shapecore.guard_text`, the ground truth from :mod:`tests.shapecore.oracle`.
 
-Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals:
+Three kinds of query, each over a :class:`~tests.shapecore.oracle.Box` of small intervals
+(:data:`KINDS` names their generators: ``simplify_divisions`` writes simplify queries of
+issue 19's shape, :func:`division_simplify_query`):
 
 * :class:`ProveQuery` — ``shapecore.prove(claim, facts=..., ranges=...)``. Wrong: ``proved``
   while the claim does not hold at a box point satisfying the facts; ``refuted`` with a
   counterexample that leaves a symbol unbound, breaks a fact, or at which the claim holds.
 * :class:`SimplifyQuery` — ``shapecore.simplify``. Wrong: at a box point satisfying the
-  context, the input guards all hold and the output guards do not, or the reverse.
+  context, the input guards all hold and the output guards do not, or the reverse; a guard
+  dropped as implied (a duplicate, a tautology, merged) that fails at such a point where the
+  guards it names hold; ``ranges`` that leave out a value of a point the input accepts, or
+  are looser than the ranges given.
 * :class:`EnvQuery` — a ShapeEnv, its symbols and a sequence of ``evaluate_expr``,
-  ``add_fact``, ``statically_known_true`` and ``to_json``/``from_json`` round trips, run
-  against a model of what the env has been told. Wrong: a value that differs from Python's at
-  the hints (for every value of the unbacked symbols the facts allow there), a value where
-  Python raises there, a guard false at the hints, an answer given without a guard that is
-  not the claim's value wherever the facts allow, a fact false at the hints accepted or one
-  that holds there rejected, a claim false at the hints proved after a rejected fact, a round
-  trip that changes the document. Wrong answers after a ``ConstraintError`` (which promises
-  that nothing was recorded) say so.
+  ``add_fact``, ``defer_runtime_assert``, ``statically_known_true`` and
+  ``to_json``/``from_json`` round trips, run against a model of what the env has been told.
+  Wrong: a value that differs from Python's at the hints (for every value of the unbacked
+  symbols the facts allow there), a value where Python raises there, a guard false at the
+  hints, an answer given without a guard that is not the claim's value wherever the facts
+  allow, a fact accepted for which no value of the unbacked symbols (in their ranges) meets
+  everything told with the backed ones at their hints, or one rejected for which some value
+  does (unless the env says it could not show it in time), an assert found implied that is
+  not, a claim false at the hints proved after a rejected fact, a round trip that changes the
+  document. Wrong answers after a ``ConstraintError`` (which promises that nothing was
+  recorded) say so. :func:`unbacked_env_query` draws envs with both kinds of symbol, told
+  facts relating them that the unbacked ranges often leave no room for at the hints.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from tests.shapecore.guard_text import (
     Chooser,
     GuardWriter,
     chance,
+    divisibility,
     extra_fact,
     pick,
     random_box,
@@ -51,7 +61,9 @@ __all__ = [
     "EnvQuery",
     "prove_query",
     "simplify_query",
+    "division_simplify_query",
     "env_query",
+    "unbacked_env_query",
     "generate",
     "run",
 ]
@@ -192,15 +204,21 @@ def _bad_counterexample(counterexample, claim: Formula, facts: Sequence[Formula]
 
 @dataclass(frozen=True)
 class SimplifyQuery:
-    """``simplify(guards, facts=facts, ranges=box)``."""
+    """``simplify(guards, facts=facts, ranges=...)``: ``ranges`` as ``(name, lo, hi)`` with
+    ``None`` for an open end, or the box's intervals when None. Brute force walks the box: with
+    open ranges, it checks the part of the scope inside it."""
 
     guards: tuple[str, ...]
     facts: tuple[str, ...]
     box: Box
+    ranges: tuple[tuple[str, int | None, int | None], ...] | None = None
+
+    def scope(self) -> dict[str, tuple[int | None, int | None]]:
+        """The ``ranges=`` argument."""
+        return {n: (lo, hi) for n, lo, hi in (self.box.intervals if self.ranges is None else self.ranges)}
 
     def reproduction(self, timeout_ms: int) -> str:
-        ranges = {n: (lo, hi) for n, lo, hi in self.box.intervals}
-        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={ranges!r}, "
+        return (f"shapecore.simplify({list(self.guards)!r}, facts={list(self.facts)!r}, ranges={self.scope()!r}, "
                 f"timeout_ms={timeout_ms}).guards")
 
 
@@ -220,13 +238,66 @@ def simplify_query(choose: Chooser) -> SimplifyQuery:
     return SimplifyQuery(tuple(guards), facts, box)
 
 
+def division_simplify_query(choose: Chooser) -> SimplifyQuery:
+    """Guard sets of issue 19's shape: disjunctions that define a symbol by a division,
+    remainder, ``Max`` or ``Min`` of another (an alternative that never holds under the ranges
+    is pruned first, so the definition reaches the digest late), beside divisibility, range and
+    ``Ne`` guards on both, under ranges (or facts) that may leave a side open.
+
+    The first symbol ranges wide (up to about 100) so that ``CeilDiv(s0, 16)`` takes several
+    values; the box covers the ranges' finite part and cuts off the open sides. The guards hold
+    at an example point, but now and then one that does not is left as it is.
+    """
+    names = pick(choose, (("s0", "s2"), ("s0", "s1", "s2"), ("x", "y")))
+    intervals = {}
+    for k, name in enumerate(names):
+        lo = choose.integer(-3, 2)
+        intervals[name] = (lo, lo + (choose.integer(20, 100) if k == 0 else choose.integer(2, 12)))
+    writer = GuardWriter(choose, Box(tuple((n, *intervals[n]) for n in names)), random_style(choose))
+    example = {name: choose.integer(lo, hi) for name, (lo, hi) in intervals.items()}
+    guards = []
+    for target in names[1 : 1 + choose.integer(1, len(names) - 1)]:  # the definitions, of the others by the first
+        source, term = names[0], writer.division(names[0])
+        value = value_at(formula(term), example)
+        lo, hi = intervals[target]
+        if isinstance(value, int) and lo - 12 <= value <= hi + 12:  # the box takes the example in
+            example[target], intervals[target] = value, (min(lo, value), max(hi, value))
+        never = pick(choose, (f"Gt(-{target} - {choose.integer(0, 4)}, {source} + {choose.integer(0, 6)})",
+                              f"({source} < {intervals[source][0] - choose.integer(1, 4)})", writer.relation(1)))
+        definition = pick(choose, (f"Eq({term}, {target})", f"Eq({target}, {term})", f"({term} == {target})"))
+        guards.append(pick(choose, (f"({never}) | ({definition})", f"Or({definition}, {never})", f"({definition})")))
+    for _ in range(choose.integer(1, 3)):  # what else is known of the symbols
+        name = pick(choose, names)
+        kind = choose.integer(0, 4)
+        if kind <= 1:
+            guards.append(divisibility(choose, name))
+        elif kind == 2:
+            guards.append(f"{pick(choose, ('Ge', 'Le', 'Ne'))}({name}, {choose.integer(-2, 10)})")
+        elif kind == 3:
+            guards.append(f"{pick(choose, ('Le', 'Ge', 'Ne', 'Eq'))}({writer.division(names[0])}, {name})")
+        else:
+            guards.append(writer.claim(1))
+    guards = [g if value_at(formula(g), example) is True or chance(choose, 20) else f"Not({g})" for g in guards]
+    box = Box(tuple((n, *intervals[n]) for n in names))
+    ranges, facts = [], []
+    for name, lo, hi in box.intervals:
+        form = choose.integer(0, 4)  # the range as given, open above, as facts, or not at all
+        if form <= 1:
+            ranges.append((name, lo, hi if form == 0 else None))
+        elif form <= 3:
+            facts += range_texts(choose, name, lo, hi) if form == 2 else [f"{name} >= {lo}"]
+    facts += [extra_fact(writer) for _ in range(choose.integer(0, 1))]
+    return SimplifyQuery(tuple(guards), tuple(facts), box, tuple(ranges))
+
+
 def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
-    ranges = {n: (lo, hi) for n, lo, hi in query.box.intervals}
+    ranges = query.scope()
     reproduction = query.reproduction(timeout_ms)
     result, error, seconds = _timed(
         lambda: shapecore.simplify(list(query.guards), facts=list(query.facts), ranges=ranges, timeout_ms=timeout_ms)
     )
     context = [formula(f) for f in query.facts]
+    context += [formula(f"{n} {op} {end}") for n, sides in ranges.items() for op, end in zip((">=", "<="), sides) if end is not None]
     if isinstance(error, shapecore.ConstraintError):  # documented for a context that cannot hold
         if next(satisfying(context, query.box), None) is None:
             return Outcome("simplify", "refused", seconds)
@@ -242,9 +313,10 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
                       reproduction=reproduction)
 
     inputs = [formula(g) for g in query.guards]
+    points = list(satisfying(context, query.box))
     try:
         simplified = [formula(g) for g in outputs]
-        for point in satisfying(context, query.box):
+        for point in points:
             before, after = all(holds(g, point) for g in inputs), all(holds(g, point) for g in simplified)
             if before != after:
                 undefined = any(value_at(g, point) is ZeroDivisionError for g in (*inputs, *simplified))
@@ -252,11 +324,43 @@ def check_simplify(query: SimplifyQuery, *, timeout_ms: int) -> Outcome:
                                    f"{' (a guard is undefined at the point)' if undefined else ''}")
                 outcome.detail = (f"at {point} the input {'holds' if before else 'fails'} "
                                   f"but {outputs} {'hold' if after else 'fail'}")
-                break
+                return outcome
+        outcome.problem, outcome.detail = _bad_drop(result.dropped, points)
     except (OracleError, NameError) as exc:
         outcome.problem = "wrong: simplify's output is not a guard over the input's symbols"
         outcome.detail = f"{outputs}: {exc}"
+    if outcome.problem is None and result.contradiction is None:
+        accepted = [p for p in points if all(holds(g, p) for g in inputs)]
+        outcome.problem, outcome.detail = _bad_ranges(result.ranges, ranges, accepted)
     return outcome
+
+
+def _bad_drop(dropped, points: Sequence[dict[str, int]]) -> tuple[str | None, str]:
+    """A guard dropped as implied (or a duplicate, a tautology, merged) that fails at a point
+    where what it names holds."""
+    for drop in dropped:
+        if drop.kind == "contradiction":
+            continue
+        guard, by = formula(str(drop.guard)), [formula(str(g)) for g in drop.by]
+        for point in points:
+            if all(holds(g, point) for g in by) and not holds(guard, point):
+                return (f"wrong: simplify dropped a guard as {drop.kind} that is not",
+                        f"{drop.guard} fails at {point}, where {[str(g) for g in drop.by]} hold")
+    return None, ""
+
+
+def _bad_ranges(found: dict[str, tuple[int | None, int | None]], given: dict[str, tuple[int | None, int | None]],
+                accepted: Sequence[dict[str, int]]) -> tuple[str | None, str]:
+    """Ranges that leave out a value the input accepts, or are looser than the given ones."""
+    for name, (lo, hi) in found.items():
+        given_lo, given_hi = given.get(name, (None, None))
+        if given_lo is not None and (lo is None or lo < given_lo) or given_hi is not None and (hi is None or hi > given_hi):
+            return "wrong: simplify's ranges are looser than the given ranges", f"{name}: {(lo, hi)}, given {(given_lo, given_hi)}"
+        outside = next((p for p in accepted if name in p and (lo is not None and p[name] < lo or hi is not None and p[name] > hi)),
+                       None)
+        if outside is not None:
+            return "wrong: simplify's ranges leave out a point the input accepts", f"{name}: {(lo, hi)}, accepted {outside}"
+    return None, ""
 
 
 # -- ShapeEnv ---------------------------------------------------------------------------------
@@ -280,7 +384,8 @@ class EnvSymbol:
 @dataclass(frozen=True)
 class EnvQuery:
     """A ShapeEnv with ``symbols`` and the calls ``steps``: ``(verb, text)`` pairs, verbs
-    ``evaluate_expr``, ``add_fact``, ``statically_known_true`` and ``round_trip``."""
+    ``evaluate_expr``, ``add_fact``, ``defer_runtime_assert``, ``statically_known_true`` and
+    ``round_trip``."""
 
     symbols: tuple[EnvSymbol, ...]
     steps: tuple[tuple[str, str], ...]
@@ -305,37 +410,59 @@ class EnvQuery:
         return {s.name: s.hint for s in self.symbols if s.hint is not None}
 
 
+_TELLING = ("add_fact", "defer_runtime_assert")
+
+
 def env_query(choose: Chooser) -> EnvQuery:
+    kinds = [chance(choose, 70) for _ in range(choose.integer(1, 3))]  # True: backed
+    return _env_steps(choose, _env_symbols(choose, kinds), trap_percent=25)
+
+
+def unbacked_env_query(choose: Chooser) -> EnvQuery:
+    """Backed and unbacked symbols, and mostly facts relating them (:func:`_unbacked_trap`)."""
+    kinds = [True] * choose.integer(1, 2) + [False] * choose.integer(1, 2)
+    return _env_steps(choose, _env_symbols(choose, kinds), trap_percent=70)
+
+
+def _env_symbols(choose: Chooser, kinds: Sequence[bool]) -> tuple[EnvSymbol, ...]:
+    """A symbol over a small interval per entry of ``kinds`` (True: backed, with a hint in it)."""
     symbols = []
-    backed = unbacked = 0
-    for _ in range(choose.integer(1, 3)):
+    for is_backed in kinds:
         lo = choose.integer(-4, 4)
         hi = lo + choose.integer(0, 10)
-        if chance(choose, 70):
-            symbols.append(EnvSymbol(f"s{backed}", lo, hi, choose.integer(lo, hi)))
-            backed += 1
+        count = sum(1 for s in symbols if (s.hint is not None) == is_backed)
+        if is_backed:
+            symbols.append(EnvSymbol(f"s{count}", lo, hi, choose.integer(lo, hi)))
         else:
-            symbols.append(EnvSymbol(f"u{unbacked}", lo, hi, None))
-            unbacked += 1
-    query = EnvQuery(tuple(symbols), ())
+            symbols.append(EnvSymbol(f"u{count}", lo, hi, None))
+    return tuple(symbols)
+
+
+def _env_steps(choose: Chooser, symbols: tuple[EnvSymbol, ...], *, trap_percent: int) -> EnvQuery:
+    """1 to 8 calls on an env with ``symbols``; a fact or claim is a trap ``trap_percent`` of the time."""
+    query = EnvQuery(symbols, ())
     writer = GuardWriter(choose, query.box, random_style(choose))
     steps = []
     for _ in range(choose.integer(1, 8)):
-        verb = pick(choose, ("evaluate_expr", "evaluate_expr", "add_fact", "statically_known_true", "round_trip"))
+        verb = pick(choose, ("evaluate_expr", "evaluate_expr", *_TELLING, "statically_known_true", "round_trip"))
         if verb == "round_trip":
             text = ""
         elif verb == "evaluate_expr" and chance(choose, 20):
             text = writer.expr(2)  # an integer expression: evaluate_expr returns its value
-        elif chance(choose, 25):
+        elif chance(choose, trap_percent):
             text = _hint_trap(choose, query)
         else:
-            text = writer.any_claim() if verb != "add_fact" or chance(choose, 30) else extra_fact(writer)
+            text = writer.any_claim() if verb not in _TELLING or chance(choose, 30) else extra_fact(writer)
         steps.append((verb, text))
     return EnvQuery(query.symbols, tuple(steps))
 
 
 def _hint_trap(choose: Chooser, query: EnvQuery) -> str:
-    """A claim aimed at the hints: a divisor zero there, or a bound that excludes them."""
+    """A claim aimed at the hints: a divisor zero there, a bound that excludes them, or (with
+    both kinds of symbol, half the time) a relation the unbacked ranges may leave no room for."""
+    if any(s.hint is None for s in query.symbols) and any(s.hint is not None for s in query.symbols):
+        if chance(choose, 50):
+            return _unbacked_trap(choose, query)
     symbol = pick(choose, query.symbols)
     value = symbol.hint if symbol.hint is not None else choose.integer(symbol.lo, symbol.hi)
     name = symbol.name
@@ -346,6 +473,26 @@ def _hint_trap(choose: Chooser, query: EnvQuery) -> str:
         f"{name} >= {symbol.hi + choose.integer(1, 10)}",
         f"{name} < {symbol.lo}",
         f"Ne({name}, {value})",
+    )
+    return pick(choose, shapes)
+
+
+def _unbacked_trap(choose: Chooser, query: EnvQuery) -> str:
+    """A fact relating an unbacked symbol to a backed one (or to an unbacked one) with a
+    constant chosen so that, at the hints, ``slack > 0`` leaves no value in the unbacked
+    ranges and ``slack <= 0`` leaves some (issue 19: ``s0 <= u0`` with ``s0 = 27``,
+    ``u0 <= 14``)."""
+    s = pick(choose, [x for x in query.symbols if x.hint is not None])
+    u, v = (pick(choose, [x for x in query.symbols if x.hint is None]) for _ in range(2))
+    slack, k = choose.integer(-2, 2), pick(choose, (1, 2, 3, -1))
+    m = choose.integer(2, 5)
+    shapes = (
+        f"{s.name} <= {u.name} + ({s.hint - u.hi - slack})",  # u >= u.hi + slack at the hints
+        f"{s.name} > {u.name} + ({s.hint - u.lo + slack - 1})",  # u <= u.lo - slack
+        f"Eq({s.name}, {k}*{u.name} + ({s.hint - k * choose.integer(u.lo - 2, u.hi + 2)}))",
+        f"{u.name} + {v.name} >= {s.name} + ({u.hi + v.hi - s.hint + slack})",
+        f"{u.name} > {v.name} + ({u.hi - v.lo + slack - 1})",  # ranges alone: none when slack > 0
+        f"Eq(Mod({s.name} + {u.name}, {m}), {choose.integer(0, m - 1)})",
     )
     return pick(choose, shapes)
 
@@ -419,8 +566,11 @@ def check_env(query: EnvQuery, *, timeout_ms: int) -> list[Outcome]:
             outcomes += run.mark([outcome])
             run.env = restored if restored is not None else run.env
             continue
-        step = {"evaluate_expr": _evaluate, "add_fact": _add_fact, "statically_known_true": _known}[verb]
-        outcomes += run.mark(step(run, text, reproduction) + _check_guards(run, reproduction))
+        if verb in _TELLING:
+            told = _tell(run, verb, text, reproduction)
+        else:
+            told = {"evaluate_expr": _evaluate, "statically_known_true": _known}[verb](run, text, reproduction)
+        outcomes += run.mark(told + _check_guards(run, reproduction))
     return outcomes
 
 
@@ -506,30 +656,44 @@ def _known(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
     return [outcome]
 
 
-def _add_fact(run: _EnvRun, text: str, reproduction: str) -> list[Outcome]:
+_UNDECIDED = "could not show"  # how the env words a refusal for want of time (ShapeEnv._find_witness)
+
+
+def _tell(run: _EnvRun, verb: str, text: str, reproduction: str) -> list[Outcome]:
+    """``add_fact`` or ``defer_runtime_assert``: accepted exactly when some point of the box
+    with the hints meets everything told and ``text``; an assert found implied (not recorded)
+    must hold wherever the facts allow."""
     model, f = run.model, formula(text)
-    _, error, seconds = _timed(lambda: run.env.add_fact(text))
-    outcome = _env_outcome(run, "add_fact", "rejected" if error else "accepted", seconds, reproduction)
+    asserts_before = len(run.env.runtime_asserts)
+    _, error, seconds = _timed(lambda: getattr(run.env, verb)(text))
+    outcome = _env_outcome(run, verb, "rejected" if error else "accepted", seconds, reproduction)
     if error is not None and not isinstance(error, shapecore.ConstraintError):
         if _fair_env_refusal(error, f, model):
             outcome.status = "refused"
             return [outcome]
-        return [_exception_outcome("env.add_fact", error, seconds, reproduction)]
-    consistent = bool(model.at_hints([(f, True)]))  # some point with the hints satisfies it all
+        return [_exception_outcome(f"env.{verb}", error, seconds, reproduction)]
+    allowed = model.at_hints([(f, True)])  # the points with the hints that meet it all
     if error is None:
         if model.backed_only(f) and not holds(f, model.hints):
-            outcome.problem = "wrong: add_fact accepted a fact that does not hold at the hints"
+            outcome.problem = f"wrong: {verb} accepted a fact that does not hold at the hints"
             outcome.detail = f"{text} at {model.hints}"
             run.alive = False
-        elif not consistent:  # an unsatisfiable fact the env could not see through: stop here
-            outcome.status = "accepted, unsatisfiable"
+        elif not allowed:
+            outcome.problem = f"wrong: {verb} accepted a fact that no value of the unbacked symbols allows at the hints"
+            unbacked = [i for i in model.box.intervals if i[0] not in model.hints]
+            outcome.detail = f"{text} at the hints {model.hints}, the unbacked symbols in {unbacked}"
             run.alive = False
         else:
+            if verb == "defer_runtime_assert" and len(run.env.runtime_asserts) == asserts_before:
+                _static_check(outcome, run, f, True, "defer_runtime_assert found the assert implied")
             model.constraints.append((f, True))
         return [outcome]
-    if consistent:
-        outcome.problem = "wrong: add_fact rejected a fact that holds at the hints"
-        outcome.detail = f"{text} holds at {model.at_hints([(f, True)])[0]}: {error}"
+    if allowed and _UNDECIDED in str(error):
+        outcome.status = "unknown"  # an honest refusal: the env could not decide in time
+        return [outcome]
+    if allowed:
+        outcome.problem = f"wrong: {verb} rejected a fact that holds at the hints"
+        outcome.detail = f"{text} holds at {allowed[0]}: {error}"
         return [outcome]
     # Rejected: nothing may have been recorded. A claim false at the hints must stay unproved.
     outcomes = [outcome]
@@ -579,11 +743,13 @@ def _check_guards(run: _EnvRun, reproduction: str) -> list[Outcome]:
 
 # -- any query --------------------------------------------------------------------------------
 
-KINDS = ("prove", "env", "simplify")
+KINDS = ("prove", "env", "unbacked_env", "simplify", "simplify_divisions")
 
 
 def generate(kind: str, choose: Chooser) -> ProveQuery | EnvQuery | SimplifyQuery:
-    return {"prove": prove_query, "env": env_query, "simplify": simplify_query}[kind](choose)
+    makers = {"prove": prove_query, "env": env_query, "unbacked_env": unbacked_env_query, "simplify": simplify_query,
+              "simplify_divisions": division_simplify_query}
+    return makers[kind](choose)
 
 
 def run(query: ProveQuery | EnvQuery | SimplifyQuery, *, timeout_ms: int) -> list[Outcome]:

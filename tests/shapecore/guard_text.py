@@ -22,6 +22,7 @@ __all__ = [
     "RandomChooser",
     "GuardWriter",
     "chance",
+    "divisibility",
     "extra_fact",
     "pick",
     "random_box",
@@ -253,6 +254,29 @@ class GuardWriter:
         )
         return pick(c, shapes)
 
+    def division(self, name: str) -> str:
+        """``name`` under one operation that divides or clamps, mostly by a constant (a symbol
+        now and then, zero somewhere in the box), scaled and shifted now and then: the
+        right-hand sides of torch's size definitions."""
+        c = self.choose
+        k = pick(c, (16, 2, 3, 4, 8, 5)) if chance(c, 85) else self.divisor(0)
+        kind, torch = c.integer(0, 5), self._torch()
+        if kind == 0:
+            term = f"CeilDiv({name}, {k})" if torch else f"(-((-{name}) // {k}))"
+        elif kind == 1:
+            term = f"FloorDiv({name}, {k})" if torch else f"({name} // {k})"
+        elif kind == 2:
+            term = f"Mod({name}, {k})" if torch else f"({name} % {k})"
+        elif kind == 3:
+            m = pick(c, (2, 4, 8, 3))
+            term = f"ModularIndexing({name}, {k}, {m})" if torch else f"(({name} // {k}) % {m})"
+        else:
+            term = f"{pick(c, ('Max', 'Min'))}({name}, {self.literal(-2, 8)})"
+            term = term if torch else term.lower()
+        if chance(c, 20):
+            term = f"({c.integer(2, 3)}*{term} + {self.literal(-2, 2)})"
+        return term
+
     def any_claim(self) -> str:
         """A random claim, or one time in four a :meth:`trap`."""
         return self.trap() if chance(self.choose, 25) else self.claim(self.choose.integer(1, 3))
@@ -283,12 +307,17 @@ def extra_fact(writer: GuardWriter) -> str:
     kind = c.integer(0, 3)
     name = writer.symbol()
     if kind == 0:
-        m = c.integer(2, 4)
-        r = c.integer(0, m - 1)
-        return f"Eq(Mod({name}, {m}), {r})" if chance(c, 50) else f"{name} % {m} == {r}"
+        return divisibility(c, name)
     if kind == 1:
         (rel, _), other = pick(c, _RELATIONS), writer.symbol()
         return f"{rel}({name}, {other})"
     if kind == 2:
         return f"Ne({name}, {writer.literal()})"
     return writer.claim(1)
+
+
+def divisibility(choose: Chooser, name: str) -> str:
+    """``name`` in a residue class, as torch or Python writes it."""
+    m = choose.integer(2, 4)
+    r = choose.integer(0, m - 1)
+    return f"Eq(Mod({name}, {m}), {r})" if chance(choose, 50) else f"{name} % {m} == {r}"

@@ -11,7 +11,7 @@ import sys
 import pytest
 import z3
 
-from shapecore import cli
+from shapecore import cli, holds, parse
 from shapecore.cli import main
 from tests.corpus import CORPUS
 
@@ -101,8 +101,9 @@ def test_simplify_drops_the_arange_guards_on_their_range(guard_file, capsys):
 def test_simplify_json_is_one_object(guard_file, capsys):
     assert main(["simplify", guard_file(VIEW8), "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired"]
+    assert list(document) == ["guards", "dropped", "rewritten", "contradiction", "ranges", "backstop_fired", "timed_out"]
     assert document["guards"] == ["s77 >= 16", "Eq(Mod(s77, 8), 0)"] and document["backstop_fired"] is False
+    assert document["timed_out"] is False
     assert all(set(d) == {"guard", "reason"} and d["reason"] for d in document["dropped"])
     assert document["contradiction"] is None and document["ranges"] == {"s77": [16, None]}
 
@@ -166,6 +167,49 @@ def test_explain_summarizes_each_symbol(capsys):
     out = capsys.readouterr().out
     assert "s6  (source k, hint 8)" in out and "range        [2, 512]" in out
     assert "s77  (source L['x'].size()[0], hint 64)" in out and "replaced by  8*s6" in out
+
+
+def test_explain_lists_each_distinct_guard_once_with_its_count(guard_file, capsys):
+    path = guard_file("s0 >= 2\nEq(Mod(s0, 8), 0)\ns0 >= 2\ns0 <= s1\ns0 >= 2\n")
+    assert main(["explain", path]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "s0", "  range        [8, inf]", "  divisible    s0 % 8 == 0",
+        f"  guards       {path}:1:1: s0 >= 2  (3 times)", f"               {path}:2:1: Eq(Mod(s0, 8), 0)",
+        f"               {path}:4:1: s0 <= s1",
+        "s1", "  range        [-inf, inf]", f"  guards       {path}:4:1: s0 <= s1",
+    ]
+
+
+def test_long_work_reports_its_progress_on_stderr(guard_file, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0)  # every step is long enough to report
+    path = guard_file(VIEW8)
+    assert main(["simplify", path]) == 0
+    out, err = capsys.readouterr()
+    assert guard_lines(out) == ["s77 >= 16", "Eq(Mod(s77, 8), 0)"]
+    lines = err.splitlines()
+    assert lines[0].startswith("shapecore simplify: normalizing: 0 of 5 (")
+    assert any(line.startswith("shapecore simplify: digesting: ") for line in lines)
+    assert main(["explain", path]) == 0
+    assert "shapecore explain: digesting distinct guards: 0 of 5 (" in capsys.readouterr().err
+
+
+def test_timeout_gives_a_sound_partial_answer(guard_file, capsys):
+    path = guard_file(VIEW8)
+    assert main(["simplify", path, "--timeout", "1e-9"]) == 3
+    out, err = capsys.readouterr()
+    kept = [parse(line) for line in guard_lines(out)]
+    assert out.startswith("# 5 of 5 guards kept (0 dropped, 0 rewritten); --timeout fired: maybe not minimal")
+    inputs = [parse(line) for line in VIEW8.splitlines()]
+    assert all(all(holds(g, {"s77": v}) for g in inputs) == all(holds(g, {"s77": v}) for g in kept) for v in range(-40, 200))
+    assert err.startswith("shapecore simplify: --timeout 1e-09 fired (normalizing: 0 of 5): ") and err.count("\n") == 1
+    assert "the guards it has not shown redundant are kept, so the result is equivalent to the input" in err
+    assert main(["simplify", path, "--timeout", "1e-9", "--format", "json"]) == 3
+    assert json.loads(capsys.readouterr().out)["timed_out"] is True
+    assert main(["explain", path, "--timeout", "1e-9"]) == 3
+    out, err = capsys.readouterr()
+    assert out.startswith("# --timeout fired: what the first 0 of 5 distinct guards imply is printed")
+    assert "  range        [-inf, inf]" in out and f"{path}:3:1: Ne(s77, 8)" in out
+    assert err.startswith("shapecore explain: --timeout 1e-09 fired (digesting distinct guards: 0 of 5): ")
 
 
 @pytest.mark.parametrize(

@@ -147,3 +147,28 @@ def test_simplify_keeps_the_guards_equivalent(query):
                         ("add_fact", "s0 < 3 or 6 // s0 > 0"), ("round_trip", ""), ("evaluate_expr", "s0 < 1 < 6 // s0"))))
 def test_shape_env_agrees_with_python_at_the_hints(query):
     _assert_right(query)
+
+
+# Issue 19 B: facts on unbacked symbols that no value in their ranges allows at the hints
+_S27 = diff.EnvSymbol("s0", 2, 30, 27)
+_U14 = diff.EnvSymbol("u0", 0, 14, None)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(_queries(diff.unbacked_env_query))
+@example(diff.EnvQuery((_S27, _U14), (("add_fact", "s0 <= u0"), ("evaluate_expr", "s0 <= 14"),
+                                      ("evaluate_expr", "s0 * 2"))))
+@example(diff.EnvQuery((_S27, _U14), (("add_fact", "s0 < u0 - 20"), ("evaluate_expr", "Lt(s0, s0)"))))
+@example(diff.EnvQuery((_S27, _U14), (("defer_runtime_assert", "s0 <= u0 + 13"), ("round_trip", ""),
+                                      ("add_fact", "u0 < 14"), ("evaluate_expr", "s0 <= 14"))))
+def test_shape_env_facts_on_unbacked_symbols_keep_the_hints_possible(query):
+    _assert_right(query)
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 5))
+@given(_queries(diff.division_simplify_query))
+# issue 19 C: s2 := CeilDiv(s0, 16) reached the digest after Eq(Mod(s2, 2), 0) was settled on s2's congruence
+@example(diff.SimplifyQuery(("(Gt(-s2 - 3, s0 + 4)) | (Eq(CeilDiv(s0, 16), s2))", "Eq(Mod(s2, 2), 0)"), (),
+                            Box((("s0", 0, 100), ("s2", 2, 8))), (("s0", 0, None), ("s2", 2, 8))))
+def test_simplify_keeps_disjunctions_with_divisions_equivalent(query):
+    _assert_right(query)

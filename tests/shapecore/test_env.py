@@ -387,6 +387,76 @@ def test_an_entry_whose_consequences_exclude_the_hints_is_rejected(entry, words)
     assert env.to_json() == before and env.check_guards(env.hints) == []
 
 
+# -- unbacked symbols: some of their values must allow the hints ------------------------------------
+
+
+def _s27_u14():
+    env = ShapeEnv()
+    env.create_symbol(27)
+    env.create_unbacked_symbol(min=0, max=14)
+    return env
+
+
+@pytest.mark.parametrize("fact", ["s0 <= u0", "s0 < u0 - 20"])
+def test_a_fact_no_unbacked_value_allows_at_the_hints_is_refused(fact):
+    # Issue 19 B: both were accepted; then s0 <= 14 was True, s0 * 2 raised, Lt(s0, s0) was True.
+    env = _s27_u14()
+    before = env.to_json()
+    with pytest.raises(ConstraintError, match=rf"fact {re.escape(fact)} holds for no values of u0 .*s0=27.*u0 <= 14"):
+        env.add_fact(fact)
+    assert env.to_json() == before
+    assert env.evaluate_expr("s0 <= 14") is False
+    assert env.evaluate_expr("s0 * 2") == 54
+    assert env.evaluate_expr("Lt(s0, s0)") is False
+
+
+def test_every_way_of_recording_keeps_some_unbacked_values_allowing_the_hints():
+    env = ShapeEnv()
+    env.create_symbol(27)
+    env.create_unbacked_symbol(min=0, max=14)
+    env.create_unbacked_symbol(min=0, max=14)
+    env.add_fact("s0 <= u0 + u1")  # u0 + u1 >= 27: (13, 14), (14, 13) or (14, 14)
+    before = env.to_json()
+    with pytest.raises(ConstraintError, match="holds for no values"):
+        env.defer_runtime_assert("u0 + u1 < 27", "sum")
+    with pytest.raises(ConstraintError, match="holds for no values"):
+        env.constrain_range("u1", max=12)
+    with pytest.raises(ConstraintError, match="holds for no values"), env.assuming(["Eq(u0, u1)", "u1 < 14"]):
+        raise AssertionError("the block must not run")
+    assert env.to_json() == before
+    env.constrain_range("u1", max=13)  # u0 = 14, u1 = 13 remain
+    with env.assuming("Eq(u1, 13)"):
+        with pytest.raises(ConstraintError, match="holds for no values"):
+            env.add_fact("u0 < 14")
+    env.defer_runtime_assert("u0 + u1 <= 27")
+    document = json.loads(env.to_json())
+    document["log"].append({"kind": "runtime_assert", "expr": "Eq(u1, u0)"})
+    text = json.dumps(document, indent=2)
+    with pytest.raises(ConstraintError, match=r"^<ShapeEnv JSON>:\d+:\d+: runtime_assert Eq\(u1, u0\) holds for no values"):
+        ShapeEnv.from_json(text)
+
+
+def test_a_fact_the_first_unbacked_values_miss_is_kept_with_others():
+    env = _s27_u14()
+    env.add_fact("Eq(s0, 2*u0 + 1)")  # u0 = 13 only, not the first value tried (0)
+    with pytest.raises(ConstraintError, match="holds for no values"):
+        env.add_fact("u0 < 13")
+    env.add_fact("u0 <= 13")
+    assert ShapeEnv.from_json(env.to_json()).to_json() == env.to_json()
+
+
+def test_a_fact_whose_unbacked_values_cannot_be_found_in_time_is_refused():
+    env = ShapeEnv(timeout_ms=100)
+    env.create_symbol(33)
+    for _ in range(3):
+        env.create_unbacked_symbol()
+    before = env.to_json()
+    # 33 is a sum of three cubes, of 16-digit numbers: no search or z3 finds them in 100 ms
+    with pytest.raises(ConstraintError, match="could not show within timeout_ms=100 .* larger timeout_ms"):
+        env.add_fact("Eq(u0**3 + u1**3 + u2**3, s0)")
+    assert env.to_json() == before
+
+
 def test_an_input_is_never_replaced_by_an_unbacked_value():
     env = ShapeEnv()
     env.create_symbol(8)
@@ -512,7 +582,8 @@ def test_evaluate_expr_answers_like_python_and_records_only_what_holds_at_the_hi
 _STEP = st.one_of(
     st.tuples(st.just("evaluate"), st.one_of(claim_texts(("s0", "s1", "u0"), max_leaves=3), int_texts(("s0", "s1", "u0"), max_leaves=3))),
     st.tuples(st.just("fact"), st.one_of(claim_texts(("s0", "s1", "u0"), max_leaves=2),
-                                         st.sampled_from(["u0 >= 20", "Eq(u0, s0)", "u0 <= s1", "Eq(s1, 2*s0)", "u0 > 3"]))),
+                                         st.sampled_from(["u0 >= 20", "Eq(u0, s0)", "u0 <= s1", "Eq(s1, 2*s0)", "u0 > 3",
+                                                                          "s0 + s1 + 8 <= u0", "Eq(u0, 4*s1 - 2)"]))),
     st.tuples(st.just("runtime_assert"), claim_texts(("s0", "s1", "u0"), max_leaves=2)),
 )
 
@@ -520,7 +591,8 @@ _STEP = st.one_of(
 @settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(hints=st.tuples(st.integers(0, 3), st.integers(0, 3)), steps=st.lists(_STEP, max_size=5))
 def test_any_sequence_keeps_the_hints_satisfying_every_entry(hints, steps):
-    """Whatever is asked, accepted or rejected, the env stays consistent with its example."""
+    """Whatever is asked, accepted or rejected, the env stays consistent with its example: some
+    value of u0 in its range meets every entry with s0 and s1 at their hints."""
     env = ShapeEnv(timeout_ms=100)
     env.create_symbol(hints[0], name="s0", min=-1)
     env.create_symbol(hints[1], name="s1", min=-1)
@@ -539,6 +611,8 @@ def test_any_sequence_keeps_the_hints_satisfying_every_entry(hints, steps):
         assert env.check_guards(env.hints) == []
         point = env._example()
         assert all(holds(g, point) for g in env.guards + env.facts if {s.name for s in g.free_symbols} <= set(point))
+        entries = env.guards + env.facts + [a.expr for a in env.runtime_asserts]
+        assert any(all(holds(e, {**env.hints, "u0": u0}) for e in entries) for u0 in range(-2, 11))
         assert ShapeEnv.from_json(env.to_json(), timeout_ms=100).to_json() == env.to_json()
 
 
@@ -614,3 +688,19 @@ def test_a_float_valued_expression_evaluates_to_its_float_and_guards_it():
     assert [str(g) for g in env.guards] == ["Eq(s0 + 0.5, 3.5)"]
     with pytest.raises(ConstraintError, match="inf at the hints"):
         env.evaluate_expr("s0 * 1e308 * 10")
+
+
+def test_a_data_dependent_claim_whose_replacements_zero_a_divisor_names_its_unbacked_symbol():
+    env = ShapeEnv()
+    env.create_unbacked_symbol(min=2, max=12)
+    env.create_symbol(-1, min=-1, max=-1)  # s0 := -1, so s0 // (s0 + 1) divides by 0 once substituted
+    with pytest.raises(DataDependentError, match="unbacked symbol u0"):
+        env.evaluate_expr("(s0 % (u0 - 5) >= s0) or (s0 // (s0 + 1) >= u0 % s0)")
+
+
+def test_a_data_dependent_size_suggests_a_fact_that_fixes_it():
+    env = ShapeEnv()
+    env.create_unbacked_symbol(min=0, max=12)
+    with pytest.raises(DataDependentError) as caught:
+        env.size_hint("u0 * 2")
+    assert "e.g. ," not in str(caught.value) and "env.add_fact('Eq(u0, ...)')" in str(caught.value)

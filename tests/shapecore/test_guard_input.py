@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from shapecore import ShapeEnv, parse
+from shapecore import Progress, ShapeEnv, parse
 from shapecore.guard_input import GuardInputError, read_guard_set
 from tests.corpus import CORPUS
 
@@ -57,6 +57,20 @@ def test_plain_lines_skip_blanks_and_comments():
     assert guards.format == "text"
     assert [g.expr for g in guards.guards] == [parse("Eq(Mod(s0, 8), 0)"), parse("Eq(Mod(s0, 16), 0) & (s1 >= 2)")]
     assert [g.where for g in guards.guards] == ["g.txt:2:1", "g.txt:4:5"]
+
+
+def test_a_repeated_guard_keeps_each_place_and_a_long_read_reports_progress():
+    text = "s0 >= 2\n" + "  Ne(s0, 5)  # again\ns0 >= 2\n" * 20_000
+    lines = []
+    guards = read_guard_set(text, "g.txt", Progress(lines.append, quiet_s=0, every_s=0))
+    assert len(guards.guards) == 40_001 and {g.expr for g in guards.guards} == {parse("s0 >= 2"), parse("Ne(s0, 5)")}
+    assert [g.where for g in guards.guards[-3:]] == ["g.txt:39999:1", "g.txt:40000:3", "g.txt:40001:1"]
+    assert [line.split(" (")[0] for line in lines] == [f"reading: {k * 1024:,} of 40,002" for k in range(1, 40)]
+    lines.clear()
+    log = read_guard_set(PREFIX.format(1) + "eval s0 >= 2 [guard added]\n" + "other\n" * 2_000, "run.log", Progress(
+        lines.append, quiet_s=0, every_s=0))
+    assert log.format == "log" and len(log.guards) == 1 and [line.split(" (")[0] for line in lines] == [
+        "reading: 1,024 of 2,002"]
 
 
 def test_malformed_line_is_located():

@@ -149,6 +149,9 @@ def test_a_divisor_that_is_zero_as_written_is_a_parse_error(text):
         ("x == 1 or (y == 0 or 10 // y > 2) and 10 // x > 0", {"x": 0, "y": 0}, ZeroDivisionError),
         ("Or(Eq(x, 0), 10 // x > 2)", {"x": 0}, ZeroDivisionError),  # torch's Or and | stay strict
         ("(x == 0) | (10 // x > 2)", {"x": 0}, ZeroDivisionError),
+        # folding (0 // x) % 1 to 0 must not drop its division because a later part divides by x too
+        ("x == (0 // x) % 1 or not 1 == 0 // x", {"x": 0}, ZeroDivisionError),
+        ("x != (0 // x) % 1 and 1 == 0 // x", {"x": 0}, ZeroDivisionError),
     ],
 )
 def test_pythons_and_or_short_circuit(text, point, expected):

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from shapecore import functions as F
 from shapecore.evaluation import evaluate, holds
 from shapecore.rewrite import symbols_of
-from shapecore.search import bind_all, find_counterexample, satisfies
+from shapecore.search import bind_all, find_counterexample, find_model, satisfies
 from shapecore.testing import assignments, claims, fact_sets
 
 from .digests import knowledge_of
@@ -72,3 +72,28 @@ def test_bind_all_binds_every_symbol_and_keeps_the_given_values(facts, given_val
                 assert bound[symbol.name] == evaluate(replacement, bound)
             except ArithmeticError:
                 pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(facts=fact_sets(NAMES, max_size=3, **SMALL), extra=fact_sets(NAMES, max_size=2, **SMALL),
+       start=assignments(NAMES), vary=st.sets(st.sampled_from(NAMES)), pinned=st.sets(st.sampled_from(NAMES)))
+def test_find_model_returns_a_point_satisfying_every_fact_with_the_pinned_values(facts, extra, start, vary, pinned):
+    facts = [f for f in facts if holds(f, start)]  # start satisfies every fact off the varied symbols
+    extra = [f for f in extra if symbols_of(f) or holds(f, start)]
+    vary = {F.int_symbol(n) for n in vary} | {s for f in extra for s in symbols_of(f)}
+    knowledge = knowledge_of(facts + extra)
+    point = find_model(knowledge, start, vary, {n: start[n] for n in pinned})
+    if point is not None:
+        assert satisfies(knowledge.facts, point), point
+        assert all(point[n] == start[n] for n in pinned), point
+
+
+def test_find_model_moves_the_varied_symbols_only():
+    u = F.int_symbol("u")
+    knowledge = knowledge_of([sympy.Ge(u, 0), sympy.Le(u, 14), sympy.Le(x, u)])  # x <= u: u = 0 fails at x = 3
+    point = find_model(knowledge, {"x": 3, "u": 0}, [u], {"x": 3})
+    assert point is not None and point["x"] == 3 and 3 <= point["u"] <= 14
+    assert find_model(knowledge, {"x": 30, "u": 0}, [u], {"x": 30}) is None
+    knowledge = knowledge_of([sympy.Ge(u, 0), sympy.Eq(x, 2 * u + 1)])  # x := 2*u + 1 keeps x = 27 at u = 13 only
+    assert find_model(knowledge, {"x": 27, "u": 0}, [u], {"x": 27}) is None
+    assert find_model(knowledge, {"x": 27, "u": 0}, [u], {}) is not None

@@ -14,14 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapecore.simplifier as simplify_module
-from shapecore import ArgumentError, ConstraintError, FloorDiv, Max, Mod, ParseError, holds, int_symbol, parse, simplify
+from shapecore import (ArgumentError, ConstraintError, FloorDiv, Max, Mod, ParseError, Progress, holds, int_symbol, parse,
+                       simplify)
 from shapecore.budget import Budget
 from shapecore.guard_input import read_guard_set
 from shapecore.testing import claims, fact_sets, relations
 from shapecore.z3backend import Translator
 from tests.corpus import CORPUS
 
-from . import oracle
+from . import differential, oracle
 from .folding_text import claim_texts
 from .oracle import formula
 
@@ -155,6 +156,75 @@ def test_replacements_stay_and_restate_ranges():
     result = simplify(["Eq(s1, 2*s0)", "s1 >= 10", "s0 >= 1"])
     assert set(texts(result.guards)) == {"Eq(s1, 2*s0)", "s0 >= 5"}
     assert result.ranges == {"s0": (5, None), "s1": (10, None)}
+
+
+def assert_right_on_box(guards, box, facts=(), ranges=None):
+    """simplify against brute force over ``box`` (name -> (lo, hi)), :func:`differential.check_simplify`:
+    the same points accepted, every dropped guard implied by what it names, sound ranges."""
+    query = differential.SimplifyQuery(tuple(guards), tuple(facts), oracle.Box(tuple((n, *box[n]) for n in sorted(box))),
+                                       tuple((n, *ranges[n]) for n in sorted(ranges or {})))
+    outcome = differential.check_simplify(query, timeout_ms=2000)
+    assert outcome.problem is None, outcome.report()
+
+
+def test_a_guard_settled_on_what_a_replacement_moves_is_settled_again():
+    """Issue 19 C: round 1 settled Eq(Mod(s2, 2), 0) from s2's congruence (its own); the pruned
+    disjunction then made s2 := CeilDiv(s0, 16), which moved the congruence into a fact the
+    summary guards do not carry, and the guard was dropped as implied by the replacement."""
+    guards = ["(Gt(-s2 - 3, s0 + 4)) | (Eq(CeilDiv(s0, 16), s2))", "Eq(Mod(s2, 2), 0)"]
+    ranges = {"s0": (0, None), "s2": (2, 8)}
+    result = simplify(guards, ranges=ranges)
+    assert not all(holds(g, {"s0": 33, "s2": 3}) for g in result.guards)
+    assert result.ranges["s2"] == (2, 8)  # the given range of a replaced symbol still holds
+    assert_right_on_box(guards, _REPLACED, ranges=ranges)
+
+
+_REPLACED = {"s0": (-3, 150), "s1": (-3, 3), "s2": (-2, 10)}
+
+
+@pytest.mark.parametrize("definition", ["CeilDiv(s0, 16)", "FloorDiv(s0, 16)", "Mod(s0, 16)", "ModularIndexing(s0, 4, 8)",
+                                        "Max(s0, 3)", "Min(s0, 5)", "2*FloorDiv(s0, 3) + 1", "s0*s0"])
+@pytest.mark.parametrize("known, facts, ranges", [
+    (["Eq(Mod(s2, 2), 0)"], [], {"s0": (0, None), "s2": (2, 8)}),
+    (["Eq(Mod(s2, 2), 0)"], ["s0 >= 0", "s2 >= 2", "s2 <= 8"], {}),
+    (["s2 >= 2", "s2 <= 8"], [], {"s0": (0, None)}),
+    (["Ne(s2, 3)"], [], {"s0": (0, None), "s2": (2, 8)}),
+])
+def test_what_was_known_of_a_symbol_outlives_its_replacement(definition, known, facts, ranges):
+    """Siblings of issue 19 C: the same replacement made late, of other shapes, with what was
+    known of the replaced symbol from guards, facts or ranges."""
+    assert_right_on_box([f"(s0 < -1) | Eq({definition}, s2)", *known], _REPLACED, facts, ranges)
+
+
+@pytest.mark.parametrize("known", ["Eq(Mod(s2, 2), 0)", "s2 >= 2"])
+def test_a_replacement_found_when_a_guard_is_learned_again(known):
+    """The same without a disjunction: s2*Mod(s1, 2) is s2 only once s1 is known odd, so the
+    digest makes s2 := s0 // 16 in round 1, after settling the guards on s2."""
+    guards = ["Eq(s2*Mod(s1, 2), FloorDiv(s0, 16))", "Eq(Mod(s1, 2), 1)", known]
+    assert_right_on_box(guards, _REPLACED, ranges={"s0": (0, None)})
+
+
+@pytest.mark.parametrize("guards, facts, ranges", [
+    # the divisor's symbol: Mod(7 // (s0 - 2), -1) folds to 0 as written, defined where s0 != 2
+    (["Ne(5, ModularIndexing(7, s0 - 2, -1))", "Eq(s0, 1)"], [], {"s0": (0, 4)}),
+    # the replacement an implying guard was read with: y >= 5 is CeilDiv(x, 8) >= 5
+    (["Eq(CeilDiv(x, 8), y)", "Ne(x, 7)", "y >= 5"], [], {"y": (-1, None)}),
+    (["(x % 3) == y", "Not(x % 4 == 0)", "Not(Eq(Mod(y, 4), 0))", "Not(x % 3 == 0)"], ["x >= 2", "x <= 59"], {}),
+    # a symbol the context replaces: s2 is s1, which the guards make s0 % 8
+    (["(s0 < -2) | Eq(Min(s0, 3), s1)", "Eq(s2, s0 % 8)", "Ne(Mod(s2, 2), 1)"], ["s0 >= 1", "s2 >= 2", "Eq(s1, s2)"],
+     {"s1": (-3, 7)}),
+    # a single-symbol rewrite holds on the admissible values: Ne(Mod(s2, 4), 0) is Ne(s2, 0) where s2 % 3 == 0
+    (["(s0 // s2 % (s0 - s2) >= 2 // s0) | (s0 // 16 == s2)", "Ne(Mod(s2, 4), 0)", "Eq(Mod(s2, 3), 0)"],
+     ["s2 >= -3", "s2 <= 9"], {"s0": (-3, 57)}),
+    # ... and is undone when its symbol gets a replacement: y <= 0 made Ne(Mod(y, 2), 1) Ne(y, -3) & Ne(y, -1)
+    (["(-y > x + 6) | Eq(ModularIndexing(x, 4, 2), y)", "y < 1", "Ne(Mod(y, 2), 1)", "Ne(Min(x, 2), x)"],
+     ["x >= 0", "y >= -3"], {}),
+])
+def test_a_dropped_guard_names_all_that_implies_it(guards, facts, ranges):
+    assert simplify(guards, facts=facts, ranges=ranges).dropped
+    box = {"s0": (-3, 60), "s1": (-3, 8), "s2": (-3, 10), "x": (-3, 70), "y": (-3, 10)}
+    names = set().union(*(oracle.formula(g).symbols for g in [*guards, *facts]))
+    assert_right_on_box(guards, {n: box[n] for n in names}, facts, ranges)
 
 
 def test_ranges_are_tightened_through_relations():
@@ -374,3 +444,70 @@ def test_a_float_compared_with_a_big_int_is_not_dropped_as_a_tautology():
     x = 62999999999999999997  # x + 0.5 is 63000000000000000000.0 in floats: the guard is False
     result = simplify(["x + 0.5 <= 62999999999999999999"], ranges={"x": (x, x)})
     assert result.contradiction is not None and result.guards
+
+
+# -- long inputs: repeats and a time limit -----------------------------------------------------------
+
+
+def test_a_repeated_guard_is_a_duplicate_of_its_first_occurrence():
+    guards = ["(s0 >= 1) & (s1 >= 1)", "s0 >= 1", "Eq(Mod(s0, 4), 0)"]
+    once = simplify(guards)
+    result = simplify(guards + [guards[2], guards[0], guards[1]])
+    assert result.guards == once.guards and result.ranges == once.ranges
+    fates = [(str(f.guard), f.source, f.outcome, f.detail) for f in result.fates]
+    assert fates[:4] == [(str(f.guard), f.source, f.outcome, f.detail) for f in once.fates]
+    assert fates[4:] == [
+        ("Eq(Mod(s0, 4), 0)", 3, "dropped", "duplicate of Eq(Mod(s0, 4), 0)"),
+        ("s0 >= 1", 4, "dropped", "duplicate of s0 >= 1"), ("s1 >= 1", 4, "dropped", "duplicate of s1 >= 1"),
+        ("s0 >= 1", 5, "dropped", "duplicate of s0 >= 1"),
+    ]
+    assert [d.guard for d in result.dropped] == [f.guard for f in result.fates if f.outcome == "dropped"]
+    contradiction = simplify(["s0 >= 5", "s0 <= 3", "s0 >= 5"])
+    assert texts(contradiction.guards) == ["s0 >= 5", "s0 <= 3"]
+    assert contradiction.dropped[0].reason == "the guards can never hold together (see the contradiction)"
+
+
+def ticking():
+    """A clock that reads 0, 1, 2, ... seconds: each step of the work takes one."""
+    return itertools.count().__next__
+
+
+def test_a_time_limit_at_the_start_keeps_every_distinct_guard():
+    guards = ["Eq(Mod(16*s77, 128), 0)", "Ne(s77, 8)", "Eq(Mod(s77, 8), 0)", "s77 >= 2", "Ne(s77, 8)"]
+    progress = Progress(time_limit_s=1, clock=ticking())
+    result = simplify(guards, progress=progress)
+    assert progress.timed_out and set(texts(result.guards)) == set(guards)
+    assert simplify(guards).guards != result.guards  # given the time, it drops some
+
+
+def test_stopped_at_any_step_the_answer_is_equivalent():
+    guards = ["s0 <= s1", "s1 <= s2", "s0 <= s2", "Ne(s0, s2)", "s0*s1 >= 4", "Eq(Mod(s0, 4), 0)", "s0 >= 1", "s1 <= 64"]
+    clock = itertools.count()
+    simplify(guards, progress=Progress(clock=clock.__next__))
+    steps = next(clock)  # the clock is read once per step, and once at the start
+    stages = set()
+    for limit in range(steps):
+        progress = Progress(time_limit_s=limit, clock=ticking())
+        result = simplify(guards, progress=progress)
+        assert progress.timed_out
+        stages.add(progress.stage.split()[0])
+        assert sampled_equivalent(guards, result.guards, ("s0", "s1", "s2"), range(-2, 70, 5)) is None, limit
+    assert stages == {"normalizing", "digesting", "deciding", "z3"}
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(guard_sets, scopes, st.integers(0, 25))
+def test_however_far_a_run_got_its_answer_is_equivalent(guards, ranges, steps):
+    """Stopped by its time limit after any number of steps, the run's answer accepts exactly what the input does."""
+    progress = Progress(time_limit_s=steps, clock=ticking())
+    try:
+        result = simplify(guards, ranges=ranges, timeout_ms=100, progress=progress)
+    except ConstraintError:
+        return
+    assert sampled_equivalent(guards, result.guards, NAMES, range(-9, 28), ranges=ranges) is None
+
+
+def test_a_result_never_has_more_guards_than_the_input():
+    # s0 = 6*s1 <= 5 with s1 >= 0 means s0 = s1 = 0: two summary guards for one input guard
+    result = simplify(["Eq(s0, 6*s1)"], ranges={"s0": (None, 5), "s1": (0, None)})
+    assert [str(g) for g in result.guards] == ["Eq(s0, 6*s1)"] and result.fates[0].outcome == "kept"
