@@ -19,6 +19,10 @@ names in :data:`VERSIONED` (checked likewise):
 * ``torch.distributed``: ``all_gather_single`` and ``reduce_scatter_single`` are new in 2.13;
   2.11 and 2.12 have ``all_gather_into_tensor`` and ``reduce_scatter_tensor``, which 2.13
   keeps, deprecated (a ``FutureWarning``).
+* DTensor's whole-mesh view rules (``aten.view``, ``aten._unsafe_view``) raise at the first
+  input placement they cannot view without redistribution, refusing every other one with it:
+  through 2.11 at a flattened dim that is sharded after the first one, 2.12 on at one that does
+  not split evenly. :func:`whole_mesh_strategies` asks such a rule about each placement alone.
 
 Importing this module imports nothing from torch: each name in :data:`NAMES` is resolved on
 first use (``from shapecore.torch.private import tree_flatten``), each function below imports
@@ -49,6 +53,7 @@ __all__ = [
     "register_process_group",
     "sharding_propagator",
     "warm_up_inductor",
+    "whole_mesh_strategies",
 ]
 
 CHECKED_TORCH_VERSIONS = ("2.11.0", "2.12.0", "2.13.0", "2.14.1", "2.15.0")
@@ -91,7 +96,6 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
                             "``Shard(d)`` in a single-mesh-dim strategy"),
     "DTensorSpec": ("torch.distributed.tensor._dtensor_spec", "DTensorSpec", "an operand's placements for a rule"),
     "DTensorMeta": ("torch.distributed.tensor._dtensor_spec", "TensorMeta", "an operand's shape, stride, dtype for a rule"),
-    "OpSchema": ("torch.distributed.tensor._op_schema", "OpSchema", "the call a whole-mesh rule is asked about"),
     "OpSpec": ("torch.distributed.tensor._op_schema", "OpSpec", "one candidate placement of an operand"),
     "OpStrategy": ("torch.distributed.tensor._op_schema", "OpStrategy", "an operand's candidate placements"),
     # -- collectives and Inductor (lowering)
@@ -293,3 +297,36 @@ def dist_reduce_scatter_single(output: Any, input: Any, group: Any = None) -> An
 
     scatter = dist.reduce_scatter_single if hasattr(dist, "reduce_scatter_single") else dist.reduce_scatter_tensor
     return scatter(output, input, group=group)
+
+
+def whole_mesh_strategies(rule: Any, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any] | None:
+    """The ``OpSpec`` s DTensor's whole-mesh ``rule`` proposes for ``op`` called with ``args`` and
+    ``kwargs``, whose tensors are ``OpStrategy`` s listing candidate placements; None when its
+    answer is no ``OpStrategy``.
+
+    A rule that raises on the whole list (a view rule at a placement it cannot view, see the
+    module docstring; 2.11 refuses more of them than 2.12 on) is asked about each candidate of
+    its tensor operand alone when it has one, and what it answers is kept: each answer is still
+    the rule's own. Its error is raised when it answers none, or has several tensor operands.
+    """
+    from torch.distributed.tensor._op_schema import OpSchema, OpStrategy
+
+    try:
+        return getattr(rule(OpSchema(op, args, kwargs)), "strategies", None)
+    except Exception:  # DTensor's rules raise freely (RuntimeError, AssertionError, …)
+        operands = [i for i, a in enumerate(args) if isinstance(a, OpStrategy)]
+        if len(operands) != 1:
+            raise
+        [i] = operands
+        found, answered = [], False
+        for candidate in args[i].strategies:
+            alone = (*args[:i], OpStrategy([candidate]), *args[i + 1:])
+            try:
+                specs = getattr(rule(OpSchema(op, alone, kwargs)), "strategies", None)
+            except Exception:
+                continue
+            answered = True
+            found += specs or []
+        if not answered:
+            raise
+        return found

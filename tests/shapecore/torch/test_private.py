@@ -279,3 +279,37 @@ def test_collectives_give_the_same_pieces_through_the_names_of_every_release():
     from lowering.launch import launch
 
     assert launch(_collectives_agree_with_their_definitions, 2, timeout=120) == [2, 2]
+
+
+def _placed(shape: tuple[int, ...], placements: list[tuple[object, ...]]):
+    """DTensor's candidates for a ``shape`` float tensor on a (2,) mesh: an ``OpStrategy`` of ``placements``."""
+    mesh = private.device_mesh_without_process_group((2,), None)
+    meta = private.DTensorMeta(torch.Size(shape), torch.empty(shape).stride(), torch.float32)
+    return private.OpStrategy([private.OpSpec(private.DTensorSpec(mesh, ps, meta)) for ps in placements])
+
+
+def test_a_view_rule_that_refuses_one_placement_still_answers_for_the_others():
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._op_schema import OpSchema
+
+    view = torch.ops.aten.view.default
+    rule = private.sharding_propagator().op_strategy_funcs[view]
+    # (3, 4, 8) -> (12, 8) on 2 ranks: a piece of dim 0 (size 3) does not flatten; every release refuses the list
+    args = (_placed((3, 4, 8), [(Replicate(),), (Shard(0),), (Shard(2),)]), [12, 8])
+    with pytest.raises(RuntimeError, match="unevenly"):
+        rule(OpSchema(view, args, {}))
+    answers = {(tuple(s.input_specs[0].placements), tuple(s.output_specs.placements))
+               for s in private.whole_mesh_strategies(rule, view, args, {})}
+    assert answers == {((Replicate(),), (Replicate(),)), ((Shard(2),), (Shard(1),))}
+
+
+def test_a_rule_that_answers_no_placement_or_has_several_operands_raises_its_own_error():
+    from torch.distributed.tensor import Replicate
+
+    def refuses(schema):
+        raise RuntimeError("refused")
+
+    one = _placed((4, 8), [(Replicate(),)])
+    for args in ((one, [32]), (one, one)):
+        with pytest.raises(RuntimeError, match="refused"):
+            private.whole_mesh_strategies(refuses, torch.ops.aten.view.default, args, {})
