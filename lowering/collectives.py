@@ -196,6 +196,7 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
     data-dependent size, each with its global size (None: unknown), split in ``torch.chunk``'s
     pieces. Raises :class:`LoweringError` (naming ``where``) for a step that does not fit the state.
     """
+    from shapecore.torch.private import all_gather_single, reduce_scatter_single
     from shapecore.torch.private import functional_collectives as funcol
 
     _validate(state, step, where)
@@ -219,14 +220,14 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
     elif moved:  # chunk
         y = pieces_of.chunk(x, step.dst.dim, pieces, index)
     elif step.kind == "all_gather":
-        y = _ready(funcol.all_gather_single(x, step.src.dim, group))
+        y = _ready(all_gather_single(x, step.src.dim, group))
     elif step.kind == "all_reduce":
         op, divide = _reduce_op(step.src)
         y = _ready(funcol.all_reduce(x, op, group))
         y = y / pieces if divide else y
     elif step.kind == "reduce_scatter":
         op, divide = _reduce_op(step.src)
-        y = _ready(funcol.reduce_scatter_single(x, op, step.dst.dim, group))
+        y = _ready(reduce_scatter_single(x, op, step.dst.dim, group))
         y = y / pieces if divide else y
     elif step.kind == "all_to_all":
         y = _all_to_all(x, step.src.dim, step.dst.dim, pieces, group)

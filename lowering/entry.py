@@ -242,6 +242,8 @@ class EntryCheck:
         import torch
         import torch.distributed as dist
 
+        from shapecore.torch.private import dist_all_gather_single
+
         problems, flat = self._fit(inputs)
         if problems:
             row = [1] + [0] * (self._length - 1)
@@ -250,7 +252,7 @@ class EntryCheck:
         world = self._world
         if world > 1:
             table = torch.empty(world * self._length, dtype=torch.int64)
-            dist.all_gather_single(table, torch.tensor(row, dtype=torch.int64), group=self.group)
+            dist_all_gather_single(table, torch.tensor(row, dtype=torch.int64), group=self.group)
             rows = table.view(world, self._length).tolist()
         else:
             rows = [row]

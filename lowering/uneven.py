@@ -76,10 +76,10 @@ def all_gather(x: torch.Tensor, dim: int, pieces: int, size: Any, group: str) ->
     """The whole dim (``size`` rows) from every rank's piece ``x`` of it: padded, gathered, trimmed."""
     import torch
 
-    from shapecore.torch.private import check
+    from shapecore.torch.private import all_gather_single, check
     from shapecore.torch.private import functional_collectives as funcol
 
-    gathered = funcol.all_gather_single(_pad(x, dim, _ceil(size, pieces)), dim, group)
+    gathered = all_gather_single(_pad(x, dim, _ceil(size, pieces)), dim, group)
     gathered = gathered.wait() if isinstance(gathered, funcol.AsyncCollectiveTensor) else gathered
     check(size <= gathered.size(dim))
     return torch.ops.aten.slice.Tensor(gathered, dim, 0, size)
@@ -91,10 +91,11 @@ def reduce_scatter(x: torch.Tensor, op: str, dim: int, pieces: int, index: int |
     import torch
 
     from shapecore.torch.private import functional_collectives as funcol
+    from shapecore.torch.private import reduce_scatter_single
 
     size = x.size(dim)
     c = _ceil(size, pieces)
-    scattered = funcol.reduce_scatter_single(_pad(x, dim, pieces * c), op, dim, group)
+    scattered = reduce_scatter_single(_pad(x, dim, pieces * c), op, dim, group)
     scattered = scattered.wait() if isinstance(scattered, funcol.AsyncCollectiveTensor) else scattered
     r = rank_of(index, pieces)
     return torch.ops.aten.slice.Tensor(scattered, dim, 0, torch.sym_max(0, size - r * c))

@@ -284,6 +284,8 @@ def _time_collective(kind: str, group: Any, n: int, nbytes: int, repeats: int, d
     import torch
     import torch.distributed as dist
 
+    from shapecore.torch.private import dist_all_gather_single, dist_reduce_scatter_single
+
     numel = max(n, nbytes // 4 // n * n)
     x = torch.rand(numel, device=device)
     if kind == "all_reduce":
@@ -293,12 +295,12 @@ def _time_collective(kind: str, group: Any, n: int, nbytes: int, repeats: int, d
         gathered = torch.empty(numel * n, device=device)
 
         def run() -> Any:
-            return dist.all_gather_single(gathered, x, group=group)
+            return dist_all_gather_single(gathered, x, group=group)
     elif kind == "reduce_scatter":
         scattered = torch.empty(numel // n, device=device)
 
         def run() -> Any:
-            return dist.reduce_scatter_single(scattered, x, group=group)
+            return dist_reduce_scatter_single(scattered, x, group=group)
     else:
         exchanged = torch.empty_like(x)
 

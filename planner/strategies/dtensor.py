@@ -9,7 +9,9 @@ DTensor's sharding propagator keeps two tables:
   built-in rules.
 * whole-mesh strategy functions (``op_strategy_funcs``): called with an ``OpSchema`` whose
   tensor arguments are ``OpStrategy`` s listing every non-partial placement of the operand, on
-  a ``DeviceMesh`` built with ``_init_backend=False`` (no process group is created or needed).
+  a ``DeviceMesh`` built with ``_init_backend=False`` (no process group is created or needed),
+  through ``shapecore.torch.private.whole_mesh_strategies``: a rule that refuses the whole list
+  (a view rule at one placement it cannot view) is asked about each placement alone.
 
 Tensor shapes are given to DTensor at the hints (DTensor's rules read concrete sizes); the
 planner still checks every resulting ``Shard`` symbolically afterwards. Strategies with
@@ -96,7 +98,7 @@ class DTensorProvider:
         return found
 
     def _from_full_mesh(self, func: Any, op: Any, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None:
-        from shapecore.torch.private import DTensorSpec, OpSchema, OpSpec, OpStrategy
+        from shapecore.torch.private import DTensorSpec, OpSpec, OpStrategy, whole_mesh_strategies
 
         device_mesh = self._device_mesh(mesh)
 
@@ -105,8 +107,7 @@ class DTensorProvider:
             return OpStrategy([OpSpec(DTensorSpec(device_mesh, ps, tensor_meta)) for ps in _all_placements(meta.ndim, mesh.ndim)])
 
         args, kwargs = _schema_args(node, graph, candidates)
-        result = func(OpSchema(op, args, kwargs))
-        specs = getattr(result, "strategies", None)
+        specs = whole_mesh_strategies(func, op, args, kwargs)
         if specs is None:
             return None
         strategies = [Strategy(tuple(None if m is None else tuple(Replicate() for _ in range(mesh.ndim)) for m in node.outputs),

@@ -1,10 +1,28 @@
-"""Every private torch name the project uses, and what each is for: the one place to check on an upgrade.
+"""Every private torch name the project uses, and every name that differs between the torch
+releases it supports: the one place to check on an upgrade.
 
-Checked against torch 2.13.0 (:data:`CHECKED_TORCH_VERSION`). A name is private when any part
-of its path starts with an underscore: a module (``torch._inductor``), a class or function
+Checked against each release in :data:`CHECKED_TORCH_VERSIONS` (``pyproject.toml`` admits
+their minor versions, ``torch>=2.11,<2.16``). A name is private when any part of its path
+starts with an underscore: a module (``torch._inductor``), a class or function
 (``_ShardingPlaceholder``), an attribute (``op._schema``) or a keyword argument
 (``_init_backend=``). No module of ``shapecore``, ``planner``, ``lowering`` or ``bench`` uses one
 except through this module (``tests/shapecore/torch/test_private.py`` checks the source).
+
+Public names that differ between those releases have one function each below, which uses
+what the installed torch has (by looking, not by its version string); no other module uses the
+names in :data:`VERSIONED` (checked likewise):
+
+* functional collectives (``torch.distributed._functional_collectives``): ``all_gather_single``
+  and ``reduce_scatter_single`` are new in 2.13; 2.11 and 2.12 have ``all_gather_tensor`` and
+  ``reduce_scatter_tensor``, which 2.13 keeps, deprecated (a ``FutureWarning`` outside a
+  compile). 2.11's ``all_gather_tensor`` refuses a non-contiguous input; 2.12 dropped that check.
+* ``torch.distributed``: ``all_gather_single`` and ``reduce_scatter_single`` are new in 2.13;
+  2.11 and 2.12 have ``all_gather_into_tensor`` and ``reduce_scatter_tensor``, which 2.13
+  keeps, deprecated (a ``FutureWarning``).
+* DTensor's whole-mesh view rules (``aten.view``, ``aten._unsafe_view``) raise at the first
+  input placement they cannot view without redistribution, refusing every other one with it:
+  through 2.11 at a flattened dim that is sharded after the first one, 2.12 on at one that does
+  not split evenly. :func:`whole_mesh_strategies` asks such a rule about each placement alone.
 
 Importing this module imports nothing from torch: each name in :data:`NAMES` is resolved on
 first use (``from shapecore.torch.private import tree_flatten``), each function below imports
@@ -18,8 +36,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
-    "CHECKED_TORCH_VERSION",
+    "CHECKED_TORCH_VERSIONS",
     "NAMES",
+    "VERSIONED",
+    "all_gather_single",
+    "dist_all_gather_single",
+    "dist_reduce_scatter_single",
     "device_mesh_without_process_group",
     "dtensor_placed_like",
     "evaluate_on_symints",
@@ -27,13 +49,19 @@ __all__ = [
     "set_joint_calling_convention",
     "make_fx_over_real_tensors",
     "op_schema",
+    "reduce_scatter_single",
     "register_process_group",
     "sharding_propagator",
     "warm_up_inductor",
+    "whole_mesh_strategies",
 ]
 
-CHECKED_TORCH_VERSION = "2.13.0"
-"""The torch release every name here was checked against."""
+CHECKED_TORCH_VERSIONS = ("2.11.0", "2.12.0", "2.13.0", "2.14.1", "2.15.0")
+"""The torch releases every name here was checked against: each resolves on each release."""
+
+VERSIONED = ("all_gather_single", "all_gather_tensor", "reduce_scatter_single", "reduce_scatter_tensor",
+             "all_gather_into_tensor")
+"""torch's names that some supported release lacks or deprecates: used only through the functions below."""
 
 NAMES: dict[str, tuple[str, str | None, str]] = {
     # name: (module, attribute or None for the module itself, what the project uses it for)
@@ -71,13 +99,12 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
                             "``Shard(d)`` in a single-mesh-dim strategy"),
     "DTensorSpec": ("torch.distributed.tensor._dtensor_spec", "DTensorSpec", "an operand's placements for a rule"),
     "DTensorMeta": ("torch.distributed.tensor._dtensor_spec", "TensorMeta", "an operand's shape, stride, dtype for a rule"),
-    "OpSchema": ("torch.distributed.tensor._op_schema", "OpSchema", "the call a whole-mesh rule is asked about"),
     "OpSpec": ("torch.distributed.tensor._op_schema", "OpSpec", "one candidate placement of an operand"),
     "OpStrategy": ("torch.distributed.tensor._op_schema", "OpStrategy", "an operand's candidate placements"),
     # -- collectives and Inductor (lowering)
     "functional_collectives": ("torch.distributed._functional_collectives", None,
-                               "collectives as traceable ops (all_gather_single, all_reduce, reduce_scatter_single, "
-                               "all_to_all_single, AsyncCollectiveTensor)"),
+                               "collectives as traceable ops (all_reduce, all_to_all_single, AsyncCollectiveTensor; "
+                               "gather and scatter through the functions below)"),
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx", "Inductor's compile of an FX graph, without Dynamo"),
     "inductor_config": ("torch._inductor", "config",
                         "Inductor's options, patched around a compile (its pass bucketing all-reduces into one)"),
@@ -228,3 +255,81 @@ def warm_up_inductor() -> None:
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     pick_vec_isa()
+
+
+# -- names that differ between the supported releases, each behind one function -----------------------
+
+
+def all_gather_single(x: Any, gather_dim: int, group: Any) -> Any:
+    """``x`` from every rank of ``group``, joined along ``gather_dim``: the functional collective
+    ``all_gather_single`` (torch 2.13 on), ``all_gather_tensor`` before (2.11 requires a contiguous
+    input; 2.13 keeps the old name, deprecated, with a ``FutureWarning``)."""
+    from torch.distributed import _functional_collectives as funcol
+
+    if hasattr(funcol, "all_gather_single"):
+        return funcol.all_gather_single(x, gather_dim, group)
+    return funcol.all_gather_tensor(x.contiguous(), gather_dim, group)
+
+
+def reduce_scatter_single(x: Any, op: str, scatter_dim: int, group: Any) -> Any:
+    """This rank's piece along ``scatter_dim`` of ``x`` reduced by ``op`` over ``group``: the
+    functional collective ``reduce_scatter_single`` (torch 2.13 on), ``reduce_scatter_tensor``
+    before (2.13 keeps the old name, deprecated, with a ``FutureWarning``)."""
+    from torch.distributed import _functional_collectives as funcol
+
+    if hasattr(funcol, "reduce_scatter_single"):
+        return funcol.reduce_scatter_single(x, op, scatter_dim, group)
+    return funcol.reduce_scatter_tensor(x, op, scatter_dim, group)
+
+
+def dist_all_gather_single(output: Any, input: Any, group: Any = None) -> Any:
+    """Fill ``output`` with ``input`` from every rank of ``group`` (the default group when None),
+    in rank order: ``torch.distributed.all_gather_single`` (torch 2.13 on),
+    ``all_gather_into_tensor`` before (2.13 keeps the old name, deprecated, with a ``FutureWarning``)."""
+    import torch.distributed as dist
+
+    gather = dist.all_gather_single if hasattr(dist, "all_gather_single") else dist.all_gather_into_tensor
+    return gather(output, input, group=group)
+
+
+def dist_reduce_scatter_single(output: Any, input: Any, group: Any = None) -> Any:
+    """Fill ``output`` with this rank's piece of ``input`` summed over ``group``:
+    ``torch.distributed.reduce_scatter_single`` (torch 2.13 on), ``reduce_scatter_tensor`` before
+    (2.13 keeps the old name, deprecated, with a ``FutureWarning``)."""
+    import torch.distributed as dist
+
+    scatter = dist.reduce_scatter_single if hasattr(dist, "reduce_scatter_single") else dist.reduce_scatter_tensor
+    return scatter(output, input, group=group)
+
+
+def whole_mesh_strategies(rule: Any, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any] | None:
+    """The ``OpSpec`` s DTensor's whole-mesh ``rule`` proposes for ``op`` called with ``args`` and
+    ``kwargs``, whose tensors are ``OpStrategy`` s listing candidate placements; None when its
+    answer is no ``OpStrategy``.
+
+    A rule that raises on the whole list (a view rule at a placement it cannot view, see the
+    module docstring; 2.11 refuses more of them than 2.12 on) is asked about each candidate of
+    its tensor operand alone when it has one, and what it answers is kept: each answer is still
+    the rule's own. Its error is raised when it answers none, or has several tensor operands.
+    """
+    from torch.distributed.tensor._op_schema import OpSchema, OpStrategy
+
+    try:
+        return getattr(rule(OpSchema(op, args, kwargs)), "strategies", None)
+    except Exception:  # DTensor's rules raise freely (RuntimeError, AssertionError, …)
+        operands = [i for i, a in enumerate(args) if isinstance(a, OpStrategy)]
+        if len(operands) != 1:
+            raise
+        [i] = operands
+        found, answered = [], False
+        for candidate in args[i].strategies:
+            alone = (*args[:i], OpStrategy([candidate]), *args[i + 1:])
+            try:
+                specs = getattr(rule(OpSchema(op, alone, kwargs)), "strategies", None)
+            except Exception:
+                continue
+            answered = True
+            found += specs or []
+        if not answered:
+            raise
+        return found

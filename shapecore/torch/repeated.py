@@ -10,8 +10,10 @@ LLaMA-3 block), which is most of a planning call. :func:`repeated_blocks` finds 
 and :func:`replicate` builds the joint graph of all the blocks from that trace: the first and the
 last block as traced, the two middle ones checked alike node for node (ops, shapes, module paths,
 and what each node reads: its own block's nodes and parameters, the neighbouring blocks' nodes at
-the same places, the same nodes outside), and the second middle one copied for every block in
-between, with its parameters' inputs, gradients and module paths renamed. The result is the graph
+the same places, the same nodes outside; a node of a block made of outside values alone and
+read by other blocks counts as outside, as torch 2.15 reads a graph input's size in the first
+block that needs it where 2.11 to 2.14 read it before the blocks), and the second middle one
+copied for every block in between, with its parameters' inputs, gradients and module paths renamed. The result is the graph
 the whole model traces to, node for node (names too, as FX numbers them: each copy moves the
 per-name counters on by the step between the two middle blocks; tested against the full trace).
 
@@ -587,7 +589,6 @@ class _Regions:
             label = self.label.get(node)
             if label is not None:
                 self.blocks[label[0]].append(node)
-        self.index = [{n: i for i, n in enumerate(nodes)} for nodes in self.blocks]
         self.block_of = {n: k for k, nodes in enumerate(self.blocks) for n in nodes}
         self.params: list[dict[Node, str]] = [{} for _ in range(TRACED_BLOCKS)]
         for node in self.placeholders:
@@ -597,6 +598,13 @@ class _Regions:
                 self.block_of[node] = layer
         if len({tuple(p.values()) for p in self.params}) != 1:
             raise _NotRepeating("the traced blocks' parameters differ")
+        # made of outside values alone and read by other blocks (an input's size, read where torch 2.15
+        # first needs it): outside to every block, out of its block's nodes so the blocks still align
+        self.shared = {n for n in self.block_of if n.op != "placeholder"
+                       and all(self.block_of.get(a) is None for a in n.all_input_nodes)
+                       and any(self.block_of.get(u, self.block_of[n]) != self.block_of[n] for u in n.users)}
+        self.blocks = [[n for n in nodes if n not in self.shared] for nodes in self.blocks]
+        self.index = [{n: i for i, n in enumerate(nodes)} for nodes in self.blocks]
         from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
         for node in self.block_of:
@@ -610,9 +618,10 @@ class _Regions:
         return [None] * first + [self.block_of.get(p) for p in primals]
 
     def reference(self, block: int, arg: Node) -> tuple[Any, ...]:
-        """What ``arg`` is to a node of ``block``: one of its own nodes or parameters, a neighbour's node, or outside."""
+        """What ``arg`` is to a node of ``block``: one of its own nodes or parameters, a neighbour's node, or
+        outside (a node of a block made of outside values alone and read by other blocks is outside too)."""
         owner = self.block_of.get(arg)
-        if owner is None:
+        if owner is None or arg in self.shared:
             return ("outside", arg)
         if arg in self.params[owner]:
             if owner != block:
@@ -717,7 +726,7 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
                                 *map_arg((node.args, node.kwargs), lambda a: resolve(layer, block, a)),  # type: ignore[misc]
                                 name=name(node, forwards, backwards))
         new.meta = dict(node.meta)
-        if block is None:
+        if block is None or node in regions.shared:
             outside[node] = new
             return
         if layer != block:

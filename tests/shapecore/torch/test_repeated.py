@@ -124,6 +124,30 @@ def test_a_run_of_alike_blocks_traced_once_is_the_graph_of_the_whole_model(layer
         assert (ours is None and theirs is None) or torch.equal(ours, theirs)
 
 
+def _sizes_read_at_first_use(gm):
+    """``gm`` with each size of a graph input read where torch 2.15 reads it: at its first use,
+    in that node's module (2.11 to 2.14 read it where the input is first used whole, here outside the blocks)."""
+    order = {n: k for k, n in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.aten.sym_size.int and node.args[0].op == "placeholder":
+            first = min(node.users, key=order.__getitem__)
+            first.prepend(node)
+            node.meta["nn_module_stack"] = first.meta["nn_module_stack"]
+    gm.recompile()
+    return gm
+
+
+def test_an_input_s_size_read_inside_the_first_block_is_shared_by_every_block():
+    from shapecore.torch.private import set_joint_calling_convention
+
+    traced = _sizes_read_at_first_use(_trace(_Decoder(TRACED_BLOCKS), share_layers=False))
+    [size] = [n for n in traced.graph.nodes if n.target is torch.ops.aten.sym_size.int and n.args[0].op == "placeholder"]
+    assert size.meta["nn_module_stack"]["L__self__layers.0"][0] == "layers.0"  # block 0 reads it, blocks 1 to 3 too
+    made = replicate(traced, "layers", 8, lambda *args: set_joint_calling_convention(*args, like=traced.graph))
+    assert not isinstance(made, str), made
+    assert _described(made) == _described(_sizes_read_at_first_use(_trace(_Decoder(8), share_layers=False)))
+
+
 def test_blocks_of_one_structure_are_a_run_whatever_their_attributes():
     assert repeated_blocks(_Decoder(8)).count == 8
     assert repeated_blocks(_Decoder(8)).varying == (("", "index"),)  # differs from block 1 on; never read
