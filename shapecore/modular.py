@@ -144,6 +144,8 @@ class _Analyzer:
             for _ in range(int(expr.exp)):
                 power = power * base
             return power
+        if isinstance(expr, (F.FloorDiv, F.Mod)) and not expr.is_integer:
+            return None  # of a float (0.1 % 2 is 0.1): no residue class; ANY would say it is an int
         if isinstance(expr, F.FloorDiv):
             return self._floordiv(*expr.args)
         if isinstance(expr, F.Mod):

@@ -67,3 +67,13 @@ def test_examples():
     assert modular_set(s0 / 4, known) == ModularSet(1, 0)
     assert modular_set(s0 / 8, known) is None
     assert modular_set(F.Max(s0, 4 * s1 + 2), known) == ModularSet(2, 0)
+
+
+def test_a_division_or_remainder_of_a_float_has_no_residue_class():
+    """Fuzzer case: Mod(Mod(0.1, 2), -1) is -0.9 in Python, but an operand with no residue class
+    made the remainder ANY (an int), so Mod(x, -1) was 0 and Eq(..., 0) was proved."""
+    x = int_symbol("x")
+    remainder = F.Mod(F.Mod(F.float_number(0.1), 2), x + 1)
+    assert modular_set(F.Mod(remainder, -1), {}) is None
+    assert modular_set(F.FloorDiv(x, F.float_number(2.5)), {}) is None
+    assert evaluate(F.Mod(remainder, -1), {"x": 0}) == 0.1 % 1 % -1 != 0
