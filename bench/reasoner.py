@@ -285,10 +285,8 @@ def run_prove(query: Query, violation: dict[str, int] | None, timing: Timing) ->
 def _torch_setup(query: Query):
     """A torch ShapeEnv with the query's symbols, ranges and facts; returns it and the claim."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    from torch.utils._sympy.numbers import int_oo
-
     from shapecore.torch import to_torch
-    from shapecore.torch.private import LocalSource
+    from shapecore.torch.private import LocalSource, int_oo
 
     claim, facts = _scope(query)
     names = _names(claim, facts)

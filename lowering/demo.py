@@ -87,7 +87,9 @@ _NO_FLATTEN_ADVICE = _NoFlattenAdvice()
 
 
 def _hide_dtensor_flatten_advice() -> None:
-    logging.getLogger("torch.distributed.tensor._redistribute").addFilter(_NO_FLATTEN_ADVICE)
+    from shapecore.torch.private import dtensor_redistribute_logger
+
+    dtensor_redistribute_logger().addFilter(_NO_FLATTEN_ADVICE)
 
 
 def _say(text: str = "") -> None:

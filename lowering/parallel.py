@@ -69,6 +69,7 @@ from lowering.mesh_groups import mesh_groups
 from lowering.partition import Partitioned, partition
 from lowering.state import contiguous_strides, init_weights, register_state
 from planner import Plan, as_mesh
+from shapecore.torch.private import tensor_tables
 
 __all__ = ["ParallelModule", "parallelize"]
 
@@ -371,8 +372,8 @@ class ParallelModule(nn.Module):
         """The table (``_parameters`` or ``_buffers``) of the submodule holding parameter or buffer
         ``name``, and its attribute name there."""
         path, _, attribute = name.rpartition(".")
-        owner = self.get_submodule(path)
-        return (owner._parameters if attribute in owner._parameters else owner._buffers), attribute
+        parameters, buffers = tensor_tables(self.get_submodule(path))
+        return (parameters if attribute in parameters else buffers), attribute
 
     def _gradient_names(self, state: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
         """Gradient output's parameter name in the graph -> the parameter's own name (one per tensor)."""

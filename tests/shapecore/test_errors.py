@@ -127,6 +127,7 @@ def _examples() -> dict[type[BaseException], BaseException]:
     from planner.placement_constraints import MinShards, Pin, PlacementConflict
     from shapecore.cli import UsageError
     from shapecore.torch.expressions import UnmappableExpressionError
+    from shapecore.torch.tracing import DataDependentBranchError
 
     x = sympy.Symbol("x", integer=True)
     made = [RAISED[case]() for case in RAISED] + [
@@ -141,6 +142,7 @@ def _examples() -> dict[type[BaseException], BaseException]:
         InputError("input 0 (x): expected float32, got float64"),
         LaunchTimeout("rank(s) 1 of 2 did not finish in time"),
         RankFailure("rank 1 exited with code -9"),
+        DataDependentBranchError("model.py:12: `if counts[0] == 0:` branches on Eq(u0, 0), which only the data decides"),
     ]
     return {type(error): error for error in made}
 
