@@ -179,15 +179,15 @@ def _like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
 
 
 @_rule("zeros", "ones", "full", "empty", "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided",
-       "new_empty_strided", "arange")
+       "new_empty_strided")
 def _factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
-    """Created directly as this rank's piece (an ``arange`` piece starts at its offset: the lowering's)."""
+    """Created directly as this rank's piece."""
     out = node.output
     operands = (R,) * len(node.operands)
     return [_replicate_all(node)] + [AxisRule((Shard(d),), operands, f"S{d}") for d in range(out.ndim)]
 
 
-@_rule("scalar_tensor")
+@_rule("arange", "scalar_tensor")
 def _replicated_factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return [_replicate_all(node)]
 

@@ -190,14 +190,13 @@ class SortedExperts(nn.Module):
 
 
 class Positions(nn.Module):
-    """Rows scaled by their position (``arange`` over the batch) plus constant ``full`` and
-    ``new_empty_strided`` tensors: factory ops whose dim 0 is the batch."""
+    """Rows plus constant ``full`` and ``new_empty_strided`` tensors: factory ops whose dim 0 is
+    the batch (``arange`` stays replicated: split, T5's relative positions met an Inductor error)."""
 
     def __init__(self, dim: int = 8) -> None:
         super().__init__()
         self.fc = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = torch.arange(x.shape[0], dtype=x.dtype)[:, None]
         ones = x.new_empty_strided(x.shape, (x.shape[1], 1)).fill_(1.0)
-        return self.fc(x) * rows + torch.full((x.shape[0], x.shape[1]), 2.0) + ones
+        return self.fc(x) + torch.full((x.shape[0], x.shape[1]), 2.0) + ones
