@@ -358,6 +358,8 @@ class _Reader:
         args = [read(arg) for arg in node.args]
         if name == "PowByNatural":
             self._check_power(*args, node)
+            if any(map(F.float_valued, args)):
+                build = F.power  # Python's float power: 3.5 ** 0 is 1.0, which sympy's Pow folds to 1
         if name in ("max", "min") and any(map(F.float_valued, args)) and not all(map(F.float_valued, args)):
             raise self.error(
                 f"{name}() of an int and a float: Python's returns whichever is {name}imal, so its type "

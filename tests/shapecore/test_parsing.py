@@ -427,3 +427,10 @@ def test_pythons_max_of_an_int_and_a_float_is_refused(text):
         parse(text)
     assert evaluate(parse(text.replace("max", "Max").replace("min", "Min")), {"s0": 9, "s1": 1}) == pytest.approx(
         eval(text, {"s0": 9, "s1": 1}))
+
+
+@pytest.mark.parametrize("text, value", [("PowByNatural(((1.5) - (-2)), 0)", 1.0), ("PowByNatural(x + 0.5, 2)", 12.25)])
+def test_powbynatural_of_a_float_is_pythons_float_power(text, value):
+    """Fuzzer case: 3.5 ** 0 is the float 1.0, but sympy's Pow folded it to the int 1."""
+    got = evaluate(parse(text), {"x": 3})
+    assert type(got) is float and got == value
