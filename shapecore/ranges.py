@@ -149,12 +149,14 @@ def _floordiv(a: ValueRange, b: ValueRange) -> ValueRange:
     return ValueRange(_floor_div(a.lo, b.lo), _floor_div(a.hi, b.lo))
 
 
-def _mod(a: ValueRange, b: ValueRange) -> ValueRange:
+def _mod(a: ValueRange, b: ValueRange, integers: bool) -> ValueRange:
+    """``a % b``'s range; ``integers``: both operands are integer-valued (a float's remainder by 1
+    is anywhere in [0, 1), whatever its range's ends: an unbounded one's are no integers)."""
     if b.hi < 0:
-        return -_mod(-a, -b)
+        return -_mod(-a, -b, integers)
     if b.lo <= 0:
         return ValueRange(min(b.lo, 0), max(b.hi, 0))
-    integral = all(_is_integral(v) for v in (a.lo, a.hi, b.lo, b.hi))
+    integral = integers and all(_is_integral(v) for v in (a.lo, a.hi, b.lo, b.hi))
     if b.is_point and not is_infinite(b.lo) and not is_infinite(a.lo) and not is_infinite(a.hi):
         k = _floor_div(a.lo, b.lo)
         if _floor_div(a.hi, b.lo) == k:
@@ -240,7 +242,7 @@ class _Bounder:
         if isinstance(expr, F.FloorDiv):
             return _floordiv(self.bound(args[0]), self.bound(args[1]))
         if isinstance(expr, F.Mod):
-            return _mod(self.bound(args[0]), self.bound(args[1]))
+            return _mod(self.bound(args[0]), self.bound(args[1]), all(a.is_integer for a in args))
         if isinstance(expr, F.Max):
             ranges = [self.bound(a) for a in args]
             return ValueRange(max(r.lo for r in ranges), max(r.hi for r in ranges))

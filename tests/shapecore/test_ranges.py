@@ -81,3 +81,12 @@ def test_integers_beyond_a_floats_range_stay_exact():
     assert bound(x * big, {x: ValueRange(-math.inf, -1)}) == ValueRange(-math.inf, -big)
     assert bound(x - big, {x: ValueRange(big, 2 * big)}) == ValueRange(0, big)
     assert decide(sympy.Gt(x + 1, big), {x: ValueRange(big, math.inf)}) is True
+
+
+def test_the_remainder_of_a_float_by_one_is_not_taken_for_an_int():
+    """Fuzzer cases: Mod(Mod(u1 + 1.5, u0), 1) and Mod(Mod(0.001, b + 3), -1) were bounded to 0,
+    as the ends of an unbounded (float) range count as integers; Python gives 0.5 and -0.999."""
+    from shapecore import prove
+
+    assert prove("Mod((u1 + (1.5)), u0) % 1 == 0", ranges={"u0": (-3, -3), "u1": (-4, -3)}).status == "refuted"
+    assert prove("Eq(Mod(Mod(1e-3, b + 3), -1), 0)", ranges={"b": (-8, -1)}).status == "refuted"
