@@ -225,7 +225,7 @@ class FloorDiv(sympy.Function):
             return base
         if base.is_integer and divisor == -1:
             return -base
-        if base.is_zero and _nonzero_constant(divisor):
+        if base.is_zero and _nonzero_constant(divisor) and not base.is_Float:  # 0.0 // -3 is -0.0
             return sympy.S.Zero
         return None
 
@@ -279,7 +279,7 @@ class Mod(sympy.Function):
             return sympy.Rational(a - b * math.floor(a / b))
         if p.is_integer and q in (1, -1):
             return sympy.S.Zero
-        if p.is_zero and _nonzero_constant(q):
+        if p.is_zero and _nonzero_constant(q) and not p.is_Float:  # 0.0 % 3 is 0.0, a float
             return sympy.S.Zero
         return None
 

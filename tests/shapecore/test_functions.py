@@ -199,3 +199,12 @@ def test_max_and_min_with_a_float_operand_are_floats_as_torch_sym_max(a, b, f):
         assert type(got) is float and got == expected
         folded = ours(sympy.Integer(a), F.float_number(f))  # numbers fold to a float too
         assert folded.is_Float and float(folded) == theirs(a, f)
+
+
+@pytest.mark.parametrize("text, value", [("((-1)*(0.0 // (-3)))", 0.0), ("0.0 % 3", 0.0), ("0.0 // 3", 0.0)])
+def test_zero_as_a_float_divided_stays_a_float(text, value):
+    """Fuzzer case: 0.0 // -3 folded to the int 0 (Python: -0.0), so evaluate_expr answered 0."""
+    from shapecore import parse
+
+    got = evaluate(parse(text), {})
+    assert type(got) is float and got == value
