@@ -420,8 +420,8 @@ class Knowledge:
         if len(others) != 1:
             return False
         mod, a = others[0]
-        if not (isinstance(mod, F.Mod) and mod.args[1].is_Integer):
-            return False
+        if not (isinstance(mod, F.Mod) and mod.args[1].is_Integer and mod.is_integer):
+            return False  # not a congruence (a remainder of a float or a fraction is no integer)
         residue = -constant / a
         if not residue.is_Integer:  # an integer-valued Mod cannot equal a fraction
             self._contradict(sources | self.provenance(mod.free_symbols))

@@ -715,3 +715,11 @@ def test_max_with_a_float_operand_is_a_float_wherever_the_facts_allow():
     env.create_symbol(8, min=-1, max=8)
     assert repr(env.evaluate_expr("((8 - s1)*Max(s2, 4, 8.0))")) == "24.0"
     assert repr(env.evaluate_expr("FloorDiv(Max(s1, 6.0, s0), ((-3)*6))")) == "-1.0"
+
+
+def test_a_remainder_of_a_float_is_python_s_rounded_one():
+    """Fuzzer case: 0.1 % -1 is -0.9 in Python (rounded); the exact remainder, a different
+    fraction, was taken as the value and as a congruence, so its own guard contradicted itself."""
+    env = ShapeEnv()
+    assert env.evaluate_expr("(-((0.1) % (-1)))") == -(0.1 % -1)
+    assert env.evaluate_expr("Eq(Mod(0.1, -1), -0.9)") is (0.1 % -1 == -0.9)

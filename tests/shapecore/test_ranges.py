@@ -90,3 +90,18 @@ def test_the_remainder_of_a_float_by_one_is_not_taken_for_an_int():
 
     assert prove("Mod((u1 + (1.5)), u0) % 1 == 0", ranges={"u0": (-3, -3), "u1": (-4, -3)}).status == "refuted"
     assert prove("Eq(Mod(Mod(1e-3, b + 3), -1), 0)", ranges={"b": (-8, -1)}).status == "refuted"
+
+
+def test_a_division_with_a_float_operand_is_unbounded():
+    """Fuzzer case: Python computes -1152921504606846977.0 // x in floats, rounding x = -(2**60 + 3)
+    to -2**60 first (quotient 1.0); ranges bounded the exact quotient's floor, 0, and proved it."""
+    from shapecore import prove, simplify
+
+    x_value = -(2**60) - 3
+    big, x = F.float_number(-1152921504606846977.0), int_symbol("x")
+    for division in (F.FloorDiv(big, x), F.Mod(big, x), F.CeilDiv(x, F.float_number(0.5))):
+        assert bound(division, {x: ValueRange.point(x_value)}) == UNBOUNDED
+    at_x = {"x": (x_value, x_value)}
+    assert prove("Eq(CleanDiv(-1152921504606846977.0, x), 0)", ranges=at_x).status == "refuted"
+    assert prove("Eq(Mod(-1152921504606846977.0, x), -1152921504606846977.0)", ranges=at_x).status == "refuted"
+    assert simplify(["Eq(FloorDiv(-1152921504606846977.0, x), 0)"], ranges=at_x).guards != ()

@@ -101,3 +101,11 @@ def test_an_opaque_term_is_unconstrained_so_a_false_claim_about_it_is_not_proved
     claim = sympy.Eq(F.FloorToInt(F.ToFloat(x)), x + 1)  # false everywhere; outside the integer encoding
     assert not any(holds(claim, {"x": v}) for v in range(-5, 6))
     assert Z3Session().check(claim, Budget(200)).status != "unsat"
+
+
+def test_a_division_with_a_float_operand_is_not_proved_at_exact_values():
+    """Fuzzer case: Python divides -1152921504606846977.0 by x = -(2**60 + 3) in floats (x is
+    rounded to -2**60 first: quotient 1.0); the exact quotient's floor is 0, which z3 proved."""
+    big = F.float_number(-1152921504606846977.0)
+    answer = _answer([sympy.Le(x, -(2**60) - 3)], sympy.Le(F.FloorDiv(big, x), 0))
+    assert answer.status != "unsat"
