@@ -40,7 +40,7 @@ import z3
 from shapecore import functions as F
 from shapecore import z3_threads
 from shapecore.budget import Budget
-from shapecore.operations import BY_CLASS, SHORT_CIRCUITS
+from shapecore.operations import BY_CLASS, DIVISOR_ARGUMENTS, SHORT_CIRCUITS
 
 __all__ = ["Translator", "Z3Session", "Z3Answer", "smtlib_script"]
 
@@ -110,7 +110,12 @@ class Translator:
         return values, tuple(dict.fromkeys(defined))
 
     def _opaque(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:
-        _, defined = self._args(expr)
+        """A fresh variable, defined where the arguments are and its divisors are nonzero."""
+        values, defined = self._args(expr)
+        divisors = DIVISOR_ARGUMENTS.get(type(expr))
+        if divisors is not None:
+            nonzero = (v != 0 for v, arg in zip(values[divisors], expr.args[divisors]) if not arg.is_Number)
+            defined = tuple(dict.fromkeys(defined + tuple(nonzero)))
         return self._fresh_var("opaque", real=not expr.is_integer), defined
 
     def _translate(self, expr: sympy.Basic) -> tuple[z3.ExprRef, tuple[z3.BoolRef, ...]]:

@@ -109,3 +109,16 @@ def test_a_division_with_a_float_operand_is_not_proved_at_exact_values():
     big = F.float_number(-1152921504606846977.0)
     answer = _answer([sympy.Le(x, -(2**60) - 3)], sympy.Le(F.FloorDiv(big, x), 0))
     assert answer.status != "unsat"
+
+
+def test_an_opaque_division_is_defined_only_where_its_divisor_is_nonzero():
+    """Fuzzer case: Not(A > 0 and A <= 0) with A = Mod(x + 4.0, x + 4) (opaque: a float operand)
+    was proved, though at x = -4 it divides by zero."""
+    translator = Translator(z3.Context())
+    for expr in (F.Mod(F.add(x, F.float_number(4.0)), x + 4), F.IntTrueDiv(1, y)):
+        _, defined = translator.term(expr)
+        assert defined, expr
+    claim = "Not(And(Mod((x - (-4.0)), (x - (-4))) > 0, Mod((x - (-4.0)), (x - (-4))) <= 0))"
+    from shapecore import prove
+
+    assert prove(claim, ranges={"x": (-7, 2)}).status == "refuted"
