@@ -215,7 +215,7 @@ class EntryCheck:
         return None
 
     def _dtensor_problem(self, spec: InputSpec, value: Any) -> str | None:
-        import torch
+        from shapecore.torch.private import dtensor_local
 
         assert spec.placements is not None
         wanted = format_placements(spec.placements)
@@ -225,8 +225,7 @@ class EntryCheck:
         if tuple(value.placements) != tuple(spec.placements):
             return (f"input {spec.name}: expected the global tensor or a DTensor placed {wanted}, "
                     f"got {_describe(value)}; pass value.full_tensor() or redistribute it")
-        with torch.no_grad():  # no autograd node for a shape
-            local = tuple(value.to_local().shape)
+        local = tuple(dtensor_local(value).shape)
         for d, n in enumerate(value.shape):
             pieces = self.mesh.shard_factor(spec.placements, d)
             if n % pieces == 0 and local[d] != n // pieces:

@@ -643,7 +643,7 @@ class ParallelModule(nn.Module):
         the plan places the outputs (global tensors with ``global_outputs=True``). Built for
         training, in training mode and with grad enabled, the outputs carry autograd: a loss's
         ``backward()`` runs the backward program and accumulates the parameters' gradients."""
-        from shapecore.torch.private import tree_leaves
+        from shapecore.torch.private import dtensor_local, tree_leaves
 
         sized = self._at(self.entry.check(inputs))
         pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
@@ -656,7 +656,7 @@ class ParallelModule(nn.Module):
                 elif kind != "tangent":
                     table, attribute = self._owners[what]
                     tensor = table[attribute]
-                    tensors.append(tensor.to_local())
+                    tensors.append(dtensor_local(tensor))
                     if kind == "parameter" and tensor.requires_grad and what in self._grad_positions:
                         trainable[what] = tensor
         if self.partitioned is not None and self.training and torch.is_grad_enabled() and trainable:

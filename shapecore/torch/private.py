@@ -44,6 +44,7 @@ __all__ = [
     "dist_reduce_scatter_single",
     "device_mesh_without_process_group",
     "dtensor_placed_like",
+    "dtensor_local",
     "dtensor_redistribute_logger",
     "evaluate_on_symints",
     "joint_graph_with_export_shapes",
@@ -241,6 +242,13 @@ def dtensor_placed_like(like: Any, local: Any) -> Any:
     from torch.distributed.tensor import DTensor
 
     return DTensor(local, like._spec, requires_grad=False)
+
+
+def dtensor_local(tensor: Any) -> Any:
+    """This rank's piece of the DTensor ``tensor`` (its ``_local_tensor``), outside autograd:
+    ``to_local()`` goes through an autograd function even under ``no_grad``, about 4 µs a
+    tensor, at every parameter of every call."""
+    return tensor._local_tensor
 
 
 def device_mesh_without_process_group(shape: Sequence[int], axis_names: Sequence[str] | None) -> Any:
