@@ -121,15 +121,14 @@ def dynamic_shapes() -> Any:
 
 
 def plan_decoder(batch_sizes: Sequence[int]) -> Any:
-    """Trace :func:`decoder` and plan it on a (2, 2) mesh under :data:`CONSTRAINT` and :data:`MEMORY_BUDGET`."""
+    """Trace :func:`decoder` and plan it on a (2, 2) mesh under :data:`CONSTRAINT` and :data:`MEMORY_BUDGET`
+    (traced at the largest of ``batch_sizes``: lower it with ``batch_sizes=`` to lower the graph planned)."""
     import planner
-    from shapecore.torch import trace_for_planning
 
     options = planner.PlanOptions(constraints=[CONSTRAINT], memory_budget=MEMORY_BUDGET, batch_sizes=list(batch_sizes),
                                   hardware="cpu-gloo", regret="exact")  # a small problem: each batch size's optimum solved exactly
-    traced = trace_for_planning(decoder(), (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes())
-    return planner.plan(traced.exported, planner.Mesh((2, 2), ("dp", "tp")), shape_env=traced.env, dims=traced.dim_exprs,
-                        options=options)
+    return planner.plan_module(decoder(), (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes(),
+                               mesh=planner.Mesh((2, 2), ("dp", "tp")), options=options)
 
 
 def _show_plan(plan: Any) -> None:
@@ -177,7 +176,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int, tra
     progress = _Progress() if rank == 0 else None
     try:
         pm = ParallelModule(model, (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes(), mesh=(2, 2),
-                            plan=Plan.from_json(plan_json), progress=progress)
+                            plan=Plan.from_json(plan_json), batch_sizes=list(batch_sizes), progress=progress)
     finally:
         if progress is not None:
             progress.stop.set()

@@ -5,9 +5,18 @@
 process group; a model on another device than the one the group's backend runs the mesh on, a
 CUDA model on gloo or a CPU model on NCCL, is refused first, naming both devices):
 
-1. trace with the planner's own front end (:func:`shapecore.torch.trace_for_planning`: a
-   decomposed ``torch.export`` graph, or with ``training=True`` a joint forward+backward
-   graph), so the graph lowered is the graph planned;
+1. check the plan options (an unknown or bad one is raised as itself on every rank before the
+   model is touched), then trace through the planner's front door (:func:`planner.trace_module`,
+   as :func:`planner.plan_module` does: :func:`shapecore.torch.trace_for_planning`'s decomposed
+   ``torch.export`` graph, or with ``training=True`` a joint forward+backward graph), so the
+   graph lowered is the graph planned. The trace is taken at the example inputs grown to the
+   largest ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), not at the
+   example as given: the guards torch records there hold at every size the plan is costed
+   for, and the lowering reads nothing else of the example but its structure and static
+   sizes (which the growing keeps) and the hints, which only seed the local symbols' fake
+   sizes (Inductor compiles size-obliviously, and what it assumes is checked at every call).
+   With ``plan=`` the trace is taken the same way: pass the ``batch_sizes`` the plan was made
+   with (``plan_module`` traced at their largest) to lower the graph it was made from;
 2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
    error is raised as itself on every rank); ``plan=`` skips planning;
 3. :func:`~lowering.lower.lower` the plan, and register the model's parameters and buffers
@@ -68,7 +77,7 @@ from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
 from lowering.partition import Partitioned, partition
 from lowering.state import contiguous_strides, init_weights, register_state
-from planner import Plan, as_mesh
+from planner import Plan, PlanOptions, as_mesh, options_from, trace_module
 from shapecore.torch.private import tensor_tables
 
 __all__ = ["ParallelModule", "parallelize"]
@@ -265,8 +274,10 @@ class ParallelModule(nn.Module):
     (``F.cross_entropy(pm(x).full_tensor(), labels)``: an all-gather, differentiable, the loss
     computed whole on every rank); ``global_outputs=True`` (the same, built in); or the loss
     under ``torch.distributed.tensor.experimental.implicit_replication()``, which takes the
-    labels as replicated and lets DTensor compute the loss on the output's pieces. ``plan_options`` go to :func:`planner.plan` (``constraints``,
-    ``batch_sizes``, ``hardware``, ``memory_budget`` …); ``plan`` skips planning;
+    labels as replicated and lets DTensor compute the loss on the output's pieces. ``options`` (a
+    :class:`planner.PlanOptions`) and ``plan_options`` (its fields: ``constraints``, ``batch_sizes``,
+    ``hardware``, ``memory_budget`` …) are :func:`planner.plan`'s, checked before the model is
+    touched; ``dims`` names sizes for them beside the ``Dim`` names; ``plan`` skips planning;
     ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
     peer for benchmarks); ``share_layers`` is :func:`shapecore.torch.trace_for_planning`'s (a
     training trace takes a run of repeated blocks once when checked sound: the same graph, in a
@@ -277,9 +288,8 @@ class ParallelModule(nn.Module):
     def __init__(self, model: nn.Module, example_inputs: Sequence[Any], *, dynamic_shapes: Any, mesh: Any,
                  training: bool = False, global_outputs: bool = False, plan: Plan | None = None,
                  dynamic: bool = True, share_layers: bool | None = None, progress: Callable[[str], None] | None = None,
+                 dims: Mapping[str, Any] | None = None, options: PlanOptions | None = None,
                  **plan_options: Any) -> None:
-        import planner
-        from shapecore.torch import trace_for_planning
         from shapecore.torch.private import tree_structure
 
         super().__init__()
@@ -290,19 +300,19 @@ class ParallelModule(nn.Module):
         clock = time.perf_counter()
         self.mesh = as_mesh(mesh)
         self.groups = mesh_groups(self.mesh)
+        checked = _together("checking the plan options", lambda: options_from(options, plan_options,
+                                                                              caller="ParallelModule"))
         _together("checking the model's device", lambda: _check_device(model))
         self.global_outputs = global_outputs
-        traced = _together("tracing", lambda: trace_for_planning(
+        traced = _together("tracing", lambda: trace_module(
             model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training,
-            share_layers=share_layers))
-        gm, exported, self.env = traced.graph_module, traced.exported, traced.env
+            share_layers=share_layers, options=checked))
+        gm, exported, self.env = traced.traced.graph_module, traced.traced.exported, traced.traced.env
         self._hidden = (model, gm)  # not submodules: their tensors are not this module's
-        dims = {**traced.dim_exprs, **plan_options.pop("dims", {})}
+        dims = {**traced.traced.dim_exprs, **(dims or {})}
         clock = self._phase("trace", clock)
         if plan is None:
-            plan = Plan.from_json(_on_rank_zero("planning", lambda: planner.plan(
-                exported if exported is not None else gm, self.mesh, shape_env=self.env, dims=dims,
-                **plan_options).to_json()))
+            plan = Plan.from_json(_on_rank_zero("planning", lambda: traced.plan(self.mesh, dims=dims).to_json()))
         self.plan = plan
         clock = self._phase("plan", clock)
         self.program: LocalProgram = _together("lowering", lambda: lower(gm, plan, groups=self.groups))

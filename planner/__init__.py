@@ -3,9 +3,11 @@
 * :func:`plan` (a traced graph) and :func:`plan_module` (a module: trace, then plan) return a
   :class:`Plan` (see :mod:`planner.plan` for the contract the lowering relies on: placements,
   redistributions, guards, and the roles of the graph's inputs (:class:`GraphInput`) and
-  outputs (:class:`GraphOutput`)); ``plan_module`` traces with
-  :func:`shapecore.torch.trace_for_planning`, which callers planning a trace themselves use too;
-  how they plan is a :class:`PlanOptions` (or its fields as keywords);
+  outputs (:class:`GraphOutput`)); ``plan_module`` and ``lowering.ParallelModule`` trace through
+  :func:`trace_module` (options checked first, a trace covering the batch sizes, a
+  :class:`ModuleTrace` that plans itself), callers planning a trace of their own take
+  :func:`shapecore.torch.trace_for_planning`; how they plan is a :class:`PlanOptions` (or its
+  fields as keywords, checked by :func:`options_from`);
 * :class:`Mesh` (:meth:`Mesh.shard_factor`) and :func:`as_mesh`; placements as text
   (:func:`format_placements`, :func:`parse_placements`);
 * :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`; :func:`calibrate` measures
@@ -21,13 +23,13 @@
 * :func:`tensor_operands` — how operands are numbered in a plan.
 """
 
-from planner.api import plan, plan_module
+from planner.api import ModuleTrace, plan, plan_module, trace_module
 from planner.calibrate import calibrate
 from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LinkCost, LocalTensor
 from planner.graph import tensor_operands
 from planner.ilp import MemoryBudgetError
 from planner.mesh import Mesh, as_mesh
-from planner.options import PlanOptions
+from planner.options import PlanOptions, options_from
 from planner.plan import (
     Alternative,
     BatchCost,
@@ -68,6 +70,7 @@ __all__ = [
     "MemoryBreakdown",
     "MemoryBudgetError",
     "MinShards",
+    "ModuleTrace",
     "NodeInfo",
     "Mesh",
     "Pin",
@@ -86,8 +89,10 @@ __all__ = [
     "calibrate",
     "expand",
     "format_placements",
+    "options_from",
     "parse_placements",
     "plan",
     "plan_module",
     "tensor_operands",
+    "trace_module",
 ]

@@ -6,8 +6,12 @@ HiGHS or CBC, or the greedy baseline) at the expected cost over the batch points
 once more per point for the regret report, and assembles the :class:`~planner.plan.Plan`.
 Both take how to plan as one :class:`~planner.options.PlanOptions`, or its fields as keywords.
 
-``plan_module`` traces first, with :func:`shapecore.torch.trace_for_planning` (a decomposed
-``torch.export`` graph, or with ``training=True`` the joint forward+backward graph).
+Every way into planning from a module (``plan_module``, :class:`lowering.ParallelModule` and so
+``lowering.parallelize``) traces through :func:`trace_module`: the options checked before any
+trace, the trace taken with :func:`shapecore.torch.trace_for_planning` (a decomposed
+``torch.export`` graph, or with ``training=True`` the joint forward+backward graph) at the
+example that covers the batch sizes (:mod:`planner.trace_hint`), and :meth:`ModuleTrace.plan`
+handing :func:`plan` the trace's ``Dim`` names and where torch set each symbol's range.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ from planner.routed_sizes import readable_asserts
 from planner.trace_hint import covering_inputs
 from planner.strategies import default_providers
 from shapecore import ShapeEnv, parse
-from shapecore.torch import trace_for_planning
+from shapecore.torch import Traced, trace_for_planning
 
-__all__ = ["plan", "plan_module", "prepare", "Prepared"]
+__all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_module", "ModuleTrace"]
 
 def _constraint_facts(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> list[sympy.Basic]:
     """The user's constraints translated to trace symbols, each checked to name only known symbols."""
@@ -209,6 +213,62 @@ def _point_optima(model: IlpModel, labels: Sequence[Mapping[str, int]], *, exact
     return optima
 
 
+@dataclass
+class ModuleTrace:
+    """A module traced for planning by :func:`trace_module`: what :meth:`plan` and the lowering read."""
+
+    traced: Traced
+    """The trace (:func:`shapecore.torch.trace_for_planning`): the graph planned, and the graph lowered."""
+    options: PlanOptions
+    """The options, checked before the trace."""
+    traced_at: dict[str, int]
+    """``Dim`` name → the size traced at, where it differs from the example's (:func:`~planner.trace_hint.covering_inputs`)."""
+
+    @property
+    def graph(self) -> Any:
+        """What :func:`plan` reads: the ``ExportedProgram``, or a training trace's joint graph."""
+        return self.traced.exported if self.traced.exported is not None else self.traced.graph_module
+
+    def plan(self, mesh: Mesh | Any, *, dims: Mapping[str, str | sympy.Basic] | None = None,
+             progress: Callable[[str], None] | None = None) -> Plan:
+        """:func:`plan` the trace on ``mesh`` with its options, its ``Dim`` names (``dims`` adds to
+        them) and where torch set each symbol's range (named when a batch size falls outside it)."""
+        made = plan(self.graph, mesh, shape_env=self.traced.env, dims={**self.traced.dim_exprs, **(dims or {})},
+                    range_origins=self.traced.range_origins, options=self.options, progress=progress)
+        return dataclasses.replace(made, shared_layers=self.traced.shared_layers)
+
+
+def trace_module(
+    model: Any,
+    example_inputs: Sequence[Any],
+    *,
+    dynamic_shapes: Any,
+    training: bool = False,
+    share_layers: bool | None = None,
+    options: PlanOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    caller: str = "trace_module",
+    **keywords: Any,
+) -> ModuleTrace:
+    """Check the plan options, then trace ``model`` for planning: the one way into planning from a module.
+
+    ``options`` and ``keywords`` are :func:`plan`'s, checked before anything is traced (an
+    unknown keyword is a TypeError naming it as an argument of ``caller``). The trace is taken
+    at the largest ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so the
+    guards torch records there hold at the sizes the plan is costed for; its hints are those
+    sizes. Dynamic dims come only from ``dynamic_shapes``; ``training`` and ``share_layers``
+    are :func:`shapecore.torch.trace_for_planning`'s. ``progress`` hears one line before the trace.
+    """
+    options = options_from(options, keywords, caller=caller)
+    inputs, traced_at = covering_inputs(model, example_inputs, dynamic_shapes, options.batch_sizes)
+    if progress:
+        at = ", ".join(f"{name}={size}" for name, size in traced_at.items())
+        progress("tracing" + (" forward and backward" if training else "") + (f" at {at}" if at else ""))
+    traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training,
+                                share_layers=share_layers)
+    return ModuleTrace(traced, options, traced_at)
+
+
 def plan_module(
     model: Any,
     example_inputs: Sequence[Any],
@@ -225,24 +285,18 @@ def plan_module(
     """Trace ``model`` (forward, or forward+backward with ``training=True``) and :func:`plan` it.
 
     Dynamic dims come only from ``dynamic_shapes`` (``torch.export.Dim``, derived dims such as
-    ``8*Dim("b")``); parameters and buffers are static. The trace is taken at the largest
-    ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so the guards torch
-    records there hold at the sizes the plan is costed for. ``constraints`` are written over the
-    Dim names. ``options`` and ``keywords`` are :func:`plan`'s, checked before tracing.
+    ``8*Dim("b")``); parameters and buffers are static. The trace (:func:`trace_module`) is
+    taken at the largest ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so
+    the guards torch records there hold at the sizes the plan is costed for. ``constraints``
+    are written over the Dim names. ``options`` and ``keywords`` are :func:`plan`'s, checked
+    before tracing.
     A training trace takes a run of repeated blocks (a decoder's layers) for its first few and
     copies the rest when the model is checked to compute them alike (:mod:`shapecore.torch.repeated`):
     the same graph and plan, one block's trace instead of each's. ``plan.shared_layers`` says which
     blocks were copied, or why none were; ``share_layers=False`` traces every block, ``True`` warns
     when none could be shared.
     """
-    options = options_from(options, keywords, caller="plan_module")
-    inputs, hint = covering_inputs(model, example_inputs, dynamic_shapes, options.batch_sizes)
-    if progress:
-        at = ", ".join(f"{name}={size}" for name, size in hint.items())
-        progress("tracing" + (" forward and backward" if training else "") + (f" at {at}" if at else ""))
-    traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training,
-                                share_layers=share_layers)
-    graph = traced.exported if traced.exported is not None else traced.graph_module
-    made = plan(graph, mesh, shape_env=traced.env, dims={**traced.dim_exprs, **(dims or {})},
-                range_origins=traced.range_origins, options=options, progress=progress)
-    return dataclasses.replace(made, shared_layers=traced.shared_layers)
+    traced = trace_module(model, example_inputs, dynamic_shapes=dynamic_shapes, training=training,
+                          share_layers=share_layers, options=options, progress=progress, caller="plan_module",
+                          **keywords)
+    return traced.plan(mesh, dims=dims, progress=progress)

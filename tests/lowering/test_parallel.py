@@ -11,6 +11,7 @@ through a file), and several tests read each scenario's results.
 import fcntl
 import functools
 import pickle
+import re
 import time
 
 import pytest
@@ -18,7 +19,7 @@ import torch
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.export import Dim
 
-from lowering import GuardViolation, InputError, RankMismatch, launch
+from lowering import GuardViolation, InputError, RankMismatch, launch, parallelize
 from lowering.demo import MEMORY_BUDGET
 from lowering.examples import MLP, Attention, Decoder
 from lowering.parallel import ParallelModule, _on_rank_zero, _together
@@ -422,3 +423,86 @@ def test_launch_reports_a_planning_error_as_itself_not_as_a_rank_failure():
     with pytest.raises(MemoryBudgetError) as caught:
         launch(_plan_over_budget, 2, timeout=TIMEOUT)
     assert (caught.value.budget, caught.value.memory, caught.value.exact) == (1e6, _budget_error().memory, True)
+
+
+# -- the front door: plan options checked before the model is touched, a trace that covers the batch sizes
+
+
+class _Watched(MLP):
+    """An MLP that records each time its tensors are read or its forward is traced."""
+
+    def __init__(self):
+        super().__init__()
+        self.touched = []
+
+    def parameters(self, *args, **kwargs):
+        self.touched.append("parameters")
+        return super().parameters(*args, **kwargs)
+
+    def buffers(self, *args, **kwargs):
+        self.touched.append("buffers")
+        return super().buffers(*args, **kwargs)
+
+    def forward(self, x):
+        self.touched.append("forward")
+        return super().forward(x)
+
+
+@pytest.fixture
+def one_rank():
+    """A default process group of one gloo rank in this process."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+MISSPELT = r"ParallelModule\(\) got an unexpected keyword argument 'batch_size' \(did you mean 'batch_sizes'\?\); " \
+           r"its options are the fields of planner.PlanOptions: hardware, batch_sizes, constraints"
+
+
+def _misspelt_option(build, rank):
+    model = _Watched()
+    try:
+        build(model, (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,), batch_size=[8, 64])
+    except Exception as error:  # noqa: BLE001 - the test inspects it
+        return type(error).__name__, str(error), model.touched
+    return None
+
+
+@pytest.mark.parametrize("build", [ParallelModule, parallelize])
+def test_a_misspelt_plan_option_is_a_type_error_before_the_model_is_touched(one_rank, build):
+    with pytest.raises(TypeError, match=MISSPELT) as caught:
+        build(_Watched(), (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(1,), batch_size=[8, 64])
+    assert caught.value.__notes__ == ["(checking the plan options failed on rank 0)"]
+    model = _Watched()
+    with pytest.raises(TypeError, match=MISSPELT):
+        build(model, (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(1,), batch_size=[8, 64])
+    assert model.touched == []  # neither its device checked nor a trace begun
+
+
+def test_a_misspelt_plan_option_is_the_same_type_error_on_every_rank():
+    for kind, message, touched in launch(functools.partial(_misspelt_option, ParallelModule), 2, timeout=TIMEOUT):
+        assert kind == "TypeError" and re.match(MISSPELT, message) and touched == []
+
+
+def test_a_batch_size_outside_the_traced_range_is_refused_naming_where_torch_set_it(one_rank):
+    with pytest.raises(ValueError, match=r"puts batch \(s\d+\)=64 outside its range \[2, 15\]; that end of the range "
+                                         r"was set by .*fakify"):
+        ParallelModule(MLP(), (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch", max=15)},), mesh=(1,),
+                       batch_sizes=[8, 64])
+
+
+def test_the_graph_lowered_is_traced_at_the_largest_batch_size_and_serves_the_others(one_rank):
+    torch.manual_seed(0)
+    model = MLP()
+    pm = ParallelModule(model, (torch.randn(3, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(1,),
+                        batch_sizes=[3, 13])
+    assert pm.env.hints[pm.plan.dims["batch"]] == 13  # the planner's trace, covering both sizes
+    for batch in (3, 13, 8):
+        x = torch.randn(batch, 32)
+        assert _relative_error(pm(x).full_tensor(), model(x)) < 1e-4
+    assert pm.compile_count == 1

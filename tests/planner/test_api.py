@@ -174,6 +174,19 @@ def test_plan_module_checks_its_options_before_tracing():
             planner.plan_module(Untraceable(), (x,), dynamic_shapes={"x": {0: Dim("n")}}, mesh=Mesh((2,)), **options)
 
 
+def test_trace_module_checks_the_options_traces_at_the_largest_batch_size_and_plans_as_plan_module():
+    model, x = on_meta(MLP, 64, 256), torch.randn(16, 64, device="meta")
+    spec = {"x": {0: Dim("batch")}}
+    with pytest.raises(TypeError, match=r"^parallelize\(\) got an unexpected keyword argument 'batch_size'"):
+        planner.trace_module(model, (x,), dynamic_shapes=spec, caller="parallelize", batch_size=[8, 64])
+    traced = planner.trace_module(model, (x,), dynamic_shapes=spec, batch_sizes=[8, 64], objective="regret")
+    assert traced.traced_at == {"batch": 64} and traced.options.objective == "regret"
+    assert traced.traced.env.hints[traced.traced.dims["batch"]] == 64
+    made = traced.plan(Mesh((4,)))
+    assert made.to_json() == planner.plan_module(model, (x,), dynamic_shapes=spec, mesh=Mesh((4,)), batch_sizes=[8, 64],
+                                                 objective="regret").to_json()
+
+
 def test_plans_read_with_the_users_dim_names(mlp_trace):
     plan = _plan(mlp_trace, placement_constraints=[planner.Pin("inputs", "S(0)")], batch_sizes=[8, 64])
     symbol = plan.dims["batch"]
