@@ -333,12 +333,17 @@ class Knowledge:
         if not fact.is_Relational:
             return False
         lhs, rhs = fact.args
+        relation = type(fact)
+        if relation is not sympy.Eq and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
+            # A bound on a symbol (what a range becomes): the general path below would simplify
+            # lhs - rhs to itself and read it as 1*x - rhs; skip building it.
+            self._bound(relation, lhs, Fraction(1), Fraction(-int(rhs)), sources)
+            return True
         try:
             difference = Simplifier(self.ranges, self.congruences)(lhs - rhs)
         except ZeroDivisionError:  # a divisor is zero wherever the facts so far hold
             self._contradict(sources | self.provenance(fact.free_symbols))
             return True
-        relation = type(fact)
         if difference.is_Number:
             holds = {sympy.Eq: difference == 0, sympy.Ne: difference != 0, sympy.Lt: difference < 0,
                      sympy.Le: difference <= 0, sympy.Gt: difference > 0, sympy.Ge: difference >= 0}[relation]

@@ -180,10 +180,11 @@ class Reasoner:
         """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
         sym = int_symbol(symbol) if isinstance(symbol, str) else symbol
         lo, hi = check_bound(lo, "lo"), check_bound(hi, "hi")
+        evaluate = sym != int_symbol(sym.name)  # sympy cannot decide an integer symbol's bound: need not try
         if lo is not None:
-            self.add_fact(sympy.Ge(sym, lo))
+            self.add_fact(sympy.Ge(sym, lo, evaluate=evaluate))
         if hi is not None:
-            self.add_fact(sympy.Le(sym, hi))
+            self.add_fact(sympy.Le(sym, hi, evaluate=evaluate))
 
     def bound(self, expr: ExprLike) -> ValueRange:
         """A range holding every value of the integer expression ``expr`` wherever the facts hold

@@ -97,3 +97,19 @@ def test_linear_facts_over_several_symbols_become_inequalities(fact, inequalitie
     knowledge = Knowledge()
     knowledge.add(parse(fact))
     assert sorted(knowledge.inequalities, key=str) == sorted(inequalities, key=str)
+
+
+_RELATIONS = [sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Ne]
+
+
+@given(before=fact_sets(NAMES, max_size=3), relation=st.sampled_from(_RELATIONS), name=st.sampled_from(NAMES),
+       value=st.integers(-6, 6), after=fact_sets(NAMES, max_size=2))
+def test_a_bound_on_a_symbol_is_digested_as_the_general_path_does(before, relation, name, value, after):
+    """``x >= c`` is read at once; ``2*x >= 2*c`` goes through simplifying and solving ``lhs - rhs``."""
+    x = sympy.Symbol(name, integer=True)
+    direct, general = Knowledge(), Knowledge()
+    for knowledge, bound in ((direct, relation(x, value)), (general, relation(2 * x, 2 * value, evaluate=False))):
+        for fact in (*before, bound, *after):
+            knowledge.add(fact)
+    skip = {"facts"}
+    assert {k: v for k, v in state(direct).items() if k not in skip} == {k: v for k, v in state(general).items() if k not in skip}
