@@ -378,7 +378,26 @@ class _Reader:
             self.divisors.add(args[0])  # 0 ** -n raises ZeroDivisionError
         if build is F.power and args[0].is_zero and args[1].is_negative:
             raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
+        if build in _RELATIONS and _undecidable(*args):
+            return build(*args, evaluate=False)  # what sympy's evaluation would return, after trying
         return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
+
+
+_RELATIONS = frozenset(_COMPARE.values())
+
+
+def _undecidable(lhs: sympy.Basic, rhs: sympy.Basic) -> bool:
+    """Whether sympy cannot decide any relation between ``lhs`` and ``rhs``: two different integer
+    symbols, or one and an integer (``s0 < s1``, ``s0 >= 2``), nothing else known about them."""
+    if lhs.is_Integer:
+        return _plain_symbol(rhs)
+    if rhs.is_Integer:
+        return _plain_symbol(lhs)
+    return _plain_symbol(lhs) and _plain_symbol(rhs) and lhs != rhs
+
+
+def _plain_symbol(expr: sympy.Basic) -> bool:
+    return expr.is_Symbol and expr == F.int_symbol(expr.name)
 
 
 def _python_and(*parts: sympy.Basic, evaluate: bool = True) -> sympy.Basic:

@@ -2,6 +2,7 @@
 
 import ast
 import glob
+import itertools
 import json
 import keyword
 import os
@@ -502,3 +503,19 @@ def test_powbynatural_of_a_float_is_pythons_float_power(text, value):
     """Fuzzer case: 3.5 ** 0 is the float 1.0, but sympy's Pow folded it to the int 1."""
     got = evaluate(parse(text), {"x": 3})
     assert type(got) is float and got == value
+
+
+_SIDES = [int_symbol("s0"), int_symbol("s1"), sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("zf0", real=True),
+          sympy.Integer(0), sympy.Integer(-3), sympy.Integer(7), sympy.Rational(1, 2), sympy.Symbol("s0")]
+
+
+def test_a_relation_sympy_cannot_decide_is_built_as_sympy_would():
+    """The reader builds s0 < s1 and s0 >= 2 unevaluated: sympy's evaluation returns them as they are."""
+    skipped = 0
+    for relation, lhs, rhs in itertools.product(parsing._RELATIONS, _SIDES, _SIDES):
+        if parsing._undecidable(lhs, rhs):
+            evaluated = relation(lhs, rhs)
+            assert type(evaluated) is relation and evaluated.args == (lhs, rhs), (relation, lhs, rhs)
+        else:
+            skipped += 1
+    assert skipped and not parsing._undecidable(int_symbol("s0"), int_symbol("s0"))
