@@ -388,12 +388,29 @@ _RELATIONS = frozenset(_COMPARE.values())
 
 def _undecidable(lhs: sympy.Basic, rhs: sympy.Basic) -> bool:
     """Whether sympy cannot decide any relation between ``lhs`` and ``rhs``: two different integer
-    symbols, or one and an integer (``s0 < s1``, ``s0 >= 2``), nothing else known about them."""
+    symbols with nothing else known about them, or an integer and such a symbol or a remainder
+    ``Mod(p, m)`` of a polynomial ``p`` in them (``s0 < s1``, ``s0 >= 2``, ``Eq(Mod(s0*s1, 8), 0)``:
+    sympy knows a remainder is an integer, not its sign nor its size)."""
     if lhs.is_Integer:
-        return _plain_symbol(rhs)
+        return _opaque(rhs)
     if rhs.is_Integer:
-        return _plain_symbol(lhs)
+        return _opaque(lhs)
     return _plain_symbol(lhs) and _plain_symbol(rhs) and lhs != rhs
+
+
+def _opaque(expr: sympy.Basic) -> bool:
+    """An integer symbol with nothing else known, or :class:`~shapecore.functions.Mod` of a
+    polynomial in them by an integer."""
+    if type(expr) is F.Mod:
+        p, m = expr.args
+        return m.is_Integer and _polynomial(p)
+    return _plain_symbol(expr)
+
+
+def _polynomial(expr: sympy.Basic) -> bool:
+    if expr.is_Add or expr.is_Mul:
+        return all(map(_polynomial, expr.args))
+    return expr.is_Integer or _plain_symbol(expr)
 
 
 def _plain_symbol(expr: sympy.Basic) -> bool:

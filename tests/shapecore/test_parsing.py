@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from shapecore import ParseError, evaluate, holds, int_symbol, parse, python_str
 from shapecore.functions import PythonAnd, PythonOr
+from shapecore import functions as F
 from shapecore import parsing
 from shapecore.parsing import FUNCTIONS, MAX_INTEGER_DIGITS, MAX_NESTING, named_symbols
 from shapecore.testing import assignments, int_exprs
@@ -505,8 +506,12 @@ def test_powbynatural_of_a_float_is_pythons_float_power(text, value):
     assert type(got) is float and got == value
 
 
-_SIDES = [int_symbol("s0"), int_symbol("s1"), sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("zf0", real=True),
-          sympy.Integer(0), sympy.Integer(-3), sympy.Integer(7), sympy.Rational(1, 2), sympy.Symbol("s0")]
+_S0, _S1 = int_symbol("s0"), int_symbol("s1")
+_SIDES = [_S0, _S1, sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("zf0", real=True),
+          sympy.Integer(0), sympy.Integer(-3), sympy.Integer(7), sympy.Integer(10**30), sympy.Rational(1, 2),
+          sympy.Symbol("s0"), F.Mod(_S0, 8), F.Mod(_S0 * _S1 + 8 * _S1, 32), F.Mod(2 * _S0 + 1, 2), F.Mod(_S0, -4),
+          F.Mod(_S0**2, 4), F.Mod(_S0, _S1), F.Mod(sympy.Symbol("s0", integer=True, positive=True), 4),
+          F.Mod(sympy.Rational(1, 2) * _S0, 3), F.FloorDiv(_S0, 4)]
 
 
 def test_a_relation_sympy_cannot_decide_is_built_as_sympy_would():
@@ -518,4 +523,4 @@ def test_a_relation_sympy_cannot_decide_is_built_as_sympy_would():
             assert type(evaluated) is relation and evaluated.args == (lhs, rhs), (relation, lhs, rhs)
         else:
             skipped += 1
-    assert skipped and not parsing._undecidable(int_symbol("s0"), int_symbol("s0"))
+    assert skipped and not parsing._undecidable(_S0, _S0) and parsing._undecidable(F.Mod(_S0 * _S1, 8), sympy.Integer(0))
