@@ -11,8 +11,9 @@ holds wherever the digest does), False (it holds nowhere) or None. Each relation
 * interval bounds of ``d`` (:mod:`shapecore.ranges`);
 * with ``differences``, bounds of ``d`` from chains of facts ``x - y <= c``, ``Max``/``Min``
   split by cases and ``FloorDiv`` by a constant made linear (:mod:`shapecore.differences`);
-* the interval bounds tightened to ``d``'s residue class (``d ≡ 0 mod 8`` and ``d >= 1`` give
-  ``d >= 8``).
+* those bounds (narrowed by ``differences`` when given) tightened to ``d``'s residue class
+  (``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``; ``d = 2*(x//2) - x`` in ``[-1, 0]`` and
+  even, as ``x`` is, gives ``d == 0`` before any rewriting).
 
 With ``rewrite``, ``d`` is first simplified (:class:`~shapecore.rewrite.Simplifier`): this
 decides more but builds new sympy expressions. The caller must only pass claims that are
@@ -64,7 +65,9 @@ class CheapLayers:
         if claim is sympy.true or claim is sympy.false:
             return claim is sympy.true
         if claim.is_Relational:
-            return self._relation(type(claim), claim.args[0] - claim.args[1])
+            lhs, rhs = claim.args
+            plain = rhs is sympy.S.Zero and isinstance(lhs, sympy.Expr)  # lhs - 0 is lhs: spare sympy the sum
+            return self._relation(type(claim), lhs if plain else lhs - rhs)
         if isinstance(claim, sympy.Not):
             inner = self.decide(claim.args[0])
             return None if inner is None else not inner
@@ -97,18 +100,22 @@ class CheapLayers:
         if verdict is not None:
             self._use("ranges")
             return verdict
+        narrowed = None
         if self.differences is not None:
-            verdict = self.differences.decide(relation, d, simplify.bounds, bounds)
+            narrowed = self.differences.bound(relation, d, simplify.bounds, bounds)
+            verdict = None if narrowed is None else decide_difference(relation, narrowed)
             if verdict is not None:
                 self._use("differences")
                 return verdict
         residues = simplify.residues.analyze(d)
         if residues is None or residues == ModularSet(1, 0):
             return None
-        tightened = tighten(bounds, residues)
+        tightened = tighten(bounds if narrowed is None else narrowed, residues)
         if tightened.is_empty:
             return None
         verdict = decide_difference(relation, tightened)
         if verdict is not None:
             self._use("modular")
+            if narrowed is not None and narrowed != bounds:
+                self._use("differences")
         return verdict

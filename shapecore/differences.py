@@ -88,32 +88,39 @@ class DifferenceBounds:
             out[target] = weight
 
     def decide(self, relation: type, difference: sympy.Basic, bounder: _Bounder, known: ValueRange) -> bool | None:
-        """:func:`~shapecore.ranges.decide_difference` on ``difference``'s bounds met with ``known``.
+        """:func:`~shapecore.ranges.decide_difference` on :meth:`bound`."""
+        found = self.bound(relation, difference, bounder, known)
+        return None if found is None else decide_difference(relation, found)
 
-        ``bounder`` bounds other atoms (the facts' ranges). The side that can prove the
-        relation is computed first, the other only if that does not decide.
+    def bound(self, relation: type, difference: sympy.Basic, bounder: _Bounder, known: ValueRange) -> ValueRange | None:
+        """``known`` (a range of ``difference``) narrowed by the graph; None where it shows the facts
+        contradict each other.
+
+        ``bounder`` bounds other atoms (the facts' ranges). The side that can prove
+        ``difference <relation> 0`` is computed first, the other only if that does not decide.
         """
         if not self._built:
             self._build()
         lo, hi = known.lo, known.hi
         integral = difference.is_integer
+        terms = _terms(difference, 1)
+        graph = any(map(_reads_graph, terms))  # else each atom is bounded by its interval, as in known
         sides = ("lo", "hi") if relation is sympy.Gt or relation is sympy.Ge else ("hi", "lo")
         try:
             for side in sides:
                 if side == "hi":
-                    hi = min(hi, self._upper(_terms(difference, 1), bounder, _SPLITS))
+                    hi = min(hi, self._upper(terms, bounder, _SPLITS)) if graph else hi
                     hi = math.floor(hi) if integral and hi != INF else hi
                 else:
-                    lo = max(lo, -self._upper(_terms(difference, -1), bounder, _SPLITS))
+                    lo = max(lo, -self._upper({atom: -c for atom, c in terms.items()}, bounder, _SPLITS)) if graph else lo
                     lo = math.ceil(lo) if integral and lo != -INF else lo
                 if lo > hi:
                     return None  # no value at all: the facts contradict each other
-                verdict = decide_difference(relation, ValueRange(lo, hi))
-                if verdict is not None:
-                    return verdict
+                if decide_difference(relation, ValueRange(lo, hi)) is not None:
+                    break
         except _Inconsistent:
             return None
-        return None
+        return ValueRange(lo, hi)
 
     def connected(self, symbols: Iterable[sympy.Basic]) -> set[sympy.Basic]:
         """``symbols`` and every symbol a chain of inequalities links them to: those whose facts
@@ -171,7 +178,7 @@ class DifferenceBounds:
                 linear[atom] = linear.get(atom, 0) + c
             elif F.float_division(atom):  # rounded by Python: no bound
                 return INF
-            elif isinstance(atom, F.FloorDiv) and atom.args[1].is_Integer and atom.args[1] > 0:
+            elif isinstance(atom, F.FloorDiv) and atom.args[1].is_Integer and int(atom.args[1]) > 0:
                 k = int(atom.args[1])
                 work.extend(_terms(atom.args[0], Fraction(c, k)).items())
                 top = k - 1 if atom.args[0].is_integer else k  # r = Mod(a, k) in [0, top]
@@ -245,6 +252,11 @@ class DifferenceBounds:
                 rest[y] = rest.get(y, 0) - scale * b
             best = min(best, _add(scale * inequality.bound, self._paired({y: v for y, v in rest.items() if v})))
         return best
+
+
+def _reads_graph(atom: sympy.Basic) -> bool:
+    """Whether :meth:`DifferenceBounds._upper` bounds ``atom`` otherwise than by its interval."""
+    return atom.is_Symbol or isinstance(atom, (F.FloorDiv, F.Max, F.Min))
 
 
 def _floor_at_most_dividend(division: sympy.Basic, bounder: _Bounder) -> bool:

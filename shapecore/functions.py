@@ -100,8 +100,10 @@ __all__ = [
 
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def int_symbol(name: str) -> sympy.Symbol:
-    """The integer symbol called ``name``: what every size and guard variable is."""
+    """The integer symbol called ``name``: what every size and guard variable is (cached: sympy
+    takes microseconds to find its own cached symbol)."""
     return sympy.Symbol(name, integer=True)
 
 
@@ -114,8 +116,9 @@ FLOAT_SYMBOL_NAME = re.compile(r"zu?f\d+")
 """torch's names for float-valued symbols; the parser reads these as :func:`float_symbol`."""
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def symbol_for(name: str) -> sympy.Symbol:
-    """The symbol torch would mean by ``name``: real for ``zf*``/``zuf*``, integer otherwise."""
+    """The symbol torch would mean by ``name``: real for ``zf*``/``zuf*``, integer otherwise (cached)."""
     return float_symbol(name) if FLOAT_SYMBOL_NAME.fullmatch(name) else int_symbol(name)
 
 

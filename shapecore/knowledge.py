@@ -35,7 +35,7 @@ a checkpoint is open every change is journaled, and rolling back restores the st
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -44,7 +44,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.modular import ModularSet, combine_congruences, solve_linear_congruence, tighten
 from shapecore.ranges import UNBOUNDED, ValueRange, is_infinite
-from shapecore.rewrite import Simplifier, canonicalize, fold, short_circuit, substitute, symbols_of
+from shapecore.rewrite import Simplifier, canonicalize, fold, needs_rewriting, short_circuit, substitute, symbols_of
 
 __all__ = ["Knowledge", "Checkpoint", "Inequality", "creation_order"]
 
@@ -61,9 +61,12 @@ def creation_order(name: str) -> tuple[int, str]:
     return (int(digits) if digits.isdigit() else -1, name)
 
 
-def _linear(expr: sympy.Basic) -> tuple[sympy.Symbol, Fraction, Fraction] | None:
-    """``(x, a, b)`` when ``expr == a*x + b`` with one symbol and rational ``a != 0, b``."""
-    symbols = expr.free_symbols
+def _linear(
+    expr: sympy.Basic, terms: Mapping[sympy.Basic, sympy.Basic] | None = None
+) -> tuple[sympy.Symbol, Fraction, Fraction] | None:
+    """``(x, a, b)`` when ``expr == a*x + b`` with one symbol and rational ``a != 0, b``
+    (``terms``: ``expr.as_coefficients_dict()`` if the caller has it)."""
+    symbols = symbols_of(expr)
     if len(symbols) != 1:
         return None
     (x,) = symbols
@@ -71,7 +74,7 @@ def _linear(expr: sympy.Basic) -> tuple[sympy.Symbol, Fraction, Fraction] | None
         return None
     a = Fraction(0)
     b = Fraction(0)
-    for term, coeff in expr.as_coefficients_dict().items():
+    for term, coeff in (expr.as_coefficients_dict() if terms is None else terms).items():
         if not coeff.is_Rational:
             return None
         c = Fraction(int(coeff.p), int(coeff.q))
@@ -92,8 +95,9 @@ class Inequality:
     bound: int
 
 
-def _inequalities(relation: type, difference: sympy.Basic) -> list[Inequality]:
-    """``difference <relation> 0`` as inequalities, if ``difference`` is linear in 2+ integer symbols.
+def _inequalities(relation: type, terms: Mapping[sympy.Basic, sympy.Basic]) -> list[Inequality]:
+    """``difference <relation> 0`` as inequalities, if ``difference`` (as its ``terms``, from
+    ``as_coefficients_dict``) is linear in 2+ integer symbols.
 
     Scaled to integer coefficients, a strict relation loses one (``d < 0`` is ``d <= -1`` for
     an integer ``d``) and the bound is divided by the coefficients' gcd, rounding down.
@@ -102,7 +106,7 @@ def _inequalities(relation: type, difference: sympy.Basic) -> list[Inequality]:
         return []
     coefficients: dict[sympy.Symbol, Fraction] = {}
     constant = Fraction(0)
-    for term, coeff in difference.as_coefficients_dict().items():
+    for term, coeff in terms.items():
         if not coeff.is_Rational:
             return []
         value = Fraction(int(coeff.p), int(coeff.q))
@@ -333,23 +337,31 @@ class Knowledge:
         if not fact.is_Relational:
             return False
         lhs, rhs = fact.args
+        relation = type(fact)
+        if relation is not sympy.Eq and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
+            # A bound on a symbol (what a range becomes): the general path below would simplify
+            # lhs - rhs to itself and read it as 1*x - rhs; skip building it.
+            self._bound(relation, lhs, Fraction(1), Fraction(-int(rhs)), sources)
+            return True
         try:
-            difference = Simplifier(self.ranges, self.congruences)(lhs - rhs)
+            difference = lhs - rhs
+            if needs_rewriting(difference):  # else the Simplifier returns it as it is
+                difference = Simplifier(self.ranges, self.congruences)(difference)
         except ZeroDivisionError:  # a divisor is zero wherever the facts so far hold
             self._contradict(sources | self.provenance(fact.free_symbols))
             return True
-        relation = type(fact)
         if difference.is_Number:
             holds = {sympy.Eq: difference == 0, sympy.Ne: difference != 0, sympy.Lt: difference < 0,
                      sympy.Le: difference <= 0, sympy.Gt: difference > 0, sympy.Ge: difference >= 0}[relation]
             if not holds:
                 self._contradict(sources | self.provenance(fact.free_symbols))
             return True
-        if relation is sympy.Eq and (self._replace(difference, sources) or self._congruence(difference, sources)):
+        terms = difference.as_coefficients_dict()
+        if relation is sympy.Eq and (self._replace(difference, terms, sources) or self._congruence(terms, sources)):
             return True
-        linear = _linear(difference)
+        linear = _linear(difference, terms)
         if linear is None:
-            for inequality in _inequalities(relation, difference):
+            for inequality in _inequalities(relation, terms):
                 self._append(self.inequalities, inequality)
                 for x, _ in inequality.terms:
                     self._grow(self._provenance, x, sources)
@@ -357,15 +369,15 @@ class Knowledge:
         self._bound(relation, *linear, sources)
         return True
 
-    def _replace(self, difference: sympy.Basic, sources: set[int]) -> bool:
-        """Digest ``difference == 0`` as ``x := e`` when some symbol ``x`` can be isolated."""
-        terms = difference.as_coefficients_dict()
+    def _replace(self, difference: sympy.Basic, terms: Mapping[sympy.Basic, sympy.Basic], sources: set[int]) -> bool:
+        """Digest ``difference == 0`` (``terms``: its ``as_coefficients_dict()``) as ``x := e`` when
+        some symbol ``x`` can be isolated."""
         candidates = [
             t for t, c in terms.items()
-            if t.is_Symbol and t.is_integer and c in (1, -1) and not any(t in other.free_symbols for other in terms if other != t)
+            if t.is_Symbol and t.is_integer and c in (1, -1) and not any(t in symbols_of(other) for other in terms if other != t)
         ]
         if not candidates:
-            linear = _linear(difference)
+            linear = _linear(difference, terms)
             if linear is None:
                 return False
             x, a, b = linear
@@ -412,9 +424,8 @@ class Knowledge:
             for fact, fact_sources in waiting:
                 self._digest(fact, fact_sources)
 
-    def _congruence(self, difference: sympy.Basic, sources: set[int]) -> bool:
-        """Digest ``a*Mod(p*x + q, m) + b == 0`` as a congruence on ``x``."""
-        terms = difference.as_coefficients_dict()
+    def _congruence(self, terms: Mapping[sympy.Basic, sympy.Basic], sources: set[int]) -> bool:
+        """Digest ``a*Mod(p*x + q, m) + b == 0`` (as its ``terms``) as a congruence on ``x``."""
         constant = terms.get(sympy.S.One, sympy.S.Zero)
         others = [(t, c) for t, c in terms.items() if t != 1]
         if len(others) != 1:

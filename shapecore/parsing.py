@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import keyword
 import math
 import re
 from collections.abc import Callable
@@ -377,7 +378,43 @@ class _Reader:
             self.divisors.add(args[0])  # 0 ** -n raises ZeroDivisionError
         if build is F.power and args[0].is_zero and args[1].is_negative:
             raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
+        if build in _RELATIONS and _undecidable(*args):
+            return build(*args, evaluate=False)  # what sympy's evaluation would return, after trying
         return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
+
+
+_RELATIONS = frozenset(_COMPARE.values())
+
+
+def _undecidable(lhs: sympy.Basic, rhs: sympy.Basic) -> bool:
+    """Whether sympy cannot decide any relation between ``lhs`` and ``rhs``: two different integer
+    symbols with nothing else known about them, or an integer and such a symbol or a remainder
+    ``Mod(p, m)`` of a polynomial ``p`` in them (``s0 < s1``, ``s0 >= 2``, ``Eq(Mod(s0*s1, 8), 0)``:
+    sympy knows a remainder is an integer, not its sign nor its size)."""
+    if lhs.is_Integer:
+        return _opaque(rhs)
+    if rhs.is_Integer:
+        return _opaque(lhs)
+    return _plain_symbol(lhs) and _plain_symbol(rhs) and lhs != rhs
+
+
+def _opaque(expr: sympy.Basic) -> bool:
+    """An integer symbol with nothing else known, or :class:`~shapecore.functions.Mod` of a
+    polynomial in them by an integer."""
+    if type(expr) is F.Mod:
+        p, m = expr.args
+        return m.is_Integer and _polynomial(p)
+    return _plain_symbol(expr)
+
+
+def _polynomial(expr: sympy.Basic) -> bool:
+    if expr.is_Add or expr.is_Mul:
+        return all(map(_polynomial, expr.args))
+    return expr.is_Integer or _plain_symbol(expr)
+
+
+def _plain_symbol(expr: sympy.Basic) -> bool:
+    return expr.is_Symbol and expr == F.int_symbol(expr.name)
 
 
 def _python_and(*parts: sympy.Basic, evaluate: bool = True) -> sympy.Basic:
@@ -404,6 +441,8 @@ def parse(text: str) -> sympy.Basic:
     """
     if not isinstance(text, str):
         raise ArgumentError(f"parse() takes guard text, got {type(text).__name__}")
+    if _plain_name(text):  # what reading its tree gives, without building one
+        return F.symbol_for(text)
     _check_characters(text)
     reader = _Reader(text)
     if not text.strip():
@@ -419,7 +458,8 @@ def parse(text: str) -> sympy.Basic:
         ) from None
     if isinstance(tree.body, ast.Tuple):
         raise reader.error("expected one expression, got several separated by commas", tree.body)
-    _check_nesting(tree.body, reader)
+    if len(reader.source) > _SHALLOW:
+        _check_nesting(tree.body, reader)
     result = reader.read(tree)
     # Folding dropped a division: read again, keeping them. Under Python's and/or a division
     # may also be dropped where another part still divides by the same thing, but only when
@@ -433,6 +473,19 @@ def parse(text: str) -> sympy.Basic:
         return kept if short_circuit(kept) else parse(str(kept))
     return result
 
+
+def _plain_name(text: str) -> bool:
+    """Whether ``text`` is a name alone that reads as a symbol: an ASCII identifier (Python
+    normalizes others), no keyword (``True``, ``not``), no function name (refused alone)."""
+    return text.isascii() and text.isidentifier() and not keyword.iskeyword(text) and text not in FUNCTIONS
+
+
+_SHALLOW = (MAX_NESTING - 10) // 2
+"""Length of text (left-stripped) too short to nest :data:`MAX_NESTING` levels, unchecked. On a
+path down the tree each node with a position spans less text than the one above it, and the
+nodes without one (``comprehension``, ``arguments``) each sit between two that have; f-strings,
+whose parts share their position in Python 3.11, nest four deep at most. So ``n`` characters
+nest at most ``2*n + 10`` levels."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -501,8 +554,29 @@ def named_symbols(text: str) -> frozenset[sympy.Symbol]:
     (True, ['s0', 's1'])
     """
     parse(text)  # the same errors as parse
+    names = _names_by_tokens(text)
+    return frozenset(map(F.symbol_for, _names_by_tree(text) if names is None else names))
+
+
+def _names_by_tree(text: str) -> set[str]:
+    """The names in parsed ``text`` that are not called."""
     tree = ast.parse(text.lstrip(), mode="eval")
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-    return frozenset(
-        F.symbol_for(node.id) for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in called
-    )
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in called}
+
+
+_WORD = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*\()")
+"""A word not inside a number (``1e5``, ``0x1f``) and not called."""
+_KEYWORDS = frozenset(keyword.kwlist)
+
+
+def _names_by_tokens(text: str) -> set[str] | None:
+    """:func:`_names_by_tree` of text that parses, read off its words; None where that is unsure.
+
+    What parses has no string, attribute or comprehension, so its words are names, keywords
+    (``and``, ``True``) or called functions, except in text with a comment, a backslash (a
+    line continuation before a call's parenthesis) or non-ASCII letters (normalized by Python).
+    """
+    if not text.isascii() or "#" in text or "\\" in text:
+        return None
+    return set(_WORD.findall(text)) - _KEYWORDS

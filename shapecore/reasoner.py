@@ -8,7 +8,8 @@
 3. **modular** — residue classes of ``lhs - rhs``, which also tighten the bounds
    (``d ≡ 1 mod 2`` rules out ``d == 0``; ``d ≡ 0 mod 8`` and ``d >= 1`` give ``d >= 8``);
 4. **differences** — bounds of ``lhs - rhs`` from chains of facts ``x - y <= c`` and the
-   ranges, ``Max``/``Min`` split by cases (:mod:`shapecore.differences`);
+   ranges, ``Max``/``Min`` split by cases (:mod:`shapecore.differences`), which the residue
+   classes tighten in turn (``2*(x//2) - x`` in ``[-1, 0]`` and even is 0);
 5. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver,
    within one :class:`~shapecore.budget.Budget` per query made from the scope's
    ``timeout_ms`` (a deterministic resource count, so the answer does not depend on the
@@ -180,10 +181,11 @@ class Reasoner:
         """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
         sym = int_symbol(symbol) if isinstance(symbol, str) else symbol
         lo, hi = check_bound(lo, "lo"), check_bound(hi, "hi")
+        evaluate = sym != int_symbol(sym.name)  # sympy cannot decide an integer symbol's bound: need not try
         if lo is not None:
-            self.add_fact(sympy.Ge(sym, lo))
+            self.add_fact(sympy.Ge(sym, lo, evaluate=evaluate))
         if hi is not None:
-            self.add_fact(sympy.Le(sym, hi))
+            self.add_fact(sympy.Le(sym, hi, evaluate=evaluate))
 
     def bound(self, expr: ExprLike) -> ValueRange:
         """A range holding every value of the integer expression ``expr`` wherever the facts hold

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from shapecore import functions as F
 from shapecore import prove
 from shapecore.decide import CheapLayers
-from shapecore.differences import DifferenceBounds
+from shapecore.differences import DifferenceBounds, _Inconsistent, _reads_graph, _terms
 from shapecore.evaluation import evaluate, holds
 from shapecore.parsing import parse
 from shapecore.ranges import UNBOUNDED
@@ -114,3 +114,21 @@ def test_cheap_layers_use_the_graph_only_when_given_one():
     claim = parse("s0 < s2")
     assert CheapLayers(knowledge).decide(claim) is None
     assert CheapLayers(knowledge, differences=DifferenceBounds(knowledge)).decide(claim) is True
+
+
+@given(facts=st.lists(difference_facts(), max_size=3), shape=st.sampled_from(["Mod(x*y, 4)", "3*Mod(x, 4) - x*y", "x*y + 2"]))
+def test_what_the_graph_cannot_read_it_bounds_by_the_interval(facts, shape):
+    """bound() skips the sums of a difference without a symbol, floor division, Max or Min among
+    its terms: they would bound it by its interval, no tighter."""
+    knowledge = knowledge_of([*facts, parse("x >= -3"), parse("y <= 5")])
+    bounder = Simplifier(knowledge.ranges, knowledge.congruences).bounds
+    difference = parse(shape)
+    known = bounder.bound(difference)
+    graph = DifferenceBounds(knowledge)
+    graph._build()
+    try:
+        upper, lower = graph._upper(_terms(difference, 1), bounder, 4), -graph._upper(_terms(difference, -1), bounder, 4)
+    except _Inconsistent:
+        return
+    assert upper >= known.hi and lower <= known.lo
+    assert not any(map(_reads_graph, _terms(difference, 1)))

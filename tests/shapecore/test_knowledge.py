@@ -97,3 +97,26 @@ def test_linear_facts_over_several_symbols_become_inequalities(fact, inequalitie
     knowledge = Knowledge()
     knowledge.add(parse(fact))
     assert sorted(knowledge.inequalities, key=str) == sorted(inequalities, key=str)
+
+
+_RELATIONS = [sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Ne]
+
+
+def digest(knowledge: Knowledge) -> dict:
+    """The state but the facts as given, and the pending ones up to a constant factor (``2*x >= 0``)."""
+    found = {k: v for k, v in state(knowledge).items() if k != "facts"}
+    found["_pending"] = [(type(f), sympy.primitive(f.lhs - f.rhs)[1] if f.is_Relational else f, sources)
+                         for f, sources in found["_pending"]]
+    return found
+
+
+@given(before=fact_sets(NAMES, max_size=3), relation=st.sampled_from(_RELATIONS), name=st.sampled_from(NAMES),
+       value=st.integers(-6, 6), after=fact_sets(NAMES, max_size=2))
+def test_a_bound_on_a_symbol_is_digested_as_the_general_path_does(before, relation, name, value, after):
+    """``x >= c`` is read at once; ``2*x >= 2*c`` goes through simplifying and solving ``lhs - rhs``."""
+    x = sympy.Symbol(name, integer=True)
+    direct, general = Knowledge(), Knowledge()
+    for knowledge, bound in ((direct, relation(x, value)), (general, relation(2 * x, 2 * value, evaluate=False))):
+        for fact in (*before, bound, *after):
+            knowledge.add(fact)
+    assert digest(direct) == digest(general)

@@ -1,7 +1,10 @@
 """Parsing torch's and Python's guard syntax, printing it back, and parse errors."""
 
+import ast
 import glob
+import itertools
 import json
+import keyword
 import os
 
 import pytest
@@ -12,7 +15,9 @@ from hypothesis import strategies as st
 
 from shapecore import ParseError, evaluate, holds, int_symbol, parse, python_str
 from shapecore.functions import PythonAnd, PythonOr
-from shapecore.parsing import MAX_INTEGER_DIGITS, MAX_NESTING, named_symbols
+from shapecore import functions as F
+from shapecore import parsing
+from shapecore.parsing import FUNCTIONS, MAX_INTEGER_DIGITS, MAX_NESTING, named_symbols
 from shapecore.testing import assignments, int_exprs
 from tests.corpus import CORPUS
 
@@ -185,6 +190,71 @@ def test_pythons_and_or_print_as_python_and_read_back_the_same(text, kind, print
 def test_named_symbols_include_those_folded_away():
     assert named_symbols("Eq(s1, s1) | (s0 > 2)") == {int_symbol("s0"), int_symbol("s1")}
     assert named_symbols("Mod(x, 1) + max(a, b)") == {int_symbol(n) for n in "xab"}
+
+
+_WORDY = ["Max (a, b) >= 1e5 + 0x1f", "not s0 > 2 and zf0 >= 1.5e-3", "s0 >= 2 if True else 1",
+          "Max\\\n(a, b) > c", "a > 1 # b", "ﬁ > 1", "match + case >= _", "Min(\n a, b) > 0b101"]
+
+
+@given(st.one_of(claim_texts(("x", "y", "zf0")), int_texts(("x", "y")), float_texts(("x", "y")),
+                 st.sampled_from(TORCH_PRINTED + _WORDY)))
+def test_names_read_off_the_words_are_those_of_the_tree(text):
+    """named_symbols reads the words of text that parses; where it is unsure, the tree."""
+    try:
+        parse(text)
+    except ParseError:
+        return
+    by_tokens = parsing._names_by_tokens(text)
+    assert by_tokens is None or by_tokens == parsing._names_by_tree(text)
+
+
+@given(st.one_of(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True), st.text(max_size=4),
+                 st.sampled_from([*keyword.kwlist, *FUNCTIONS, "zf0", "zuf12", "__debug__", "ﬁ", "x\n"])))
+def test_a_lone_name_reads_as_its_tree_does(text):
+    """parse reads a plain name without building its tree: the same symbol, or the same refusal."""
+    try:
+        tree = ast.parse(text.lstrip(), mode="eval")
+        expected = parsing._Reader(text).read(tree)
+    except (SyntaxError, ValueError, ParseError):
+        expected = ParseError
+    try:
+        got = parse(text)
+    except ParseError:
+        got = ParseError
+    assert got == expected
+
+
+def _nestings(depth: int) -> st.SearchStrategy[str]:
+    """Text nesting as deep as Python's syntax allows per character (``[*[*x]]``, ``f(f(x))``)."""
+    if depth == 0:
+        return st.sampled_from(["x", "1"])
+    inner = _nestings(depth - 1)
+    shapes = ["-{}", "[*{}]", "f({})", "x*({})", "(x+{})", "[{}]", "not {}", "x[{}]", "lambda:{}", "({} for x in y)",
+              "{{{}}}", "f'{{{}}}'", "x<({})", "{}.y", "f(x={})", "f(**{})", "x[:{}]", "x if {} else y"]
+    return st.tuples(st.sampled_from(shapes), inner).map(lambda pair: pair[0].format(pair[1]))
+
+
+def _depth(root: ast.AST) -> int:
+    """The nesting _check_nesting measures: a chain of one operator is one level."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth if parsing._continues_chain(node, child) else depth + 1)
+                     for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+@given(st.integers(1, 80).flatmap(_nestings))
+def test_text_too_short_to_nest_too_deep_is_not_checked(text):
+    """parse checks the nesting only of text longer than _SHALLOW characters, as n characters
+    nest at most 2*n + 10 levels."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return
+    assert _depth(tree.body) <= 2 * len(text) + 10
+    assert 2 * parsing._SHALLOW + 10 <= MAX_NESTING
 
 
 BOX = [{"x": x, "y": y} for x in range(-4, 5) for y in range(-4, 5)]
@@ -434,3 +504,23 @@ def test_powbynatural_of_a_float_is_pythons_float_power(text, value):
     """Fuzzer case: 3.5 ** 0 is the float 1.0, but sympy's Pow folded it to the int 1."""
     got = evaluate(parse(text), {"x": 3})
     assert type(got) is float and got == value
+
+
+_S0, _S1 = int_symbol("s0"), int_symbol("s1")
+_SIDES = [_S0, _S1, sympy.Symbol("s0", integer=True, positive=True), sympy.Symbol("zf0", real=True),
+          sympy.Integer(0), sympy.Integer(-3), sympy.Integer(7), sympy.Integer(10**30), sympy.Rational(1, 2),
+          sympy.Symbol("s0"), F.Mod(_S0, 8), F.Mod(_S0 * _S1 + 8 * _S1, 32), F.Mod(2 * _S0 + 1, 2), F.Mod(_S0, -4),
+          F.Mod(_S0**2, 4), F.Mod(_S0, _S1), F.Mod(sympy.Symbol("s0", integer=True, positive=True), 4),
+          F.Mod(sympy.Rational(1, 2) * _S0, 3), F.FloorDiv(_S0, 4)]
+
+
+def test_a_relation_sympy_cannot_decide_is_built_as_sympy_would():
+    """The reader builds s0 < s1 and s0 >= 2 unevaluated: sympy's evaluation returns them as they are."""
+    skipped = 0
+    for relation, lhs, rhs in itertools.product(parsing._RELATIONS, _SIDES, _SIDES):
+        if parsing._undecidable(lhs, rhs):
+            evaluated = relation(lhs, rhs)
+            assert type(evaluated) is relation and evaluated.args == (lhs, rhs), (relation, lhs, rhs)
+        else:
+            skipped += 1
+    assert skipped and not parsing._undecidable(_S0, _S0) and parsing._undecidable(F.Mod(_S0 * _S1, 8), sympy.Integer(0))

@@ -414,3 +414,16 @@ def test_arguments_equal_to_accepted_ones_are_still_refused(arguments):
 def test_prove_takes_unhashable_and_one_shot_arguments():
     assert prove("s0 >= 1", facts=(f for f in ["s0 >= 1"]), ranges={"s0": [0, None]}).proved
     assert prove("s0 >= 1", facts=["s0 >= 1"], ranges={"s0": [0, None]}).proved
+
+
+@given(assumptions=st.sampled_from([{"integer": True}, {"integer": True, "positive": True}, {"integer": True, "negative": True},
+                                    {"real": True}, {}]),
+       lo=st.one_of(st.none(), st.integers(-3, 3)), hi=st.one_of(st.none(), st.integers(-3, 3)))
+def test_a_range_states_the_facts_sympy_evaluates(assumptions, lo, hi):
+    """set_range builds an integer symbol's bounds unevaluated (sympy could not decide them), others as sympy does."""
+    symbol = sympy.Symbol("s0", **assumptions)
+    r = Reasoner()
+    r.set_range(symbol, lo, hi)
+    expected = [relation(symbol, value) for relation, value in ((sympy.Ge, lo), (sympy.Le, hi)) if value is not None]
+    assert [(type(f), f.args) if f.is_Relational else f for f in r.facts] == [
+        (type(f), f.args) if f.is_Relational else f for f in expected]
