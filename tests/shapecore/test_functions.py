@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 import sympy
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import shapecore.functions as F
@@ -156,13 +156,21 @@ def test_a_float_constant_compares_with_an_int_as_python_does(relation, pair, fl
 
 
 @given(a=doubles, b=st.one_of(doubles, st.integers(-(2**70), 2**70)))
+@example(a=72057594037921344.0, b=0)  # Add(x, 0) is x, whose str is its shortest repr, 7.205759403792134e+16
 def test_sympy_arithmetic_on_a_float_constant_is_exact(a, b):
     x, y = F.float_number(a), F.float_number(b) if isinstance(b, float) else sympy.Integer(b)
     exact_a, exact_b = Fraction(a), Fraction(b)
-    assert Fraction(str(x + y)) == exact_a + exact_b and Fraction(str(x - y)) == exact_a - exact_b
-    assert Fraction(str(x * y)) == exact_a * exact_b
-    assert not (x + y).is_Float and float(-x) == -a and isinstance(-x, F.PythonFloat)
-    assert Fraction(str(sympy.Add(x, y))) == exact_a + exact_b  # sympy's Add never keeps a float constant
+
+    def value(number: sympy.Basic) -> Fraction:  # exact: a float's str is its shortest repr, not its value
+        rational = sympy.Rational(number)
+        return Fraction(int(rational.p), int(rational.q))
+
+    assert value(x + y) == exact_a + exact_b and value(x - y) == exact_a - exact_b
+    assert value(x * y) == exact_a * exact_b
+    assert float(-x) == -a and isinstance(-x, F.PythonFloat)
+    if y != 0:  # x + 0 is x itself (Python's value too); any other sum is an exact rational
+        assert not (x + y).is_Float and not sympy.Add(x, y).is_Float
+    assert value(sympy.Add(x, y)) == exact_a + exact_b
 
 
 def test_the_fuzzers_float_comparisons():
