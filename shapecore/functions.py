@@ -329,6 +329,9 @@ class PythonFloat(sympy.Float):
 
     __slots__ = ()
 
+    def _eval_is_integer(self) -> bool:
+        return False  # a Python float, never an int, even where integral (sympy calls 0.0 an integer)
+
     def exact(self) -> sympy.Rational:
         """The double's exact value."""
         return sympy.Rational(self)

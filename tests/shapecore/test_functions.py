@@ -216,3 +216,13 @@ def test_zero_as_a_float_divided_stays_a_float(text, value):
 
     got = evaluate(parse(text), {})
     assert type(got) is float and got == value
+
+
+def test_a_float_constant_is_never_an_integer():
+    """Fuzzer case: sympy calls 0.0 an integer, so Min(u0, 0.0) was one and Mod(Min(u0, 0.0), 1)
+    folded to the int 0; Python gives the float 0.0 at u0 = -1 and 0 (min promotes to a float)."""
+    u0 = int_symbol("u0")
+    for value in (0.0, -0.0, 2.0):
+        assert F.float_number(value).is_integer is False
+    assert F.Min(u0, F.float_number(0.0)).is_integer is not True
+    assert isinstance(F.Mod(F.Min(u0, F.float_number(0.0)), 1), F.Mod)
