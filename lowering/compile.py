@@ -149,24 +149,22 @@ def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None =
     from shapecore.torch.private import (compile_fx, functorch_config, inductor_config, inner_compile_reporting_strides,
                                          symbolic_shapes_config)
 
-    def compiled(gm: Any, example: Sequence[Any]) -> tuple[Any, list[Any]]:
-        """``gm`` compiled at ``example``, and the strides of its outputs as the compiled code returns them."""
-        reported: list[Any] = []
+    def compiled(gm: Any, example: Sequence[Any], **options: Any) -> Any:
         # no guard from a convolution backend's choice (see backend_neutral) nor from a size hint; the
-        # all-reduces bucketed (see the module docstring); AOTAutograd's cache would skip the report
+        # all-reduces bucketed (see the module docstring)
         with backend_neutral(), inductor_config.patch(bucket_all_reduces_fx="all"), \
-                symbolic_shapes_config.patch(backed_size_oblivious=True), \
-                functorch_config.patch(enable_autograd_cache=False):
-            code = compile_fx(gm, list(example) if values is None else _at(program, values, example),
-                              inner_compile=inner_compile_reporting_strides(reported))
-        return code, reported[0]
+                symbolic_shapes_config.patch(backed_size_oblivious=True):
+            return compile_fx(gm, list(example) if values is None else _at(program, values, example), **options)
 
     start = time.perf_counter()
     if partitioned is None:
-        forward, backward = compiled(program.graph_module, program.example_inputs)[0], None
+        forward, backward = compiled(program.graph_module, program.example_inputs), None
     else:
-        forward, strides = compiled(partitioned.forward, example_values(partitioned.forward))
-        backward, _ = compiled(partitioned.backward, _saved_as_returned(partitioned, strides))
+        reports: list[Any] = []
+        with functorch_config.patch(enable_autograd_cache=False):  # a hit of AOTAutograd's cache skips the report
+            forward = compiled(partitioned.forward, example_values(partitioned.forward),
+                               inner_compile=inner_compile_reporting_strides(reports))
+        backward = compiled(partitioned.backward, _saved_as_returned(partitioned, reports[0]))
     if values is None:
         guards = _assumptions(program)
     else:
