@@ -24,6 +24,9 @@ call and compiles again when they fail (Dynamo would do the same through its gua
 A training program comes :func:`~lowering.partition.partition`-ed: its forward and its
 backward are compiled (each once, over the same symbols, so one set of guards covers both);
 :attr:`CompiledProgram.run` runs the forward, :attr:`CompiledProgram.backward` the backward.
+The backward is compiled for the strides that Inductor reports its compiled forward returns
+each saved value with, as AOTAutograd compiles a backward: they may differ from the graph's
+(Inductor's decompositions and layout choices), and compiled code checks its inputs' strides.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 import sympy
 
+from lowering.errors import LoweringError
 from lowering.lower import LocalProgram
 from lowering.partition import Partitioned, example_values
 
@@ -109,27 +113,58 @@ def _at(program: LocalProgram, values: Mapping[str, int], example: Sequence[Any]
                 if isinstance(x, torch.Tensor) else number(x) for x in example]
 
 
+def _saved_as_returned(partitioned: Partitioned, forward_strides: Sequence[Any]) -> list[Any]:
+    """The backward program's example inputs, each saved value with the strides that the compiled
+    forward (``forward_strides``: per output of its compiled graph) returns it with.
+
+    Inductor may return a forward output in other strides than the graph's, and a compiled
+    program checks its inputs' strides: its decompositions change them (``cat`` of a tensor and
+    an empty one becomes a ``clone`` that keeps its operand's layout, a transposed view in
+    Phi-3's attention) and it may choose an output's layout. AOTAutograd compiles a backward for
+    the strides the compiled forward reports likewise."""
+    import torch
+
+    from shapecore.torch.private import detect_fake_mode
+
+    example = example_values(partitioned.backward)
+    outputs = len(partitioned.forward.graph.output_node().args[0])
+    if len(forward_strides) < outputs:
+        raise LoweringError(f"Inductor's compiled forward returns {len(forward_strides)} values for the forward "
+                            f"program's {outputs} outputs; the backward cannot be compiled for its saved values")
+    with detect_fake_mode(example):
+        for i, (kind, k) in enumerate(partitioned.backward_inputs):
+            strides = forward_strides[partitioned.user_outputs + k] if kind == "saved" else None
+            value = example[i]
+            if strides is not None and isinstance(value, torch.Tensor):
+                example[i] = torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device)
+    return example
+
+
 def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None,
                     partitioned: Partitioned | None = None) -> CompiledProgram:
     """Compile ``program`` with Inductor (its forward and backward when ``partitioned``): dynamic in
     the local symbols, or specialized to ``values``."""
     from shapecore import int_symbol
     from shapecore.torch import backend_neutral
-    from shapecore.torch.private import compile_fx, inductor_config, symbolic_shapes_config
+    from shapecore.torch.private import (compile_fx, functorch_config, inductor_config, inner_compile_reporting_strides,
+                                         symbolic_shapes_config)
 
-    def compiled(gm: Any, example: Sequence[Any]) -> Any:
+    def compiled(gm: Any, example: Sequence[Any], **options: Any) -> Any:
         # no guard from a convolution backend's choice (see backend_neutral) nor from a size hint; the
         # all-reduces bucketed (see the module docstring)
         with backend_neutral(), inductor_config.patch(bucket_all_reduces_fx="all"), \
                 symbolic_shapes_config.patch(backed_size_oblivious=True):
-            return compile_fx(gm, list(example) if values is None else _at(program, values, example))
+            return compile_fx(gm, list(example) if values is None else _at(program, values, example), **options)
 
     start = time.perf_counter()
     if partitioned is None:
         forward, backward = compiled(program.graph_module, program.example_inputs), None
     else:
-        forward = compiled(partitioned.forward, example_values(partitioned.forward))
-        backward = compiled(partitioned.backward, example_values(partitioned.backward))
+        reports: list[Any] = []
+        with functorch_config.patch(enable_autograd_cache=False):  # a hit of AOTAutograd's cache skips the report
+            forward = compiled(partitioned.forward, example_values(partitioned.forward),
+                               inner_compile=inner_compile_reporting_strides(reports))
+        backward = compiled(partitioned.backward, _saved_as_returned(partitioned, reports[0]))
     if values is None:
         guards = _assumptions(program)
     else:

@@ -50,6 +50,7 @@ __all__ = [
     "joint_graph_with_export_shapes",
     "set_joint_calling_convention",
     "make_fx_over_real_tensors",
+    "inner_compile_reporting_strides",
     "op_schema",
     "reduce_scatter_single",
     "register_process_group",
@@ -111,6 +112,8 @@ NAMES: dict[str, tuple[str, str | None, str]] = {
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx", "Inductor's compile of an FX graph, without Dynamo"),
     "inductor_config": ("torch._inductor", "config",
                         "Inductor's options, patched around a compile (its pass bucketing all-reduces into one)"),
+    "functorch_config": ("torch._functorch", "config",
+                         "AOTAutograd's options: its cache off around a compile whose inner compile must run"),
     "symbolic_shapes_config": ("torch.fx.experimental", "_config",
                                "symbolic shapes' options: a compile reasoning size-obliviously (backed_size_oblivious)"),
 }
@@ -270,6 +273,32 @@ def register_process_group(name: str, group: Any) -> None:
     from torch._C._distributed_c10d import _register_process_group
 
     _register_process_group(name, group)
+
+
+def inner_compile_reporting_strides(reported: list[Any]) -> Callable[..., Any]:
+    """Inductor's compile of one graph (``compile_fx_inner``, the ``inner_compile`` that
+    ``compile_fx`` calls after AOTAutograd's trace) that appends to ``reported`` the strides of
+    each output of the graph as the compiled code returns it (None for a non-tensor or where
+    Inductor cannot express them).
+
+    They are the expressions Inductor reports to AOTAutograd (``CompiledFxGraph.output_strides``,
+    also on an FX graph cache hit), over the compiled graph's ShapeEnv, returned as its SymInts
+    (``ShapeEnv.deserialize_symexpr``), or ints where the graph has none. AOTAutograd's own cache
+    skips the inner compile: keep it off around the compile (``functorch_config``).
+    """
+    from torch._guards import detect_fake_mode
+    from torch._inductor.compile_fx import compile_fx_inner
+
+    def inner_compile(gm: Any, example_inputs: Sequence[Any], **options: Any) -> Any:
+        code = compile_fx_inner(gm, example_inputs, **options)
+        mode = detect_fake_mode(example_inputs)
+        env = mode.shape_env if mode is not None else None
+        reported.append([None if exprs is None else
+                         tuple(int(e) if env is None else env.deserialize_symexpr(e) for e in exprs)
+                         for exprs in code.output_strides])
+        return code
+
+    return inner_compile
 
 
 def warm_up_inductor() -> None:

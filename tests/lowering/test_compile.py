@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import sympy
 import torch
+from torch import nn
 from torch.export import Dim
 
 import shapecore.torch.private as private
@@ -15,6 +16,7 @@ from lowering.collectives import local_shard
 from lowering.compile import compile_program
 from lowering.examples import MLP
 from lowering.lower import lower
+from lowering.partition import partition
 from planner.mesh import Mesh
 from shapecore import holds
 from shapecore.torch import trace_for_planning
@@ -53,9 +55,9 @@ def compiled(program):
     """The program compiled once, and the graphs Inductor was handed meanwhile."""
     calls, compile_fx = [], private.compile_fx
 
-    def counted(gm, example):
+    def counted(gm, example, **options):
         calls.append(gm)
-        return compile_fx(gm, example)
+        return compile_fx(gm, example, **options)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(private, "compile_fx", counted)
@@ -130,3 +132,50 @@ def test_a_reduction_over_the_batch_compiles_once_for_small_and_large_batches(tr
         x = torch.randn(batch, 4, generator=torch.Generator().manual_seed(batch))
         (out,) = result.run([batch], [x])
         assert torch.allclose(out, x.sum(0), rtol=1e-4, atol=1e-4), batch
+
+
+class _RotatedHeads(nn.Module):
+    """Phi-3's attention query in small: heads split off the features and transposed, then joined
+    with an empty pass-through part (``cat`` of the rotated dims and none), and saved by the
+    product that reads it."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.proj(x).view(b, s, 2, 4).transpose(1, 2)
+        q = torch.cat([2 * q, q[..., 4:]], dim=-1)
+        return q * q
+
+
+def test_the_backward_is_compiled_for_the_strides_the_compiled_forward_returns_a_saved_value_with():
+    """Inductor returns the saved ``cat`` in its operand's transposed layout (its ``cat`` of one
+    tensor and an empty one is a ``clone``), not the graph's contiguous one; the backward,
+    compiled for the graph's strides, refused it ("expected ... stride 4==12 at dim=1", Phi-3)."""
+    torch.manual_seed(0)
+    model = _RotatedHeads()
+    traced = trace_for_planning(model, (torch.randn(4, 3, 8),), dynamic_shapes=({0: Dim("batch")},), training=True)
+    gm = traced.graph_module
+    placements = {n.name: "R" for n in gm.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)}
+    plan = handmade_plan(gm, MESH, placements, output_placements=["R", "R", "R"])
+    program = lower(gm, plan, groups=rank_view(MESH, RANK))
+    symbols = len(program.symbols)
+    tangents = {symbols + k for k, i in enumerate(program.inputs) if i.name.startswith("tangents")}
+    split = partition(program.graph_module, program.example_inputs, 1, tangents)
+    compiled = compile_program(program, partitioned=split)
+
+    x = torch.randn(6, 3, 8, generator=torch.Generator().manual_seed(6))
+    tangent = torch.randn(6, 2, 3, 4, generator=torch.Generator().manual_seed(7))
+    full = {"primals_1": model.proj.weight.detach(), "primals_2": model.proj.bias.detach(), "primals_3": x}
+    values = program.localizer.local_values({program.symbols[0].of: 6})
+    out, *saved = compiled.run([values[s.name] for s in program.symbols],
+                               [full[i.name] for i in program.inputs if i.name in full])
+    weight_grad, bias_grad, _ = compiled.backward([saved[k] if kind == "saved" else tangent
+                                                   for kind, k in split.backward_inputs])  # and x's: none
+    expected = model(x)
+    expected.backward(tangent)
+    torch.testing.assert_close(out, expected.detach())
+    torch.testing.assert_close(weight_grad, model.proj.weight.grad)
+    torch.testing.assert_close(bias_grad, model.proj.bias.grad)

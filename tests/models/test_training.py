@@ -1,9 +1,9 @@
 """Real models trained by the parallel module equal one-device training, step by step.
 
-Each model of the zoo (transformers GPT-2 with tied embeddings, LLaMA, BERT, the T5 encoder, a
-BatchNorm CNN in eval mode) is traced for training, planned and compiled once, then takes 5
-AdamW steps at batch sizes the guards accept, on 2 gloo ranks (mesh (2,)) and on 4 (mesh (2, 2),
-weights split by a memory budget); after each step the loss and every parameter
+Each model of the zoo (transformers GPT-2 with tied embeddings, LLaMA, Phi-3, BERT, the T5
+encoder, a BatchNorm CNN in eval mode) is traced for training, planned and compiled once, then
+takes 5 AdamW steps at batch sizes the guards accept, on 2 gloo ranks (mesh (2,)) and on 4
+(mesh (2, 2), weights split by a memory budget); after each step the loss and every parameter
 (``full_tensor()``) equal one device's (fp32, rtol 1e-4). The plan gives each parameter one
 gradient under its own name (a tied weight: one tensor, one placement, one gradient).
 
