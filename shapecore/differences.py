@@ -19,7 +19,8 @@ One inequality ``L <= b`` with other coefficients (``s0 <= 4*s1 - 1``) adds the 
 * ``FloorDiv(a, k)`` for a constant ``k > 0`` is ``(a - r)/k`` with ``r = Mod(a, k)`` in
   ``[0, k - 1]`` (``[0, k]`` when ``a`` is not known to be an integer), so ``a`` joins the
   linear part; ``c*FloorDiv(a, b)`` with ``c > 0`` is at most ``c*a`` where the ranges show
-  ``a >= 0`` and ``b >= 1``; a division with a float operand (Python rounds it) has no bound;
+  ``a >= 0`` and ``b >= 1``; a division, remainder, Max or Min with a float operand (Python rounds it) has
+  no bound;
 * ``c*Max(a, b)``: with ``c > 0`` the bound is the larger of the bounds with ``a`` or ``b`` in
   its place (one of them is the value); with ``c < 0`` the smaller (``Max(a, b) >= a`` and
   ``>= b``); ``Min`` the other way round;
@@ -176,7 +177,7 @@ class DifferenceBounds:
                 total += c
             elif atom.is_Symbol and atom.is_integer:
                 linear[atom] = linear.get(atom, 0) + c
-            elif F.float_division(atom):  # rounded by Python: no bound
+            elif F.rounded_in_floats(atom):  # rounded by Python: no bound
                 return INF
             elif isinstance(atom, F.FloorDiv) and atom.args[1].is_Integer and int(atom.args[1]) > 0:
                 k = int(atom.args[1])

@@ -89,7 +89,7 @@ __all__ = [
     "mul",
     "power",
     "float_valued",
-    "float_division",
+    "rounded_in_floats",
     "float_number",
     "as_number",
     "PythonFloat",
@@ -589,12 +589,13 @@ def float_valued(expr: sympy.Basic) -> bool:
     return any(float_valued(a) for a in expr.args)
 
 
-def float_division(expr: sympy.Basic) -> bool:
-    """Whether ``expr`` is a floor division or remainder that Python computes in floats (an
-    operand is float-valued). Its value is rounded (``-2.0**60 // -(2**60 + 3)`` is ``1.0``, the
-    exact quotient's floor 0), so the integer rules of ranges, rewriting and z3 do not hold for
-    it: they take it as opaque, and only evaluation computes it."""
-    return isinstance(expr, (FloorDiv, CeilDiv, Mod, ModularIndexing)) and float_valued(expr)
+def rounded_in_floats(expr: sympy.Basic) -> bool:
+    """Whether ``expr`` is a floor division, remainder, ``Max`` or ``Min`` that Python computes
+    in floats (an operand is float-valued). Its value is rounded: ``-2.0**60 // -(2**60 + 3)`` is
+    ``1.0`` (the exact quotient's floor is 0), and ``min(a, 0.5)`` is ``float(a)``, which for an
+    int ``a`` past 2**53 is not ``a``. So the integer rules of ranges, rewriting and z3 do not
+    hold for it: they take it as opaque, and only evaluation computes it."""
+    return isinstance(expr, (FloorDiv, CeilDiv, Mod, ModularIndexing, Max, Min)) and float_valued(expr)
 
 
 def _chain(exact: Callable[..., sympy.Basic], inexact: type, args: tuple, evaluate: bool) -> sympy.Basic:

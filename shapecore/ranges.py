@@ -2,8 +2,8 @@
 
 A :class:`ValueRange` ``[lo, hi]`` has endpoints that are ints, ``Fraction``\\ s or ``±inf``.
 :func:`bound` propagates the ranges of symbols through ``+ * **`` (integer exponents),
-``FloorDiv``, ``Mod``, ``Max`` and ``Min``; anything else, and a division with a float
-operand (Python rounds it), is ``(-inf, inf)``.
+``FloorDiv``, ``Mod``, ``Max`` and ``Min``; anything else, and a division, remainder, Max or
+Min with a float operand (Python rounds it), is ``(-inf, inf)``.
 
 Contract: for every assignment inside the symbol ranges under which ``expr`` is defined,
 ``evaluate(expr)`` lies in ``bound(expr)``. Bounds may be loose, never wrong. Each rule below
@@ -240,7 +240,7 @@ class _Bounder:
             return product
         if expr.is_Pow:
             return _pow(self.bound(expr.base), expr.exp)
-        if F.float_division(expr):  # rounded by Python: no integer rule bounds it
+        if F.rounded_in_floats(expr):  # rounded by Python: no integer rule bounds it
             return UNBOUNDED
         if isinstance(expr, F.FloorDiv):
             return _floordiv(self.bound(args[0]), self.bound(args[1]))

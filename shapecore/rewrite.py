@@ -27,8 +27,8 @@ valid wherever its side condition holds (``d`` is a nonzero integer constant, ``
 The last rule separates ``x`` from ``x // m`` so that interval arithmetic sees them
 independently (``n - n//3 = 2*(n//3) + n%3``); when ``c*m + k == 0`` it fuses the pair into
 ``c*Mod(x, m)`` (``16*s - 128*(s//8) = 16*Mod(s, 8)``). Each rule is property-tested against
-brute-force evaluation. They are integer identities: a division with a float operand, which
-Python rounds, is left as it is.
+brute-force evaluation. They are integer identities: a division, remainder, Max or Min with a float
+operand, which Python rounds, is left as it is.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ class Simplifier:
         return found
 
     def _node(self, expr: sympy.Basic) -> sympy.Basic:
-        if F.float_division(expr):  # rounded by Python: the integer identities do not hold
+        if F.rounded_in_floats(expr):  # rounded by Python: the integer identities do not hold
             return expr
         if isinstance(expr, F.FloorDiv):
             return self._floordiv(*expr.args)

@@ -16,7 +16,7 @@ Encoding (each symbol is a z3 ``Int``):
   constant, at its double's exact value, as Python compares it with an int.
 * ``CleanDiv``, ``PythonMod``, ``CeilDiv`` and ``ModularIndexing`` are encoded through the
   above node by node, without rebuilding (and so re-simplifying) the sympy tree.
-* A division or remainder with a float operand (:func:`shapecore.functions.float_division`),
+* A division, remainder, Max or Min with a float operand (:func:`shapecore.functions.rounded_in_floats`),
   float-valued functions and anything else outside the integer vocabulary become fresh,
   unconstrained variables: proofs stay
   sound, and since a model may then be spurious, the reasoner checks every model by exact
@@ -133,7 +133,7 @@ class Translator:
             return z3.BoolVal(True, ctx), ()
         if expr is sympy.false:
             return z3.BoolVal(False, ctx), ()
-        if F.float_division(expr):  # rounded by Python: a fresh variable, models checked by evaluation
+        if F.rounded_in_floats(expr):  # rounded by Python: a fresh variable, models checked by evaluation
             return self._opaque(expr)
         if isinstance(expr, (F.FloorDiv, F.Mod)):
             return self._division(expr)

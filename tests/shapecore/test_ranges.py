@@ -105,3 +105,16 @@ def test_a_division_with_a_float_operand_is_unbounded():
     assert prove("Eq(CleanDiv(-1152921504606846977.0, x), 0)", ranges=at_x).status == "refuted"
     assert prove("Eq(Mod(-1152921504606846977.0, x), -1152921504606846977.0)", ranges=at_x).status == "refuted"
     assert simplify(["Eq(FloorDiv(-1152921504606846977.0, x), 0)"], ranges=at_x).guards != ()
+
+
+def test_max_and_min_with_a_float_operand_are_unbounded():
+    """Fuzzer case: min(x, a, 0) with a float x is float(a), rounded for a past 2**53, so
+    a >= Min(x, a, 0) is False at a = -1152921504606846979; it was proved from Min's rule."""
+    from shapecore import prove
+
+    a = int_symbol("a")
+    for lattice in (F.Min, F.Max):
+        assert bound(lattice(a, F.float_number(0.5)), {a: ValueRange.point(-(2**60) - 3)}) == UNBOUNDED
+    at_a = {"a": (-(2**60) - 3, -(2**60) - 3)}
+    assert prove("a >= Min(0.5, a, 0)", ranges=at_a).status == "refuted"
+    assert prove("Max(a, 0.5) == a", ranges={"a": (2**60 + 3, 2**60 + 3)}).status == "refuted"
