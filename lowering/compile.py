@@ -12,7 +12,11 @@ CPU sum's chunked accumulation above 4096 elements guarded ``b0 <= 4096`` at a s
 and the converse at a large one, so one side of a range of batch sizes compiled again).
 Independent all-reduces on one group, such as the gradients of replicated weights, are
 bucketed into one (Inductor's ``bucket_all_reduces_fx``), as DDP buckets them: one collective's
-latency per backward instead of one per weight.
+latency per backward instead of one per weight. A graph with a ``cat`` whose size along its dim
+is data-dependent (per-expert slices of routed tokens joined again) is compiled with Inductor's
+pointwise cat: its default on the CPU, a destination buffer the pieces are written into, is
+allocated before the slices' sizes are computed, and the compiled code fails with
+``UnboundLocalError`` (pytorch/pytorch#191445, open in 2.11 to 2.15).
 
 What the compiled code assumes is read back from that ShapeEnv afterwards: each symbol's
 range (backed symbols are assumed ``>= 2``) and every guard recorded while tracing and
@@ -140,6 +144,19 @@ def _saved_as_returned(partitioned: Partitioned, forward_strides: Sequence[Any])
     return example
 
 
+def _cats_data_dependent_size(gm: Any) -> bool:
+    """Whether a ``cat`` in ``gm`` has a data-dependent size along the dim it joins."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    for node in gm.graph.find_nodes(op="call_function", target=torch.ops.aten.cat.default):
+        value = node.meta.get("val")
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        if isinstance(value, torch.Tensor) and free_unbacked_symbols(value.shape[dim]):
+            return True
+    return False
+
+
 def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None = None,
                     partitioned: Partitioned | None = None) -> CompiledProgram:
     """Compile ``program`` with Inductor (its forward and backward when ``partitioned``): dynamic in
@@ -152,8 +169,8 @@ def compile_program(program: LocalProgram, *, values: Mapping[str, int] | None =
     def compiled(gm: Any, example: Sequence[Any], **options: Any) -> Any:
         # no guard from a convolution backend's choice (see backend_neutral) nor from a size hint; the
         # all-reduces bucketed (see the module docstring)
-        with backend_neutral(), inductor_config.patch(bucket_all_reduces_fx="all"), \
-                symbolic_shapes_config.patch(backed_size_oblivious=True):
+        with backend_neutral(), symbolic_shapes_config.patch(backed_size_oblivious=True), \
+                inductor_config.patch(bucket_all_reduces_fx="all", force_pointwise_cat=_cats_data_dependent_size(gm)):
             return compile_fx(gm, list(example) if values is None else _at(program, values, example), **options)
 
     start = time.perf_counter()

@@ -122,25 +122,40 @@ def _sorted_experts(rank, training):
 
     torch.manual_seed(0)
     model = SortedExperts()
+    with torch.no_grad():
+        model.gate.bias[3] = -100.0  # expert 3 never chosen: its slice is empty at every batch
     pm = ParallelModule(model, (torch.randn(4, 6, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,),
                         batch_sizes=[4, 32], training=training, memory_budget=None if training else 44_000)
-    if training:  # the backward's expand to the routed rows takes their size off the forward's cat
-        expands = [n for n in pm.program.graph_module.graph.nodes if n.target == torch.ops.aten.expand.default]
-        return [str(n.args[1][0].target) for n in expands]
-    same = []
+    errors = []
     for batch in (2, 4, 6):
         x = torch.randn(batch, 6, 8, generator=torch.Generator().manual_seed(batch))
-        same.append(bool(torch.allclose(pm(*pm.shard_inputs(x)).full_tensor(), model(x), rtol=1e-5, atol=1e-6)))
-    return same, pm.compile_count
+        out = pm(*pm.shard_inputs(x)).full_tensor()
+        expected = model(x)
+        errors.append(float((out - expected).abs().max()))
+        if training:
+            out.square().sum().backward()
+            model.zero_grad()
+            expected.square().sum().backward()
+            for name, p in pm.named_parameters():
+                grad = model.get_parameter(name).grad
+                errors.append(float((p.grad.full_tensor() - grad).abs().max()) / (1 + float(grad.abs().max())))
+                p.grad = None
+    # in training, the backward's expand to the routed rows takes their size off the forward's cat
+    expands = [n for n in pm.program.graph_module.graph.nodes if n.target == torch.ops.aten.expand.default]
+    return max(errors), pm.compile_count, [str(n.args[1][0].target) for n in expands]
 
 
 @pytest.mark.slow  # gloo ranks
 def test_experts_cut_by_routed_counts_run_equal_to_one_device_under_a_memory_budget():
-    for same, compiles in launch(functools.partial(_sorted_experts, training=False), 2, timeout=300):
-        assert same == [True, True, True] and compiles == 1
+    for error, compiles, _ in launch(functools.partial(_sorted_experts, training=False), 2, timeout=300):
+        assert error <= 1e-5 and compiles == 1
 
 
 @pytest.mark.slow  # gloo ranks
-def test_an_expand_to_a_routed_size_lowers_with_the_size_the_program_holds():
-    for sizes in launch(functools.partial(_sorted_experts, training=True), 2, timeout=300):
-        assert sizes == ["aten.sym_size.int"]
+def test_experts_cut_by_routed_counts_train_equal_to_one_device_from_one_compile():
+    """The slices' sizes are data-dependent and joined by a cat: Inductor's CPU cat allocated its
+    destination before they were computed (UnboundLocalError) until the compile took the pointwise
+    cat for such a graph."""
+    for error, compiles, expand_sizes in launch(functools.partial(_sorted_experts, training=True), 2, timeout=300):
+        assert error <= 1e-5 and compiles == 1
+        assert expand_sizes == ["aten.sym_size.int"]
