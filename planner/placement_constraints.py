@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
-from planner.graph import GraphNode, TensorMeta
+from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.mesh import Mesh
 from planner.placements import (Codes, Placement, canonical, code_shard_axes, encode, format_codes, parse_placement,
                                 parse_placements)
@@ -129,9 +129,9 @@ class PlacementConstraint(abc.ABC):
         """Resolve mesh axes and Dim names (an error naming the constraint when one is unknown);
         ``data_dependent``: the trace's data-dependent (unbacked) symbols."""
 
-    def own_decision(self, node: GraphNode) -> bool:
-        """Whether ``node``, which the constraint applies to, keeps a decision of its own (never
-        follows its producer's placement): every node a targeted constraint names does."""
+    def own_decision(self, node: GraphNode, graph: PlanGraph) -> bool:
+        """Whether ``node`` of ``graph``, which the constraint applies to, keeps a decision of its
+        own (never follows its producer's placement): every node a targeted constraint names does."""
         return self.targeted
 
     @abc.abstractmethod
@@ -294,20 +294,30 @@ class RequireShard(_DimOnAxis):
     """Every output with a dim of ``dim`` is split along one such dim on mesh ``axis``.
 
     ``dim`` is a Dim name, or a data-dependent size's symbol (``u0``, as the plan's
-    ``runtime_asserts`` name it). A data-dependent size is born whole, in the output of the op
-    that computes it from data (``nonzero``: no operand has a dim of it): that output is exempt,
-    and every tensor computed from it is split, unevenly unless proved even (see
-    :mod:`planner.divisibility`)."""
+    ``runtime_asserts`` name it). An op none of whose operands has a dim of ``dim`` creates the
+    tensor that has one (a factory such as ``arange(batch)``, which only replicates; ``nonzero``,
+    where a data-dependent size is born whole): its output is exempt, and the tensors computed
+    from it are split (taking a piece of a replicated tensor is local), a data-dependent size
+    unevenly unless proved even (see :mod:`planner.divisibility`). The inputs, which no op
+    creates, are split."""
 
-    def own_decision(self, node: GraphNode) -> bool:
-        """A tensor of a data-dependent size may not follow the whole one it is computed from."""
-        return self._data_dependent and any(self._has_dim(m) for m in node.outputs)
+    def own_decision(self, node: GraphNode, graph: PlanGraph) -> bool:
+        """A tensor of the dim may not follow the exempt one it is computed from (a data-dependent
+        size's every tensor, as a size may be born again: a slice of routed tokens)."""
+        if not any(self._has_dim(m) for m in node.outputs):
+            return False
+        return self._data_dependent or any(self._creates(graph.nodes[name], graph) for name in node.operands)
+
+    def _creates(self, node: GraphNode, graph: PlanGraph) -> bool:
+        """Whether ``node`` is an op whose output has a dim of the dim and none of its operands does."""
+        return (node.role == "op" and any(self._has_dim(m) for m in node.outputs)
+                and not any(self._has_dim(graph.operand_meta(node, k)) for k in range(len(node.operands))))
 
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
         if self._sizes[self._axis] == 1:
             return True  # one piece is the whole: every placement splits the Dim "1 way"
-        if self._data_dependent and not any(self._has_dim(m) for m in operand_metas):
-            return True  # where the size is born
+        if (node.role == "op" or self._data_dependent) and not any(self._has_dim(m) for m in operand_metas):
+            return True  # where a tensor of the dim is created
         for meta, codes in zip(node.outputs, candidate.outputs):
             if meta is not None and codes is not None:
                 has, split = self._of_dim(meta, codes)

@@ -77,7 +77,7 @@ def build_problem(
     data_dependent = frozenset(n for n, s in env.symbols.items() if s.kind == "unbacked") if env is not None else frozenset()
     found = constrained_nodes(list(graph), placement_constraints, mesh, dims or {}, data_dependent)
     problem.constrained = {name for name, ks in found.items()
-                           if any(placement_constraints[k].own_decision(graph.nodes[name]) for k in ks)}
+                           if any(placement_constraints[k].own_decision(graph.nodes[name], graph) for k in ks)}
     signatures = {node.name: node_signature(node, graph, liveness.holds(node.name)) + found.get(node.name, ())
                   for node in graph}
     add_candidates(problem, providers, signatures, replicate_outputs=replicate_outputs)

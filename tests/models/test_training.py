@@ -23,6 +23,7 @@ from torch.export import Dim
 
 import lowering
 from lowering import launch
+from planner import RequireShard
 from tests.models.zoo import CASES, train_one_device
 
 pytestmark = pytest.mark.slow  # gloo ranks, each model compiled by Inductor
@@ -60,7 +61,7 @@ def _train(rank, name, mesh, options):
         history.append((loss.item(), {n: p.full_tensor().detach().clone() for n, p in pm.named_parameters()}))
     split = sorted(n for n, p in pm.named_parameters() if any(q.is_shard() for q in p.placements))
     plan = {"gradients": _gradients_per_parameter(pm, model), "memory": pm.plan.cost.memory.total,
-            "placed": sorted(pm.plan.param_placements)}
+            "placed": sorted(pm.plan.param_placements), "inputs": [str(p) for p in pm.plan.input_placements]}
     return history, pm.compile_count, split, plan
 
 
@@ -79,6 +80,8 @@ def _check(name, mesh, **options):
                 torch.testing.assert_close(p, want_params[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"step {step} {n}: {m}")
         assert compiles == 1
     _, _, split, plan = results[0]
+    if "placement_constraints" in options:
+        assert plan["inputs"] == ["(Shard(dim=0),)"], plan["inputs"]
     if name == "gpt2":  # lm_head.weight is transformer.wte.weight: one tensor, one placement
         assert ("m.transformer.wte.weight" in plan["placed"]) != ("m.lm_head.weight" in plan["placed"])
     if "memory_budget" in options:
@@ -89,6 +92,12 @@ def _check(name, mesh, **options):
 @pytest.mark.parametrize("name", list(CASES))
 def test_training_on_two_ranks_equals_one_device(name):
     _check(name, (2,), time_limit=10)
+
+
+def test_llama_trains_data_parallel_when_the_batch_split_is_required():
+    """Its attention mask's ``arange`` spans the batch and only replicates: the tensors computed
+    from it take their pieces locally (was a PlacementConflict on arange)."""
+    _check("llama", (2,), time_limit=10, placement_constraints=[RequireShard("batch", 0)])
 
 
 @pytest.mark.parametrize("name", list(CASES))

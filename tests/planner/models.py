@@ -190,8 +190,9 @@ class SortedExperts(nn.Module):
 
 
 class Positions(nn.Module):
-    """Rows plus constant ``full`` and ``new_empty_strided`` tensors: factory ops whose dim 0 is
-    the batch (``arange`` stays replicated: split, T5's relative positions met an Inductor error)."""
+    """Rows plus constant ``full`` and ``new_empty_strided`` tensors and the row numbers
+    (``arange``): factory ops whose dim 0 is the batch. ``arange`` stays replicated (split,
+    T5's relative positions met an Inductor error): what is computed from it takes its piece."""
 
     def __init__(self, dim: int = 8) -> None:
         super().__init__()
@@ -199,4 +200,5 @@ class Positions(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ones = x.new_empty_strided(x.shape, (x.shape[1], 1)).fill_(1.0)
-        return self.fc(x) + torch.full((x.shape[0], x.shape[1]), 2.0) + ones
+        rows = torch.arange(x.shape[0], dtype=x.dtype)[:, None]
+        return self.fc(x) + torch.full((x.shape[0], x.shape[1]), 2.0) + ones + rows

@@ -8,7 +8,7 @@ import torch
 
 from planner import BuiltinProvider, Mesh
 from planner.graph import read_graph
-from planner.placements import Shard
+from planner.placements import Replicate, Shard
 from tests.planner.strategies.differential import CASES, check_all, real, trace
 
 
@@ -57,3 +57,4 @@ def test_factory_ops_may_be_created_as_this_ranks_piece_when_the_batch_is_requir
     plan = planner.plan_module(Positions(), (torch.randn(8, 8),), dynamic_shapes=({0: 2 * Dim("batch")},),
                                mesh=Mesh((2,), ("dp",)), placement_constraints=[RequireShard("batch", axis="dp")])
     assert all(plan.placements[n] == (Shard(0),) for n in ("full", "new_empty_strided")), plan.placements
+    assert plan.placements["arange"] == (Replicate(),)  # only replicates; its reader takes the piece
