@@ -3,6 +3,8 @@ piecewise against torch on real tensors (:mod:`tests.planner.strategies.differen
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -127,3 +129,23 @@ def test_grouped_mm_splits_a_matrix_dim_only_where_each_piece_keeps_16_byte_stri
     assert (Shard(1), Replicate()) in weight  # 16 rows in 2 pieces: 8
     assert (Shard(1), Shard(1)) not in weight  # 16 rows in 4 pieces: 4, 8 bytes
     assert not any(isinstance(p, Shard) and p.dim == 0 for s in strategies for ps in s.inputs for p in ps)  # groups, rows: whole
+
+
+def test_a_tiny_mixtral_plans_its_experts_by_the_grouped_product_rules():
+    from torch.export import Dim
+
+    import planner
+    from tests.models.zoo import CASES, MIXTRAL_EXPERTS_SPLIT
+
+    case = CASES["mixtral"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = planner.plan_module(case.model(), (case.batch(8)[0],), dynamic_shapes=({0: Dim("batch")},),
+                                   mesh=Mesh((2,)), training=True, constraints=["Eq(Mod(batch, 2), 0)"],
+                                   placement_constraints=MIXTRAL_EXPERTS_SPLIT, time_limit=10)
+    assert not [w for w in caught if "grouped_mm" in str(w.message)], [str(w.message) for w in caught]
+    rules = {d.node: (d.provider, d.rule) for d in plan.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert len(rules) == 4 and {p for p, _ in rules.values()} == {"builtin"}  # two products, two backwards
+    assert rules["grouped_mm_fallback"][1] == "contraction" and rules["grouped_mm_fallback_1"][1] == "columns"
+    assert not [r for r in plan.redistributions if r.consumer in ("grouped_mm_fallback", "grouped_mm_fallback_1")
+                and r.operand == 1]  # the weights' pieces are used as they are
