@@ -6,6 +6,10 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
 
 * matrix products: ``mm``, ``addmm``, ``bmm``, ``baddbmm`` (rows, columns, batch, and the
   contraction dim giving a ``Partial`` output; a bias joins a partial output as ``Partial``);
+* grouped products of experts: ``_grouped_mm`` in its four layouts, and transformers'
+  ``grouped_mm_fallback`` and its backward (columns and contraction; never the rows the
+  offsets cut, nor the experts: see :func:`_grouped_rules`); ``_grouped_mm`` only where each
+  piece keeps the 16-byte strides its kernels require;
 * layout: ``t``, ``transpose``, ``permute``, ``view``/``_unsafe_view``/``reshape`` (which
   covers ``flatten``/``unflatten``/``squeeze``/``unsqueeze`` after decomposition), ``expand``,
   ``slice``, ``select``;
@@ -59,9 +63,11 @@ def _rule(*names: str) -> Callable[[RuleFn], RuleFn]:
 
 
 def _packet(target: str) -> str:
-    """``mm`` for ``aten.mm.default``."""
+    """``mm`` for ``aten.mm.default``; another namespace's op keeps it: ``transformers.grouped_mm_fallback``."""
     parts = target.split(".")
-    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
+    if len(parts) >= 2 and parts[0] == "aten":
+        return parts[1]
+    return ".".join(parts[:2]) if len(parts) >= 3 else target
 
 
 def _overload(target: str) -> str:
@@ -81,7 +87,10 @@ class BuiltinProvider:
             rules = _pointwise(node, graph)
         if rules is None:
             return None
-        return expand(rules, mesh)
+        strategies = expand(rules, mesh)
+        if _packet(node.target) == "_grouped_mm":
+            strategies = [s for s in strategies if _grouped_mm_aligned(s, node, graph, mesh)]
+        return strategies
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -239,6 +248,87 @@ def _baddbmm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     if len(node.operands) != 3:
         return None
     return _matmul_rules(node.output, 1, graph.operand_meta(node, 0))
+
+
+# -- grouped matrix products (mixture of experts) -----------------------------------------------
+
+
+def _grouped_rules(operands: int, rows: tuple[int, int] | None, columns: tuple[int, int] | None,
+                   contraction: tuple[int, int] | None) -> list[AxisRule]:
+    """Rules for a grouped product ``a @ b`` whose groups an offsets tensor (the third operand,
+    always replicated) cuts along one dim: ``rows`` is (dim of ``a``, dim of the output) of the
+    free rows, ``columns`` (dim of ``b``, dim of the output) of the free columns, ``contraction``
+    (dim of ``a``, dim of ``b``) of the summed dim; the dim the offsets index is none of them
+    (its rows belong to groups by global position: a piece of it is no group's) and neither is
+    the group dim of a stacked operand (splitting it is expert parallelism, which needs the
+    tokens dispatched to their expert's rank). Bilinear in ``a`` and ``b``: a partial operand
+    times a replicated one is partial."""
+    rest = (R,) * (operands - 2)
+    rules = [AxisRule((R,), (R, R, *rest), "replicate"), AxisRule((P,), (P, R, *rest), "partial"),
+             AxisRule((P,), (R, P, *rest), "partial")]
+    if rows is not None:
+        rules.append(AxisRule((Shard(rows[1]),), (Shard(rows[0]), R, *rest), "rows"))
+    if columns is not None:
+        rules.append(AxisRule((Shard(columns[1]),), (R, Shard(columns[0]), *rest), "columns"))
+    if contraction is not None:
+        rules.append(AxisRule((P,), (Shard(contraction[0]), Shard(contraction[1]), *rest), "contraction"))
+    return rules
+
+
+@_rule("transformers.grouped_mm_fallback")
+def _grouped_mm_fallback(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """transformers' grouped product for experts: ``input [S, K]``, ``weight [E, K, N]``, ``offs
+    [E]`` (expert ``e`` takes the rows ``offs[e-1]:offs[e]``) give ``[S, N]``."""
+    return _grouped_rules(3, None, (2, 1), (1, 1))
+
+
+@_rule("transformers.grouped_mm_fallback_backward")
+def _grouped_mm_fallback_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """Its backward: ``(input, weight, offs, grad_out [S, N])`` give ``grad_input [S, K]`` (rows of
+    ``grad_out @ weight[e].T``) and ``grad_weight [E, K, N]`` (``input[rows e].T @ grad_out[rows e]``).
+    Split on ``N`` (``weight``'s columns, with ``grad_out``'s), ``grad_input`` sums over it (partial)
+    and ``grad_weight`` keeps it split; split on ``K``, both keep it; linear in ``grad_out`` alone."""
+    return [
+        AxisRule((R, R), (R, R, R, R), "replicate"),
+        AxisRule((P, Shard(2)), (R, Shard(2), R, Shard(1)), "columns"),
+        AxisRule((Shard(1), Shard(1)), (Shard(1), Shard(1), R, R), "contraction"),
+        AxisRule((P, P), (R, R, R, P), "partial"),
+    ]
+
+
+@_rule("_grouped_mm")
+def _grouped_mm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``torch._grouped_mm(a, b, offs)`` in its four layouts: ``[S, K] @ [E, K, N]`` (the offsets
+    cut ``S``: experts' forward), ``[E, M, K] @ [K, S]`` (they cut ``S``, the columns), ``[M, S] @
+    [S, N]`` (they cut the contraction ``S``, one ``[M, N]`` product per group: the experts'
+    weight gradient), and ``[E, M, K] @ [E, K, N]`` without offsets (``bmm``)."""
+    a, b = graph.operand_meta(node, 0), graph.operand_meta(node, 1)
+    n = len(node.operands)  # a bias (which torch does not take yet) would be a fourth
+    layouts = {(2, 3): (None, (2, 1), (1, 1)), (3, 2): ((1, 0), None, (2, 0)), (2, 2): ((0, 1), (1, 2), None)}
+    if (a.ndim, b.ndim) == (3, 3) and n == 2:
+        return _matmul_rules(node.output, 1, None)
+    if (a.ndim, b.ndim) not in layouts or n != 3:
+        return None
+    return _grouped_rules(n, *layouts[(a.ndim, b.ndim)])
+
+
+def _grouped_mm_aligned(strategy: Strategy, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> bool:
+    """Whether each piece ``_grouped_mm`` gets keeps its matrices' strides 16-byte aligned, as its
+    kernels (and its meta function, which the lowering's replay runs) require: a split dim among
+    the last two of ``a`` or ``b`` must be a number whose piece is a multiple of ``16 // itemsize``."""
+    for k in (0, 1):
+        meta = graph.operand_meta(node, k)
+        for d in range(meta.ndim - 2, meta.ndim):
+            ways = 1
+            for axis, p in enumerate(strategy.inputs[k]):
+                if isinstance(p, Shard) and p.dim == d:
+                    ways *= mesh.shape[axis]
+            if ways == 1:
+                continue
+            size = meta.shape[d]
+            if not size.is_Integer or int(size) % (ways * max(1, 16 // meta.itemsize)):
+                return False
+    return True
 
 
 # -- layout -------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from planner import Pin
+
 SEQ, VOCAB, WIDTH, CLASSES = 8, 64, 32, 10
 
 
@@ -56,15 +58,15 @@ def _gpt2() -> nn.Module:
     return FirstOutput(transformers.GPT2LMHeadModel(config))
 
 
-def _grouped_query_decoder(config_class: str, model_class: str) -> nn.Module:
+def _grouped_query_decoder(config_class: str, model_class: str, **extra: Any) -> nn.Module:
     """A transformers causal LM of one decoder layer with grouped-query attention (``LlamaConfig``
-    and ``LlamaForCausalLM``, say, by their names in transformers)."""
+    and ``LlamaForCausalLM``, say, by their names in transformers); ``extra`` adds to its configuration."""
     import transformers
 
     config = getattr(transformers, config_class)(
         vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=1, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=SEQ, use_cache=False, bos_token_id=0, eos_token_id=0,
-        pad_token_id=0)
+        pad_token_id=0, **extra)
     return FirstOutput(getattr(transformers, model_class)(config))
 
 
@@ -153,10 +155,21 @@ CASES: dict[str, Case] = {case.name: case for case in (
     # fused projections; its compiled forward returns the rotated query transposed (issue 21)
     Case("phi3", functools.partial(_grouped_query_decoder, "Phi3Config", "Phi3ForCausalLM"), _token_batch,
          _token_loss, 220_000),
+    # four experts, two per token: on the CPU the experts trace to transformers' grouped_mm_fallback (issue 21)
+    Case("mixtral", functools.partial(_grouped_query_decoder, "MixtralConfig", "MixtralForCausalLM",
+                                      num_local_experts=4, num_experts_per_tok=2), _token_batch, _token_loss, 400_000),
     Case("bert", _bert, _token_batch, _token_loss, 200_000),
     Case("t5-encoder", _t5_encoder, _hidden_batch, F.mse_loss, 180_000),
     Case("cnn", SmallCNN, _image_batch, F.cross_entropy, 150_000),
 )}
+
+MIXTRAL_EXPERTS_SPLIT = [
+    Pin("*experts.gate_up_proj", "S(2)"), Pin("*experts.down_proj", "S(1)"),  # [E, 2I, H] and [E, H, I]
+    Pin("grouped_mm_fallback", "P"), Pin("grouped_mm_fallback_1", "S(1)"),  # used as pieces, not gathered
+]
+"""Placement constraints splitting the Mixtral case's expert weights on the hidden dim (``H``), its two
+forward expert products computing on the pieces (the gate-up product split on its contraction, the
+down product on its columns) rather than on weights gathered whole."""
 
 
 def train_one_device(case: Case, batch_sizes: list[int], **adamw: Any) -> list[tuple[float, dict[str, torch.Tensor]]]:

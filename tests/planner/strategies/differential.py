@@ -18,8 +18,9 @@ from tests.planner.simulate import check_strategy, divides
 MESHES = [Mesh((2,)), Mesh((2, 2))]
 
 
-def trace(fn, *args):
-    """``fn`` traced by make_fx on fake tensors, and every node's value on the real ``args``."""
+def trace(fn, *args, run=None):
+    """``fn`` traced by make_fx on fake tensors, and every node's value on the real ``args`` (on
+    ``run`` instead, where given: an op whose meta function takes bfloat16 only, run in float32)."""
     gm = make_fx(fn, tracing_mode="fake")(*args)
     values = {}
 
@@ -29,14 +30,14 @@ def trace(fn, *args):
             values[n.name] = result
             return result
 
-    Recorder(gm).run(*args)
+    Recorder(gm).run(*(args if run is None else run))
     return gm, values
 
 
-def check_all(fn, args, provider, *, ops=None, mesh=None) -> int:
+def check_all(fn, args, provider, *, ops=None, mesh=None, run=None) -> int:
     """Check every strategy ``provider`` proposes for the ops of ``fn`` (``ops``: only targets naming
-    one of these); the number of strategies checked."""
-    gm, values = trace(fn, *args)
+    one of these; ``run``: :func:`trace`'s); the number of strategies checked."""
+    gm, values = trace(fn, *args, run=run)
     graph = read_graph(gm)
     checked = 0
     for fx_node in gm.graph.nodes:

@@ -3,13 +3,17 @@ piecewise against torch on real tensors (:mod:`tests.planner.strategies.differen
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner import BuiltinProvider, Mesh
 from planner.graph import read_graph
 from planner.placements import Replicate, Shard
-from tests.planner.strategies.differential import CASES, check_all, real, trace
+from tests.planner.strategies.differential import CASES, MESHES, check_all, real, trace
 
 
 def _with_grads(fn, args):
@@ -58,3 +62,91 @@ def test_factory_ops_may_be_created_as_this_ranks_piece_when_the_batch_is_requir
                                mesh=Mesh((2,), ("dp",)), placement_constraints=[RequireShard("batch", axis="dp")])
     assert all(plan.placements[n] == (Shard(0),) for n in ("full", "new_empty_strided")), plan.placements
     assert plan.placements["arange"] == (Replicate(),)  # only replicates; its reader takes the piece
+
+
+@st.composite
+def _group_offsets(draw, dtype):
+    """Cumulative row counts of 1 to 4 groups, some possibly empty, ending at a multiple of 8 rows
+    (a matrix with rows as its columns keeps 16-byte strides in bfloat16, as ``_grouped_mm`` wants)."""
+    counts = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4))
+    counts[-1] += -sum(counts) % 8 or (8 if sum(counts) == 0 else 0)
+    return torch.tensor(counts, dtype=dtype).cumsum(0).to(dtype)
+
+
+def _grouped_step(op):
+    """``op(x, w, offs)`` and the gradients of ``<op(...), g>`` for ``x`` and ``w``."""
+    def step(x, w, offs, g):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        out = op(x, w, offs)
+        return (out, *torch.autograd.grad(out, [x, w], g))
+
+    return step
+
+
+@settings(max_examples=15, deadline=None)
+@given(offs=_group_offsets(torch.int64))
+def test_transformers_grouped_mm_fallback_rules_compute_the_op_and_its_backward(offs):
+    import transformers.integrations.moe  # noqa: F401 - registers torch.ops.transformers.grouped_mm_fallback
+
+    rows = int(offs[-1])
+    step = _grouped_step(lambda x, w, offs: torch.ops.transformers.grouped_mm_fallback(x, w, offs))
+    args = (real(rows, 4), real(len(offs), 4, 8), offs, real(rows, 8))
+    for op in ("grouped_mm_fallback.default", "grouped_mm_fallback_backward.default"):
+        assert check_all(step, args, BuiltinProvider(), ops=[op]) > len(MESHES)  # more than replicated
+
+
+_GROUPED_MM_LAYOUTS = {
+    "2d@3d, and its backward: 2d@3d and 2d@2d": (_grouped_step(lambda x, w, offs: torch._grouped_mm(x, w, offs=offs)),
+                                                 lambda rows, groups: ((rows, 32), (groups, 32, 32), (rows, 32))),
+    "3d@2d": (lambda a, b, offs: torch._grouped_mm(a, b, offs=offs), lambda rows, groups: ((groups, 16, 32), (32, rows))),
+}
+
+
+@settings(max_examples=6, deadline=None)
+@given(offs=_group_offsets(torch.int32))
+@pytest.mark.parametrize("layout", sorted(_GROUPED_MM_LAYOUTS))
+def test_grouped_mm_rules_compute_the_op_in_each_layout(layout, offs):
+    fn, shapes = _GROUPED_MM_LAYOUTS[layout]
+    run = [real(*shape, dtype=torch.float32) for shape in shapes(int(offs[-1]), len(offs))]
+    run.insert(2, offs)
+    traced = [t.bfloat16() if t.is_floating_point() else t for t in run]  # its meta function takes bfloat16 only
+    assert check_all(fn, traced, BuiltinProvider(), ops=["_grouped_mm"], run=run) > len(MESHES)
+
+
+def test_grouped_mm_without_offsets_is_a_batched_product():
+    a, b = real(4, 16, 32, dtype=torch.float32), real(4, 32, 16, dtype=torch.float32)
+    assert check_all(torch._grouped_mm, (a.bfloat16(), b.bfloat16()), BuiltinProvider(), run=(a, b)) > len(MESHES)
+
+
+def test_grouped_mm_splits_a_matrix_dim_only_where_each_piece_keeps_16_byte_strides():
+    offs = torch.tensor([4, 4, 16], dtype=torch.int32)
+    gm, _ = trace(lambda x, w, offs: torch._grouped_mm(x, w, offs=offs), real(16, 16, dtype=torch.bfloat16),
+                  real(3, 16, 32, dtype=torch.bfloat16), offs)
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.target == "aten._grouped_mm.default")
+    strategies = BuiltinProvider().strategies(node, graph, Mesh((2, 2)))
+    weight = {s.inputs[1] for s in strategies}
+    assert (Shard(2), Shard(2)) in weight  # 32 columns of bfloat16 in 4 pieces: 8, 16 bytes each
+    assert (Shard(1), Replicate()) in weight  # 16 rows in 2 pieces: 8
+    assert (Shard(1), Shard(1)) not in weight  # 16 rows in 4 pieces: 4, 8 bytes
+    assert not any(isinstance(p, Shard) and p.dim == 0 for s in strategies for ps in s.inputs for p in ps)  # groups, rows: whole
+
+
+def test_a_tiny_mixtral_plans_its_experts_by_the_grouped_product_rules():
+    from torch.export import Dim
+
+    import planner
+    from tests.models.zoo import CASES, MIXTRAL_EXPERTS_SPLIT
+
+    case = CASES["mixtral"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = planner.plan_module(case.model(), (case.batch(8)[0],), dynamic_shapes=({0: Dim("batch")},),
+                                   mesh=Mesh((2,)), training=True, constraints=["Eq(Mod(batch, 2), 0)"],
+                                   placement_constraints=MIXTRAL_EXPERTS_SPLIT, time_limit=10)
+    assert not [w for w in caught if "grouped_mm" in str(w.message)], [str(w.message) for w in caught]
+    rules = {d.node: (d.provider, d.rule) for d in plan.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert len(rules) == 4 and {p for p, _ in rules.values()} == {"builtin"}  # two products, two backwards
+    assert rules["grouped_mm_fallback"][1] == "contraction" and rules["grouped_mm_fallback_1"][1] == "columns"
+    assert not [r for r in plan.redistributions if r.consumer in ("grouped_mm_fallback", "grouped_mm_fallback_1")
+                and r.operand == 1]  # the weights' pieces are used as they are
