@@ -13,8 +13,8 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
 * layout: ``t``, ``transpose``, ``permute``, ``view``/``_unsafe_view``/``reshape`` (which
   covers ``flatten``/``unflatten``/``squeeze``/``unsqueeze`` after decomposition), ``expand``,
   ``slice``, ``select``;
-* elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…)
-  with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
+* elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…;
+  and ``floor_divide``, which torch does not tag) with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
   replicated tensor stay partial;
 * ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
@@ -176,7 +176,7 @@ def _partial_rules(node: GraphNode, metas: Sequence[TensorMeta]) -> list[AxisRul
 # -- elementwise-like ---------------------------------------------------------------------------
 
 
-@_rule("_to_copy", "copy", "alias", "detach", "lift_fresh_copy", "contiguous")
+@_rule("_to_copy", "copy", "alias", "detach", "lift_fresh_copy", "contiguous", "floor_divide")
 def _copy_like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return _pointwise(node, graph)
 

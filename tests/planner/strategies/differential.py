@@ -80,6 +80,7 @@ CASES = {
     "softmax": (lambda x: torch.softmax(x, -1) + torch.log_softmax(x, 1), (real(4, 4, 8),)),
     "norms": (lambda x, w, b: F.layer_norm(x, (8,), w, b) + F.rms_norm(x, (8,), w), (real(4, 4, 8), real(8), real(8))),
     "embedding": (lambda w, i: F.embedding(i, w), (real(8, 4), torch.randint(0, 8, (4, 4)))),
+    "floor_divide": (lambda x, i: x * (i // 2) + (i // i.clamp(min=1)), (real(4, 8), torch.randint(-8, 8, (4, 8)))),
     "index_select": (lambda x, i: x.index_select(1, i), (real(4, 8, 4), torch.randint(0, 8, (4,)))),
     "reductions": (lambda x: x.sum((0, 2), keepdim=True) + x.mean(1, keepdim=True) + x.sum(), (real(4, 4, 8),)),
     "cat_split": (lambda x, y: torch.cat([x, y], 1).split([4, 8], dim=1)[1] + torch.chunk(y, 2, 2)[0].repeat(1, 1, 2), (real(4, 4, 8), real(4, 8, 8))),

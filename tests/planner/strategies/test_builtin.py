@@ -150,3 +150,9 @@ def test_a_tiny_mixtral_plans_its_experts_by_the_grouped_product_rules():
     assert rules["grouped_mm_fallback"][1] == "contraction" and rules["grouped_mm_fallback_1"][1] == "columns"
     assert not [r for r in plan.redistributions if r.consumer in ("grouped_mm_fallback", "grouped_mm_fallback_1")
                 and r.operand == 1]  # the weights' pieces are used as they are
+
+
+def test_floor_divide_splits_as_an_elementwise_op():
+    """torch does not tag it pointwise; transformers' MoE routing divides token positions with it."""
+    fn, args = CASES["floor_divide"]
+    assert check_all(fn, args, BuiltinProvider(), ops=["floor_divide"]) > 2 * len(MESHES)  # more than replicated
