@@ -55,7 +55,7 @@ _INT, _BOOL = False, True  # what a part is: an integer expression or a conditio
 
 _POWER = {"or": 1, "and": 2, "|": 5, "&": 6, "+": 7, "-": 7, "*": 8, "//": 8, "%": 8, **dict.fromkeys(_COMPARE, 4)}
 """How tightly each binary operator binds, as in Python (``not`` is 3, unary operators 9)."""
-_NOT, _COMPARISON, _UNARY = 3, 4, 9
+_NOT, _COMPARISON, _PRODUCT, _UNARY = 3, 4, 8, 9
 _RUNS = {5: ("|", sympy.Or), 6: ("&", sympy.And), 7: ("+", F.add)}
 """The operators the general reader builds a run of at once (``a - b + c`` is one sum), by power;
 ``*`` (power 8) too, between ``//`` and ``%``."""
@@ -86,7 +86,7 @@ def read_common(
     if tokens is None:
         return None
     try:
-        return _Descent(tokens, build, python_and, python_or).whole()
+        return _Climber(tokens, build, python_and, python_or).whole()
     except _BUILD_ERRORS:
         return None
 
@@ -101,7 +101,7 @@ def _tokens(text: str) -> list[str | int] | None:
     return [int(token) if token[0].isdigit() else token for token in tokens]
 
 
-class _Descent:
+class _Climber:
     """Python's precedence climbed (a Pratt parser), on parts ``(value, kind, top)``.
 
     ``value`` is built as the general reader builds it; ``kind`` is :data:`_INT` or
@@ -112,7 +112,13 @@ class _Descent:
     its own operator after parentheses is left to it.
     """
 
-    def __init__(self, tokens: list, build: Callable[..., sympy.Basic], python_and, python_or) -> None:
+    def __init__(
+        self,
+        tokens: list,
+        build: Callable[..., sympy.Basic],
+        python_and: Callable[..., sympy.Basic],
+        python_or: Callable[..., sympy.Basic],
+    ) -> None:
         self.tokens = [*tokens, None]  # None ends the text
         self.at = 0
         self.nested = 0
@@ -137,7 +143,7 @@ class _Descent:
                 part = self.connective(power, part)
             elif power == _COMPARISON:
                 part = self.comparison(part)
-            elif power == 8:
+            elif power == _PRODUCT:
                 part = self.product(part)
             else:
                 part = self.run(power, part)
