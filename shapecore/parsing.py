@@ -38,6 +38,10 @@ unevaluated, as written (everything else still folds), so the text keeps Python'
 ``y == 0``.
 
 Every name is an integer symbol, except torch's float symbols ``zf<n>``/``zuf<n>``, which are real.
+
+Most guards are short and plain (``Eq(Mod(s0, 8), 0)``, ``s0 < s1 + 2``): :mod:`shapecore.quick_parsing`
+reads those without Python's parser, building the same expression with the same builders; the
+rest, and every error, are read through Python's ``ast`` by the general reader here.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from sympy.logic.boolalg import BooleanAtom, BooleanFunction
 from shapecore import functions as F
 from shapecore.errors import ArgumentError, ParseError
 from shapecore.operations import CALL_NAMES, DIVISOR_ARGUMENTS, Kind
+from shapecore.quick_parsing import read_common
 from shapecore.rewrite import build_keeping_divisions, divisors, short_circuit, strict_suffices
 
 __all__ = ["parse", "named_symbols", "FUNCTIONS", "MAX_INTEGER_DIGITS", "MAX_NESTING", "decimal_digits", "integer_fits"]
@@ -114,12 +119,33 @@ def _is_bool(expr: sympy.Basic) -> bool:
     return expr.is_Relational or isinstance(expr, (BooleanFunction, BooleanAtom))
 
 
-class _Reader:
+class _Builder:
+    """Builds nodes as the text wrote them, noting every divisor (see :meth:`_build`)."""
+
+    def __init__(self, *, keep_divisions: bool = False) -> None:
+        self.divisors: set[sympy.Basic] = set()  # every divisor a division was built with
+        self.keep_divisions = keep_divisions  # build a node unevaluated where folding drops a division
+
+    def _build(self, build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:
+        """``build(*args)``, noting the divisors it divides by, which folding may drop: with
+        ``keep_divisions``, a node that would drop one is built unevaluated instead."""
+        where = DIVISOR_ARGUMENTS.get(build)  # type: ignore[call-overload]
+        if where is not None:
+            self.divisors.update(a for a in args[where] if not a.is_Number)
+        elif build is F.power and args[1].is_nonnegative is not True and not _nonzero_number(args[0]):
+            self.divisors.add(args[0])  # 0 ** -n raises ZeroDivisionError
+        if build is F.power and args[0].is_zero and args[1].is_negative:
+            raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
+        if build in _RELATIONS and _undecidable(*args):
+            return build(*args, evaluate=False)  # what sympy's evaluation would return, after trying
+        return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
+
+
+class _Reader(_Builder):
     """Turns one ``ast`` expression into sympy, reporting positions in the caller's text."""
 
     def __init__(self, text: str, *, keep_divisions: bool = False) -> None:
-        self.divisors: set[sympy.Basic] = set()  # every divisor a division was built with
-        self.keep_divisions = keep_divisions  # build a node unevaluated where folding drops a division
+        super().__init__(keep_divisions=keep_divisions)
         self.text = text
         self.lines = text.splitlines() or [""]
         self.source = text.lstrip()
@@ -368,20 +394,6 @@ class _Reader:
                 f"or give every operand one type", node)
         return self._build(build, *args)
 
-    def _build(self, build: Callable[..., sympy.Basic], *args: sympy.Basic) -> sympy.Basic:
-        """``build(*args)``, noting the divisors it divides by, which folding may drop: with
-        ``keep_divisions``, a node that would drop one is built unevaluated instead."""
-        where = DIVISOR_ARGUMENTS.get(build)  # type: ignore[call-overload]
-        if where is not None:
-            self.divisors.update(a for a in args[where] if not a.is_Number)
-        elif build is F.power and args[1].is_nonnegative is not True and not _nonzero_number(args[0]):
-            self.divisors.add(args[0])  # 0 ** -n raises ZeroDivisionError
-        if build is F.power and args[0].is_zero and args[1].is_negative:
-            raise ZeroDivisionError(f"0 cannot be raised to the negative power {args[1]}")
-        if build in _RELATIONS and _undecidable(*args):
-            return build(*args, evaluate=False)  # what sympy's evaluation would return, after trying
-        return build_keeping_divisions(build, *args) if self.keep_divisions else build(*args)
-
 
 _RELATIONS = frozenset(_COMPARE.values())
 
@@ -443,6 +455,15 @@ def parse(text: str) -> sympy.Basic:
         raise ArgumentError(f"parse() takes guard text, got {type(text).__name__}")
     if _plain_name(text):  # what reading its tree gives, without building one
         return F.symbol_for(text)
+    builder = _Builder()
+    quick = read_common(text, builder._build, _python_and, _python_or)
+    if quick is None or builder.divisors and (builder.divisors - divisors(quick) or short_circuit(quick)):
+        return _read_in_full(text)  # outside the common grammar, or folding dropped a division
+    return quick
+
+
+def _read_in_full(text: str) -> sympy.Basic:
+    """:func:`parse` by Python's parser and the general reader: every guard, and every error."""
     _check_characters(text)
     reader = _Reader(text)
     if not text.strip():
