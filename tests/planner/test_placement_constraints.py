@@ -65,7 +65,7 @@ def test_a_pin_on_one_axis_by_pattern_or_predicate_leaves_the_other_axis_free(fo
 @pytest.mark.parametrize("solver", ["highs", "greedy"])
 def test_forbid_and_require_sharding_a_dim_on_an_axis(forward, solver):
     forbidden = _plan(forward, mesh=(2, 2), solver=solver, placement_constraints=[ForbidShard("batch", axis="dp")])
-    batch = forbidden.dims["batch"]
+    batch = forbidden.names.symbols["batch"]
     assert not [p for p in forbidden.proofs if batch in p.size and "dp" in p.mesh_axes]
     required = _plan(forward, mesh=(2, 2), solver=solver, placement_constraints=[RequireShard("batch", axis="tp"),
                                                                                  Pin("inputs", "R,S(0)")])
