@@ -134,7 +134,7 @@ def prepare(
                                 cluster=options.cluster, merge_followers=options.merge_followers,
                                 replicate_outputs=options.replicate_outputs,
                                 placement_constraints=options.placement_constraints,
-                                dims={**{name: name for name in sorted(unbacked)}, **names.exprs})  # a data-dependent size by its name
+                                names=names)
         checker.detach()
         runtime_asserts = readable_asserts(shape_env, unbacked)
     return Prepared(problem, [str(f) for f in facts], names, time.perf_counter() - start, runtime_asserts)

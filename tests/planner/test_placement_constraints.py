@@ -116,6 +116,14 @@ def test_a_pin_the_divisibility_check_forbids_names_the_pruned_strategy(forward)
     assert "256" in str(info.value)
 
 
+def test_a_pin_on_a_batch_that_may_not_divide_names_the_dim_not_the_trace_symbol(forward):
+    with pytest.raises(PlacementConflict) as info:
+        _plan(forward, constraints=[], batch_sizes=None, placement_constraints=[Pin("inputs", "S(0)")])
+    symbol = forward.dims["batch"]
+    assert "dim 0 (size batch) over dp: Eq(Mod(batch, 4), 0) is refuted (counterexample batch=2)" in str(info.value)
+    assert symbol not in str(info.value).replace("(", " ").replace("=", " ").split()
+
+
 @pytest.mark.parametrize("constraint, message", [
     (Pin("fc3.weight", "R"), r"Pin\('fc3.weight', 'R'\) matches no node; .* fc1.bias"),
     (Pin("inputs", "R,R"), r"2 placements for the 1-axis mesh"),
