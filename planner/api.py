@@ -10,8 +10,9 @@ Every way into planning from a module (``plan_module``, :class:`lowering.Paralle
 ``lowering.parallelize``) traces through :func:`trace_module`: the options checked before any
 trace, the trace taken with :func:`shapecore.torch.trace_for_planning` (a decomposed
 ``torch.export`` graph, or with ``training=True`` the joint forward+backward graph) at the
-example that covers the batch sizes (:mod:`planner.trace_hint`), and :meth:`ModuleTrace.plan`
-handing :func:`plan` the trace's ``Dim`` names and where torch set each symbol's range.
+example that covers the batch sizes (:mod:`planner.trace_hint`), the trace's ``Dim`` names and
+batch symbol built once (:class:`~planner.dim_names.DimNames`), and :meth:`ModuleTrace.plan`
+handing :func:`plan` those names and where torch set each symbol's range.
 """
 
 from __future__ import annotations
