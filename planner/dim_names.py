@@ -9,9 +9,9 @@ or :func:`~planner.api.plan` from the ``dims`` it is given), travels on the
   batch points, expected data-dependent sizes. A derived Dim (``8*k``) maps to its expression.
 * trace symbol → Dim name (:meth:`DimNames.name_of`, :meth:`DimNames.to_names`,
   :meth:`DimNames.readable`), for what the user reads: guards, messages, the plan's summary.
-  Only a plain Dim names a symbol; a Dim name that is itself another symbol of the map is not
-  shown (``s1`` read back must mean one thing), and when torch made two Dims one symbol the
-  last given names it.
+  Only a plain Dim names a symbol; a Dim name that is itself another symbol of the map, or that
+  does not read back as a name (``if``, ``Mod``), is not shown (``s1`` read back must mean one
+  thing), and when torch made two Dims one symbol the last given names it.
 
 ``batch`` is *the batch symbol*: the trace symbol a plain int in ``batch_sizes`` binds, the
 root symbol of the first dynamic dim of the first user input (chosen from ``dynamic_shapes``
@@ -20,6 +20,7 @@ before the trace by :func:`~planner.trace_hint.batch_dim`, or from a given graph
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 
 import sympy
 
-from shapecore import int_symbol, parse
+from shapecore import ShapecoreError, int_symbol, parse
 
 __all__ = ["DimNames"]
 
@@ -75,7 +76,7 @@ class DimNames:
         """Trace symbol name → the ``Dim`` name shown for it (see the module docstring)."""
         named = {s.name for e in self.exprs.values() for s in e.free_symbols}
         return {symbol: name for name, symbol in self.symbols.items()
-                if _IDENTIFIER.fullmatch(name) and (name == symbol or name not in named)}
+                if (name == symbol or name not in named) and _reads_as_itself(name)}
 
     def name_of(self, symbol: str) -> str:
         """The ``Dim`` name shown for trace symbol ``symbol``, or ``symbol`` itself."""
@@ -100,8 +101,18 @@ class DimNames:
     # -- JSON -----------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dims": {name: str(e) for name, e in sorted(self.exprs.items())}, "batch": self.batch}
+        return {"exprs": {name: str(e) for name, e in sorted(self.exprs.items())}, "batch": self.batch}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DimNames:
-        return cls({name: parse(text) for name, text in d["dims"].items()}, d["batch"])
+        return cls({name: parse(text) for name, text in d["exprs"].items()}, d["batch"])
+
+
+def _reads_as_itself(name: str) -> bool:
+    """Whether ``name`` written in a guard parses back as the integer symbol ``name``."""
+    if not _IDENTIFIER.fullmatch(name) or keyword.iskeyword(name):
+        return False
+    try:
+        return parse(f"{name} + 0") == int_symbol(name)
+    except ShapecoreError:
+        return False
