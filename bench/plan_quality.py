@@ -144,7 +144,7 @@ def _contenders(case: Case, n: int, hardware: Hardware, runners_up: int) -> list
             for var in closed:
                 var.ub = 1.0
         return assemble_plan(problem, solution, options=options, optima=None, constraints=prepared.constraints,
-                             dims=prepared.dims)
+                             names=prepared.names)
 
     def where(name: str, placements: tuple) -> set[int]:
         return {i for i, cand in enumerate(problem.candidates[name]) if decode(cand.outputs[0]) == placements}

@@ -141,7 +141,7 @@ def _show_plan(plan: Any) -> None:
                                                               for p in symbolic).items()):
         _say(f"  {obligation}: {status} by shapecore ({method}) for {count} dim(s)")
     _say("guards (checked on every call before any collective): "
-         + ("; ".join(plan.readable(g) for g in plan.guards) or "none"))
+         + ("; ".join(plan.guards) or "none"))
 
 
 class _Progress:

@@ -226,10 +226,10 @@ def lower(gm: GraphModule, plan: Plan, *, groups: MeshGroups | None = None) -> L
 
     torch_env = graph_shape_env(gm)  # None: the trace has no symbolic sizes
     shapes = _GlobalShapes()
-    env = from_torch(torch_env if torch_env is not None else TorchShapeEnv(), facts=plan.guards)
+    env = from_torch(torch_env if torch_env is not None else TorchShapeEnv(), facts=plan.trace_guards)
     for proof in plan.proofs:
         if proof.status == "uneven" and not _is_data_dependent_symbol(env, proof.size):
-            raise LoweringError(f"the plan splits dim {proof.dim} of {proof.node} (size {proof.size}) unevenly; the "
+            raise LoweringError(f"the plan splits dim {proof.dim} of {proof.node} (size {plan.readable(proof.size)}) unevenly; the "
                                 "lowering splits unevenly only a data-dependent size (one unbacked symbol, which each "
                                 "rank cuts as torch.chunk does): plan with divisibility='prove' or 'assume'")
     groups = groups or mesh_groups(plan.mesh)

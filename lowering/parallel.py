@@ -77,7 +77,7 @@ from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
 from lowering.partition import Partitioned, partition
 from lowering.state import contiguous_strides, init_weights, register_state
-from planner import Plan, PlanOptions, as_mesh, options_from, trace_module
+from planner import DimNames, Plan, PlanOptions, as_mesh, options_from, trace_module
 from shapecore.torch.private import tensor_tables
 
 __all__ = ["ParallelModule", "parallelize"]
@@ -309,7 +309,6 @@ class ParallelModule(nn.Module):
             share_layers=share_layers, options=checked))
         gm, exported, self.env = traced.traced.graph_module, traced.traced.exported, traced.traced.env
         self._hidden = (model, gm)  # not submodules: their tensors are not this module's
-        dims = {**traced.traced.dim_exprs, **(dims or {})}
         clock = self._phase("trace", clock)
         if plan is None:
             plan = Plan.from_json(_on_rank_zero("planning", lambda: traced.plan(self.mesh, dims=dims).to_json()))
@@ -335,7 +334,8 @@ class ParallelModule(nn.Module):
         if training:
             self.partitioned = _together("splitting forward and backward", self._partition)
         arguments, leaves = _leaf_names(model, example_inputs)
-        self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self.program.env, self._display_names(dims),
+        names = plan.names if plan.names.exprs else traced.names.extended(dims)  # a plan made by hand has none
+        self.entry = EntryCheck(self._specs(leaves), self.mesh.shape, self.program.env, self._display_names(names),
                                 structure=tree_structure(tuple(example_inputs)), arguments=arguments,
                                 device_mesh=self.groups.device_mesh, device=_device(self),
                                 group=agreement_group())
@@ -454,10 +454,9 @@ class ParallelModule(nn.Module):
                 specs.append(InputSpec(leaf, i.placements, i.global_shape, i.dtype))
         return specs
 
-    def _display_names(self, dims: Mapping[str, Any]) -> dict[str, str]:
-        names = {name: info.source for name, info in self.env.symbols.items() if info.source}
-        names.update({str(expr): dim for dim, expr in dims.items() if getattr(expr, "is_Symbol", False)})
-        return names
+    def _display_names(self, names: DimNames) -> dict[str, str]:
+        """Symbol name -> what the entry check calls it: its ``Dim`` name, else the input dim it is read from."""
+        return {**{name: info.source for name, info in self.env.symbols.items() if info.source}, **names.shown}
 
     def _compile_first(self, values: Mapping[str, int] | None = None) -> CompiledProgram:
         """Compile (specialized to ``values`` if given) on every rank; when every rank has the

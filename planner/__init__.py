@@ -5,7 +5,8 @@
   redistributions, guards, and the roles of the graph's inputs (:class:`GraphInput`) and
   outputs (:class:`GraphOutput`)); ``plan_module`` and ``lowering.ParallelModule`` trace through
   :func:`trace_module` (options checked first, a trace covering the batch sizes, a
-  :class:`ModuleTrace` that plans itself), callers planning a trace of their own take
+  :class:`ModuleTrace` that plans itself, its :class:`DimNames` the one map between the user's
+  ``Dim`` names and the trace's symbols), callers planning a trace of their own take
   :func:`shapecore.torch.trace_for_planning`; how they plan is a :class:`PlanOptions` (or its
   fields as keywords, checked by :func:`options_from`);
 * :class:`Mesh` (:meth:`Mesh.shard_factor`) and :func:`as_mesh`; placements as text
@@ -25,6 +26,7 @@
 
 from planner.api import ModuleTrace, plan, plan_module, trace_module
 from planner.calibrate import calibrate
+from planner.dim_names import DimNames
 from planner.cost import HARDWARE_PRESETS, AlphaBetaCostModel, CostModel, Hardware, LinkCost, LocalTensor
 from planner.graph import tensor_operands
 from planner.ilp import MemoryBudgetError
@@ -61,6 +63,7 @@ __all__ = [
     "CostModel",
     "DTensorProvider",
     "Decision",
+    "DimNames",
     "ForbidShard",
     "GraphInput",
     "GraphOutput",

@@ -10,8 +10,9 @@ Every way into planning from a module (``plan_module``, :class:`lowering.Paralle
 ``lowering.parallelize``) traces through :func:`trace_module`: the options checked before any
 trace, the trace taken with :func:`shapecore.torch.trace_for_planning` (a decomposed
 ``torch.export`` graph, or with ``training=True`` the joint forward+backward graph) at the
-example that covers the batch sizes (:mod:`planner.trace_hint`), and :meth:`ModuleTrace.plan`
-handing :func:`plan` the trace's ``Dim`` names and where torch set each symbol's range.
+example that covers the batch sizes (:mod:`planner.trace_hint`), the trace's ``Dim`` names and
+batch symbol built once (:class:`~planner.dim_names.DimNames`), and :meth:`ModuleTrace.plan`
+handing :func:`plan` those names and where torch set each symbol's range.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sympy
 from planner.assemble import assemble_plan
 from planner.batches import BatchPoints
 from planner.cost import AlphaBetaCostModel
+from planner.dim_names import DimNames
 from planner.divisibility import Divisibility
 from planner.graph import PlanGraph, read_graph
 from planner.greedy import GreedyModel
@@ -37,29 +39,26 @@ from planner.options import PlanOptions, options_from
 from planner.plan import Plan
 from planner.problem import Problem, build_problem
 from planner.routed_sizes import readable_asserts
-from planner.trace_hint import covering_inputs
+from planner.trace_hint import batch_dim, covering_inputs
 from planner.strategies import default_providers
 from shapecore import ShapeEnv, parse
 from shapecore.torch import Traced, trace_for_planning
 
 __all__ = ["plan", "plan_module", "prepare", "Prepared", "trace_module", "ModuleTrace"]
 
-def _constraint_facts(shape_env: ShapeEnv, constraints: Sequence[str], dims: Mapping[str, Any]) -> list[sympy.Basic]:
+def _constraint_facts(shape_env: ShapeEnv, constraints: Sequence[str], names: DimNames) -> list[sympy.Basic]:
     """The user's constraints translated to trace symbols, each checked to name only known symbols."""
     if not isinstance(shape_env, ShapeEnv):
         raise TypeError(
             f"shape_env must be a shapecore.ShapeEnv (from shapecore.torch.from_torch), got {type(shape_env).__name__}"
         )
-    translation = {sympy.Symbol(name, integer=True): (sympy.Symbol(v, integer=True) if isinstance(v, str) else v)
-                   for name, v in dims.items()}
     facts = []
     for text in constraints:
-        expr = parse(text) if isinstance(text, str) else text
-        fact = expr.xreplace(translation)
+        fact = names.to_trace(parse(text) if isinstance(text, str) else text)
         unknown = sorted(s.name for s in fact.free_symbols if s.name not in shape_env.symbols)
         if unknown:
             raise ValueError(
-                f"constraint {text!r} mentions {', '.join(unknown)}: not a Dim name ({', '.join(dims) or 'none given'}) "
+                f"constraint {text!r} mentions {', '.join(unknown)}: not a Dim name ({', '.join(names.exprs) or 'none given'}) "
                 f"nor a symbol of the trace ({', '.join(shape_env.symbols) or 'none'})"
             )
         facts.append(fact)
@@ -67,17 +66,22 @@ def _constraint_facts(shape_env: ShapeEnv, constraints: Sequence[str], dims: Map
 
 
 def _batch_symbol(graph: PlanGraph, env: ShapeEnv) -> str | None:
-    """The root symbol of the first dynamic dim of the first user input."""
-    replacements = env.replacements
+    """The batch symbol of a graph given without one: the root symbol of the first dynamic dim of
+    the first user input (as :func:`~planner.trace_hint.batch_dim` picks a module's)."""
     for name in graph.inputs:
         if name is None:
             continue
         for size in graph.nodes[name].output.shape:
-            resolved = size.xreplace(replacements)
-            free = sorted(s.name for s in resolved.free_symbols)
-            if free:
-                return free[0]
+            root = _root_symbol(size, env)
+            if root is not None:
+                return root
     return None
+
+
+def _root_symbol(size: sympy.Basic, env: ShapeEnv) -> str | None:
+    """The first root symbol (through the trace's replacements, ``s77 := 4*s26``) ``size`` depends on."""
+    free = sorted(s.name for s in size.xreplace(env.replacements).free_symbols)
+    return free[0] if free else None
 
 
 @dataclass
@@ -85,12 +89,12 @@ class Prepared:
     """A graph read, its obligations decided and its decision problem built: what a solver needs.
 
     ``constraints`` are the user's constraints translated to trace symbols (torch syntax);
-    ``seconds`` the wall-clock time it took.
+    ``names`` the ``Dim`` names with the batch symbol; ``seconds`` the wall-clock time it took.
     """
 
     problem: Problem
     constraints: list[str]
-    dims: dict[str, str]
+    names: DimNames
     seconds: float
     runtime_asserts: list[str] = field(default_factory=list)
     """The trace's conditions on data-dependent sizes (the running program checks them)."""
@@ -101,7 +105,7 @@ def prepare(
     mesh: Mesh | Any,
     *,
     shape_env: ShapeEnv,
-    dims: Mapping[str, str | sympy.Basic] | None = None,
+    dims: DimNames | Mapping[str, str | sympy.Basic] | None = None,
     range_origins: Mapping[str, tuple[str, str]] | None = None,
     options: PlanOptions | None = None,
     **keywords: Any,
@@ -113,16 +117,17 @@ def prepare(
     exported = None
     if hasattr(gm, "graph_signature") and hasattr(gm, "graph_module"):
         exported, gm = gm, gm.graph_module
-    dims = dict(dims or {})
     graph = read_graph(gm, exported=exported)
-    facts = _constraint_facts(shape_env, options.constraints, dims)
+    names = DimNames.of(dims)
+    facts = _constraint_facts(shape_env, options.constraints, names)
+    if names.batch is None:
+        names = DimNames.of(names, batch=_batch_symbol(graph, shape_env))
     with shape_env.assuming(facts):  # the caller's env is left exactly as it was
         graph.hints = shape_env.hints
         checker = Divisibility(shape_env, options.divisibility)
         symbols = sorted({s.name for node in graph for m in node.outputs if m is not None for size in m.shape
                           for s in size.free_symbols})
-        named = {k: (v if isinstance(v, str) else v.name) for k, v in dims.items() if isinstance(v, (str, sympy.Symbol))}
-        points = BatchPoints.build(options.batch_sizes, shape_env, symbols, named, _batch_symbol(graph, shape_env), facts,
+        points = BatchPoints.build(options.batch_sizes, shape_env, symbols, names, facts,
                                    origins=range_origins or {}, unbacked_sizes=options.unbacked_sizes)
         model_costs = options.cost_model or AlphaBetaCostModel(options.hardware, mesh)
         unbacked = {name for name, info in shape_env.symbols.items() if info.kind == "unbacked"}
@@ -130,11 +135,10 @@ def prepare(
                                 cluster=options.cluster, merge_followers=options.merge_followers,
                                 replicate_outputs=options.replicate_outputs,
                                 placement_constraints=options.placement_constraints,
-                                dims={**{name: name for name in sorted(unbacked)}, **dims})  # a data-dependent size by its name
+                                names=names)
         checker.detach()
         runtime_asserts = readable_asserts(shape_env, unbacked)
-    return Prepared(problem, [str(f) for f in facts], {k: str(v) for k, v in dims.items()}, time.perf_counter() - start,
-                    runtime_asserts)
+    return Prepared(problem, [str(f) for f in facts], names, time.perf_counter() - start, runtime_asserts)
 
 
 def plan(
@@ -142,7 +146,7 @@ def plan(
     mesh: Mesh | Any,
     *,
     shape_env: ShapeEnv,
-    dims: Mapping[str, str | sympy.Basic] | None = None,
+    dims: DimNames | Mapping[str, str | sympy.Basic] | None = None,
     range_origins: Mapping[str, tuple[str, str]] | None = None,
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
@@ -153,7 +157,9 @@ def plan(
     ``gm``: an FX ``GraphModule`` of aten ops with symbolic ``meta["val"]`` (forward, or joint
     forward+backward with AOT descriptors), or an ``ExportedProgram`` (its signature names the
     parameters). ``shape_env``: shapecore's env for the trace (symbols named as in the graph).
-    ``dims``: ``Dim`` name → trace symbol, the names ``constraints`` and ``batch_sizes`` may use.
+    ``dims``: ``Dim`` name → trace symbol, the names ``constraints`` and ``batch_sizes`` may use
+    and the plan's guards and messages speak (a :class:`~planner.dim_names.DimNames`, or a
+    mapping whose batch symbol is then the graph's first dynamic input dim's).
     ``range_origins``: symbol → where torch set the (lower, upper) end of its range
     (``Traced.range_origins``), named when a batch point falls outside it.
     ``options``: a :class:`~planner.options.PlanOptions` (constraints, batch sizes, memory
@@ -188,7 +194,7 @@ def plan(
     timings = {"build_seconds": build_seconds, "solve_seconds": solution.solve_seconds, "regret_seconds": regret_seconds}
     say("assembling the plan")
     return assemble_plan(problem, solution, options=options, optima=optima, constraints=prepared.constraints,
-                         dims=prepared.dims, timings=timings,
+                         names=prepared.names, timings=timings,
                          runtime_asserts=prepared.runtime_asserts)
 
 
@@ -223,6 +229,8 @@ class ModuleTrace:
     """The options, checked before the trace."""
     traced_at: dict[str, int]
     """``Dim`` name → the size traced at, where it differs from the example's (:func:`~planner.trace_hint.covering_inputs`)."""
+    names: DimNames
+    """The trace's ``Dim`` names and batch symbol: what the plan's guards and messages speak."""
 
     @property
     def graph(self) -> Any:
@@ -233,7 +241,7 @@ class ModuleTrace:
              progress: Callable[[str], None] | None = None) -> Plan:
         """:func:`plan` the trace on ``mesh`` with its options, its ``Dim`` names (``dims`` adds to
         them) and where torch set each symbol's range (named when a batch size falls outside it)."""
-        made = plan(self.graph, mesh, shape_env=self.traced.env, dims={**self.traced.dim_exprs, **(dims or {})},
+        made = plan(self.graph, mesh, shape_env=self.traced.env, dims=self.names.extended(dims),
                     range_origins=self.traced.range_origins, options=self.options, progress=progress)
         return dataclasses.replace(made, shared_layers=self.traced.shared_layers)
 
@@ -266,7 +274,9 @@ def trace_module(
         progress("tracing" + (" forward and backward" if training else "") + (f" at {at}" if at else ""))
     traced = trace_for_planning(model, inputs, dynamic_shapes=dynamic_shapes, training=training,
                                 share_layers=share_layers)
-    return ModuleTrace(traced, options, traced_at)
+    batch = batch_dim(model, example_inputs, dynamic_shapes)
+    root = _root_symbol(traced.dim_exprs[batch], traced.env) if batch in traced.dim_exprs else None
+    return ModuleTrace(traced, options, traced_at, DimNames.of(traced.dim_exprs, batch=root))
 
 
 def plan_module(

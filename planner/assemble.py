@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.dim_names import DimNames
 from planner.graph import input_roles, output_roles
 from planner.ilp import Optimum, Solution
 from planner.options import PlanOptions
@@ -45,12 +46,13 @@ def assemble_plan(
     options: PlanOptions,
     optima: Sequence[Optimum] | None,
     constraints: Sequence[str],
-    dims: dict[str, str],
+    names: DimNames,
     timings: dict[str, float] | None = None,
     runtime_asserts: Sequence[str] = (),
 ) -> Plan:
     """The plan for ``solution`` found under ``options`` (``optima``: each point's own optimum or a
-    lower bound, for regret; ``constraints``: the user's, translated to trace symbols)."""
+    lower bound, for regret; ``constraints``: the user's, translated to trace symbols; ``names``:
+    the trace's ``Dim`` names, which the plan's guards and messages speak)."""
     graph, mesh, points = problem.graph, problem.mesh, problem.points
     choices = solution.choices
     weights = points.weights
@@ -142,7 +144,7 @@ def assemble_plan(
         param_placements=params,
         input_placements=tuple(None if name is None else placements[name] for name in graph.inputs),
         output_placements=tuple(None if name is None else decode(problem.output_codes(choices, name)) for name in graph.outputs),
-        guards=tuple(guards),
+        trace_guards=tuple(guards),
         runtime_asserts=tuple(runtime_asserts),
         proofs=tuple(proofs.values()),
         pruned=pruned,
@@ -150,7 +152,7 @@ def assemble_plan(
         cost=CostBreakdown(points.expected(evaluation.compute), points.expected(evaluation.communication), memory, options.memory_budget),
         batch_costs=batch_costs,
         stats=stats,
-        dims=dict(dims),
+        names=names,
         divisibility=problem.divisibility.policy,
         graph_inputs=input_roles(graph),
         graph_outputs=output_roles(graph),

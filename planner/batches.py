@@ -3,9 +3,9 @@
 A plan is costed not at one example size but at a distribution of sizes: ``batch_sizes`` is
 
 * ``None`` — one point, every symbol at its hint (the example input);
-* a sequence of ints, or a mapping int → weight — values of *the batch symbol*: the one free
-  symbol of the graph's shapes, or, when there are several, the symbol of the first dynamic
-  dim of the first user input;
+* a sequence of ints, or a mapping int → weight — values of *the batch symbol*
+  (:attr:`~planner.dim_names.DimNames.batch`: the root symbol of the first dynamic dim of the
+  first user input);
 * a sequence of mappings (or ``(mapping, weight)`` pairs) — values by symbol or ``Dim`` name.
 
 Symbols a point does not name keep their hint; symbols defined through the trace's
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import sympy
 
+from planner.dim_names import DimNames
 from planner.routed_sizes import shares
 from shapecore import FloorDiv, Max, ShapeEnv, evaluate, extend_assignment, holds, parse, python_str
 
@@ -84,8 +85,7 @@ class BatchPoints:
         batch_sizes: BatchSizes,
         env: ShapeEnv,
         shape_symbols: Sequence[str],
-        dims: Mapping[str, str],
-        batch_symbol: str | None,
+        names: DimNames,
         constraints: Sequence[sympy.Basic] = (),
         *,
         origins: Mapping[str, tuple[str, str]] | None = None,
@@ -93,9 +93,8 @@ class BatchPoints:
     ) -> BatchPoints:
         """Points from ``batch_sizes`` (see the module docstring), checked against the env and constraints.
 
-        ``shape_symbols``: the root symbols the graph's shapes mention; ``dims``: Dim name →
-        symbol name; ``batch_symbol``: the symbol plain ints bind (None: pick as documented);
-        ``origins``: symbol → where its range's (lower, upper) end was set, named in errors.
+        ``shape_symbols``: the root symbols the graph's shapes mention; ``names``: the ``Dim``
+        names points may use, and the batch symbol plain ints bind; ``origins``: symbol → where its range's (lower, upper) end was set, named in errors.
         """
         replacements = env.replacements
         hints = env.hints
@@ -103,12 +102,13 @@ class BatchPoints:
                         for s in sympy.Symbol(name, integer=True).xreplace(replacements).free_symbols})
         unbacked = [s for s in roots if env.symbols[s].kind == "unbacked"]
         roots = [s for s in roots if s not in unbacked]
-        expectations = _expectations(unbacked, roots, env, dims, unbacked_sizes or {})
-        to_name = {v: k for k, v in dims.items()}
+        expectations = _expectations(unbacked, roots, env, names, unbacked_sizes or {})
+        dims = names.symbols
         raw = _normalize(batch_sizes)
         if raw and any(isinstance(v, int) for v, _ in raw):
-            symbol = batch_symbol or _batch_symbol(roots)
-            raw = [({symbol: v}, w) for v, w in raw]  # type: ignore[misc]
+            if names.batch is None:
+                raise ValueError("batch_sizes were given but the graph has no symbolic size; trace with a dynamic batch dim")
+            raw = [({names.batch: v}, w) for v, w in raw]  # type: ignore[misc]
         if not raw:
             raw = [({}, 1.0)]
         values, labels, weights = [], [], []
@@ -125,28 +125,26 @@ class BatchPoints:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise TypeError(f"batch point value for {name!r} must be an int, got {value!r}")
                 point[symbol] = value
-                label[to_name.get(symbol, symbol)] = value
+                label[names.name_of(symbol)] = value
             if not label:
-                label = {to_name.get(s, s): v for s, v in point.items()}
+                label = {names.name_of(s): v for s, v in point.items()}
             for name, expectation in expectations.items():
                 point[name] = _expected_value(name, expectation, point, env)
-            _check_point(point, env, constraints, label, to_name, origins or {})
+            _check_point(point, env, constraints, label, names, origins or {})
             values.append(point)
             labels.append(label)
             weights.append(float(weight))
         w = np.array(weights)
         if (w < 0).any() or w.sum() <= 0:
             raise ValueError(f"batch size weights must be nonnegative with a positive sum, got {weights}")
-        named = {sympy.Symbol(symbol, integer=True): sympy.Symbol(name, integer=True) for name, symbol in dims.items()}
-        stated = {k: str(unbacked_sizes[k]) if unbacked_sizes and k in unbacked_sizes else python_str(v.xreplace(named))
+        stated = {k: str(unbacked_sizes[k]) if unbacked_sizes and k in unbacked_sizes else python_str(names.to_names(v))
                   for k, v in expectations.items()}
         return cls(values, labels, w / w.sum(), dict(replacements), stated)
 
 
-def _expectations(unbacked: Sequence[str], roots: Sequence[str], env: ShapeEnv, dims: Mapping[str, str],
+def _expectations(unbacked: Sequence[str], roots: Sequence[str], env: ShapeEnv, names: DimNames,
                   given: Mapping[str, int | str]) -> dict[str, sympy.Basic]:
     """Each unbacked symbol's expected value as an expression over the backed ``roots`` (see the module docstring)."""
-    by_name = {sympy.Symbol(name, integer=True): sympy.Symbol(symbol, integer=True) for name, symbol in dims.items()}
     backed = [sympy.Symbol(name, integer=True) for name in roots]
     half_of_largest = FloorDiv(Max(*backed), 2) if backed else sympy.Integer(0)
     for name in given:
@@ -158,7 +156,7 @@ def _expectations(unbacked: Sequence[str], roots: Sequence[str], env: ShapeEnv, 
     out: dict[str, sympy.Basic] = {}
     for name in unbacked:
         alike = twins[name]
-        user = next((parse(str(given[n])).xreplace(by_name) for n in [name, *alike] if n in given), None)
+        user = next((names.to_trace(parse(str(given[n]))) for n in [name, *alike] if n in given), None)
         share = next((routed[n] for n in [name, *alike] if n in routed), None)
         out[name] = user if user is not None else share if share is not None else half_of_largest
     return out
@@ -209,23 +207,17 @@ def _normalize(batch_sizes: BatchSizes) -> list[tuple[Any, float]]:
     return out
 
 
-def _batch_symbol(roots: Sequence[str]) -> str:
-    if not roots:
-        raise ValueError("batch_sizes were given but the graph has no symbolic size; trace with a dynamic batch dim")
-    return roots[0]
-
-
 def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[sympy.Basic], label: Mapping[str, int],
-                 dim_names: Mapping[str, str], origins: Mapping[str, tuple[str, str]]) -> None:
+                 names: DimNames, origins: Mapping[str, tuple[str, str]]) -> None:
     values = extend_assignment(point, env.replacements)
     for fact in list(env.facts) + list(env.guards) + list(constraints):
-        names = {s.name for s in fact.free_symbols}
-        if names <= values.keys() and not holds(fact, values):
-            raise ValueError(f"batch point {dict(label)} breaks {fact}; choose batch sizes the guards and constraints accept")
+        if {s.name for s in fact.free_symbols} <= values.keys() and not holds(fact, values):
+            raise ValueError(f"batch point {dict(label)} breaks {names.to_names(fact)}; "
+                             "choose batch sizes the guards and constraints accept")
     for name, value in values.items():
         bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
         if bounds is not None and value not in bounds:
-            shown = f"{dim_names[name]} ({name})" if name in dim_names else name
+            shown = f"{names.name_of(name)} ({name})" if names.name_of(name) != name else name
             origin = origins.get(name, ("", ""))[0 if value < bounds.lo else 1]
             why = f"; that end of the range was set by {origin}" if origin else ""
             raise ValueError(f"batch point {dict(label)} puts {shown}={value} outside its range [{bounds.lo}, {bounds.hi}]{why}. "

@@ -413,9 +413,9 @@ def _alone(problem: Any, group: Any, node: GraphNode, constraint: PlacementConst
         offered = ", ".join(sorted({format_codes(c.outputs[0]) for c in candidates if c.outputs[0] is not None}))
         pruned = "; ".join(f"{s}: {r}" for s, r in problem.pruned.get(node.name, [])[:3])
         refused = "; ".join(constraint.refusals(node, problem.divisibility)) if isinstance(constraint, RequireShard) else ""
-        return PlacementConflict(
+        return PlacementConflict(problem.names.readable(
             f"placement constraint {constraint} conflicts with the strategies of {what}: it may take only {offered}"
-            + (f" (pruned: {pruned})" if pruned else "") + (f"; it may not split {refused}" if refused else ""),
+            + (f" (pruned: {pruned})" if pruned else "") + (f"; it may not split {refused}" if refused else "")),
             (constraint,), node.name)
     leader = problem.graph.nodes[group.root]
     return PlacementConflict(

@@ -37,9 +37,13 @@ The contract (names and meanings the lowering relies on):
   running statistics in training; delivered in the buffer's placement, and written back).
 * Mesh arithmetic: :meth:`Mesh.shard_factor` (into how many pieces a placement splits a dim)
   and :func:`~planner.mesh.as_mesh` (a ``DeviceMesh`` or a tuple of sizes as a ``Mesh``).
-* ``guards`` — torch-syntax conditions over the trace's symbol names that inputs must satisfy
-  for the plan to be valid: the user's constraints (translated to trace symbols) and, under
-  ``divisibility="assume"``, the obligations that were assumed rather than proved.
+* ``trace_guards`` — torch-syntax conditions over the trace's symbol names that inputs must
+  satisfy for the plan to be valid: the user's constraints (translated to trace symbols) and,
+  under ``divisibility="assume"``, the obligations that were assumed rather than proved. The
+  lowering reads these; ``guards`` are the same conditions over the user's ``Dim`` names
+  (``Eq(Mod(batch, 4), 0)``), for people.
+* ``names`` — the :class:`~planner.dim_names.DimNames` of the trace: each ``Dim`` name's
+  trace expression and the batch symbol; every text the plan shows speaks these names.
 * ``proofs`` — one :class:`ShardProof` per (node, dim, mesh axes) the plan shards: the
   symbolic size, the obligation ``Eq(Mod(size, m), 0)`` and how it is justified (a proof's
   method, ``guard``, or ``uneven`` when padding was accepted). The lowering runs an ``uneven``
@@ -60,7 +64,9 @@ JSON (``to_json``/``from_json``) is versioned and deterministic: keys sorted, fl
 by ``repr`` after rounding to 12 significant digits, wall-clock timings left out unless asked
 for, so the same inputs give byte-identical JSON in separate processes. Version 2 added
 ``graph_inputs`` and ``graph_outputs``; version 3, memory as the program's peak, with the batch
-point and node where it is reached; ``from_json`` reads version 3 only.
+point and node where it is reached; version 4, ``trace_guards`` (the guards over trace symbols)
+and ``dim_names`` (the ``Dim`` names and the batch symbol) where ``guards`` and ``dims`` were;
+``from_json`` reads version 4 only.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from planner.dim_names import DimNames
 from planner.mesh import Mesh
 from planner.placements import Placement, Placements, format_placements, parse_placement, parse_placements
 
@@ -98,7 +105,7 @@ __all__ = [
 ]
 
 PLAN_FORMAT = "planner.Plan"
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 
 CollectiveKind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "chunk", "to_partial"]
 InputRole = Literal["input", "param", "buffer", "constant", "tangent"]
@@ -527,14 +534,14 @@ class Plan:
     param_placements: dict[str, Placements]
     input_placements: tuple[Placements | None, ...]
     output_placements: tuple[Placements | None, ...]
-    guards: tuple[str, ...]
+    trace_guards: tuple[str, ...]
     proofs: tuple[ShardProof, ...]
     pruned: tuple[PrunedStrategy, ...]
     decisions: dict[str, Decision]
     cost: CostBreakdown
     batch_costs: tuple[BatchCost, ...]
     stats: SolverStats
-    dims: dict[str, str] = field(default_factory=dict)
+    names: DimNames = field(default_factory=DimNames)
     divisibility: str = "prove"
     graph_inputs: tuple[GraphInput, ...] = ()
     graph_outputs: tuple[GraphOutput | None, ...] = ()
@@ -566,6 +573,11 @@ class Plan:
         return producer_placements
 
     @property
+    def guards(self) -> tuple[str, ...]:
+        """What inputs must satisfy, over the user's ``Dim`` names (``trace_guards`` over the trace's symbols)."""
+        return tuple(self.names.readable(g) for g in self.trace_guards)
+
+    @property
     def worst_regret(self) -> float | None:
         regrets = [b.regret for b in self.batch_costs if b.regret is not None]
         return max(regrets) if regrets else None
@@ -573,11 +585,7 @@ class Plan:
     def readable(self, text: str) -> str:
         """``text`` (a guard, an obligation, a size) with the trace's symbols written as the user's
         ``Dim`` names: ``Eq(Mod(s72, 4), 0)`` reads ``Eq(Mod(batch, 4), 0)``."""
-        names = {symbol: dim for dim, symbol in self.dims.items() if re.fullmatch(r"[A-Za-z_]\w*", symbol)}
-        if not names:
-            return text
-        pattern = re.compile(r"\b(" + "|".join(re.escape(s) for s in sorted(names, key=len, reverse=True)) + r")\b")
-        return pattern.sub(lambda m: names[m.group(1)], text)
+        return self.names.readable(text)
 
     def explain(self, node: str | None = None) -> str:
         """Why ``node`` got its placement: its rule, cost, redistributions, proofs and runners-up.
@@ -693,7 +701,7 @@ class Plan:
             "version": PLAN_VERSION,
             "mesh": self.mesh.to_dict(),
             "divisibility": self.divisibility,
-            "dims": dict(sorted(self.dims.items())),
+            "dim_names": self.names.to_dict(),
             "placements": _placements_map(self.placements),
             "tuple_placements": {k: [format_placements(p) for p in v] for k, v in sorted(self.tuple_placements.items())},
             "redistributions": [r.to_dict() for r in self.redistributions],
@@ -702,7 +710,7 @@ class Plan:
             "output_placements": [format_placements(p) for p in self.output_placements],
             "graph_inputs": [i.to_dict() for i in self.graph_inputs],
             "graph_outputs": [None if o is None else o.to_dict() for o in self.graph_outputs],
-            "guards": list(self.guards),
+            "trace_guards": list(self.trace_guards),
             "runtime_asserts": list(self.runtime_asserts),
             "shared_layers": self.shared_layers,
             "proofs": [p.to_dict() for p in self.proofs],
@@ -739,14 +747,14 @@ class Plan:
             param_placements=pmap(d["param_placements"]),
             input_placements=tuple(parse_placements(p) for p in d["input_placements"]),
             output_placements=tuple(parse_placements(p) for p in d["output_placements"]),
-            guards=tuple(d["guards"]),
+            trace_guards=tuple(d["trace_guards"]),
             proofs=tuple(ShardProof.from_dict(p) for p in d["proofs"]),
             pruned=tuple(PrunedStrategy.from_dict(p) for p in d["pruned"]),
             decisions={x.node: x for x in decisions},
             cost=CostBreakdown.from_dict(d["cost"]),
             batch_costs=tuple(BatchCost.from_dict(b) for b in d["batch_costs"]),
             stats=SolverStats.from_dict(d["stats"]),
-            dims=dict(d["dims"]),
+            names=DimNames.from_dict(d["dim_names"]),
             divisibility=d["divisibility"],
             graph_inputs=tuple(GraphInput.from_dict(i) for i in d["graph_inputs"]),
             graph_outputs=tuple(None if o is None else GraphOutput.from_dict(o) for o in d["graph_outputs"]),

@@ -16,11 +16,11 @@ from typing import Any
 
 from planner.batches import BatchSizes
 
-__all__ = ["largest_sizes", "covering_inputs"]
+__all__ = ["largest_sizes", "covering_inputs", "batch_dim"]
 
 
 def largest_sizes(batch_sizes: BatchSizes, first_dim: str | None) -> dict[str, int]:
-    """The largest value ``batch_sizes`` gives each ``Dim`` name (plain ints bind ``first_dim``)."""
+    """The largest value ``batch_sizes`` gives each ``Dim`` name (plain ints bind ``first_dim``, the batch Dim)."""
     if batch_sizes is None:
         return {}
     items = list(batch_sizes.keys()) if isinstance(batch_sizes, Mapping) else list(batch_sizes)
@@ -40,8 +40,7 @@ def covering_inputs(model: Any, example_inputs: Sequence[Any], dynamic_shapes: A
     """``example_inputs`` with every plain ``Dim``'s size set to the largest in ``batch_sizes``,
     and the sizes changed (``Dim`` name → size traced at)."""
     specs = _input_specs(model, example_inputs, dynamic_shapes)
-    first_dim = next((d.__name__ for spec in specs for _, d in sorted(_dims_of(spec).items())), None)
-    wanted = largest_sizes(batch_sizes, first_dim)
+    wanted = largest_sizes(batch_sizes, _batch_dim(specs))
     inputs, changed = list(example_inputs), {}
     for k, spec in enumerate(specs):
         tensor = inputs[k]
@@ -60,6 +59,23 @@ def covering_inputs(model: Any, example_inputs: Sequence[Any], dynamic_shapes: A
     return tuple(inputs), changed
 
 
+def batch_dim(model: Any, example_inputs: Sequence[Any], dynamic_shapes: Any) -> str | None:
+    """The name of the batch ``Dim``, whose symbol plain ints in ``batch_sizes`` bind: the ``Dim``
+    of the first dynamic dim of the first input that has one (a derived ``Dim``'s root)."""
+    return _batch_dim(_input_specs(model, example_inputs, dynamic_shapes))
+
+
+def _batch_dim(specs: Sequence[Any]) -> str | None:
+    for spec in specs:
+        found = _dims_of(spec, derived=True)
+        if found:
+            dim = found[min(found)]
+            while hasattr(dim, "root"):
+                dim = dim.root
+            return dim.__name__
+    return None
+
+
 def _input_specs(model: Any, example_inputs: Sequence[Any], dynamic_shapes: Any) -> list[Any]:
     """One ``dynamic_shapes`` entry per example input (None where it has none)."""
     if isinstance(dynamic_shapes, (list, tuple)):
@@ -73,12 +89,12 @@ def _input_specs(model: Any, example_inputs: Sequence[Any], dynamic_shapes: Any)
     return [None] * len(example_inputs)
 
 
-def _dims_of(spec: Any) -> dict[int, Any]:
-    """Tensor dim → plain ``Dim`` in one input's spec (a mapping or a per-dim sequence)."""
+def _dims_of(spec: Any, *, derived: bool = False) -> dict[int, Any]:
+    """Tensor dim → plain ``Dim`` (``derived``: or derived one) in one input's spec (a mapping or a per-dim sequence)."""
     from torch.export import Dim
 
     pairs = spec.items() if isinstance(spec, Mapping) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
-    return {axis: d for axis, d in pairs if type(d) is Dim}
+    return {axis: d for axis, d in pairs if type(d) is Dim or (derived and isinstance(d, Dim))}
 
 
 def _within(dim: Any, size: int) -> bool:

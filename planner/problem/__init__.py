@@ -34,13 +34,12 @@ answers (:mod:`planner.problem.model`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
-
-import sympy
+from collections.abc import Sequence
 
 from planner.batches import BatchPoints
 from planner.clustering import node_signature
 from planner.cost import CostModel
+from planner.dim_names import DimNames
 from planner.divisibility import Divisibility
 from planner.graph import PlanGraph
 from planner.mesh import Mesh
@@ -67,15 +66,18 @@ def build_problem(
     merge_followers: bool = True,
     replicate_outputs: bool = False,
     placement_constraints: Sequence[PlacementConstraint] = (),
-    dims: Mapping[str, str | sympy.Basic] | None = None,
+    names: DimNames | None = None,
 ) -> Problem:
     """Candidates, groups and edges for ``graph`` (see the module docstring); ``placement_constraints``
-    (their ``Dim`` names resolved through ``dims``) remove the choices that break them."""
+    (their ``Dim`` names resolved through ``names``, a data-dependent size by its own name) remove
+    the choices that break them."""
     liveness = Liveness.of(graph)
-    problem = Problem(graph, mesh, points, cost_model, divisibility, graph.is_training(), liveness)
+    names = names or DimNames()
+    problem = Problem(graph, mesh, points, cost_model, divisibility, graph.is_training(), liveness, names)
     env = divisibility.env
     data_dependent = frozenset(n for n, s in env.symbols.items() if s.kind == "unbacked") if env is not None else frozenset()
-    found = constrained_nodes(list(graph), placement_constraints, mesh, dims or {}, data_dependent)
+    dims = {**{name: name for name in sorted(data_dependent)}, **names.exprs}
+    found = constrained_nodes(list(graph), placement_constraints, mesh, dims, data_dependent)
     problem.constrained = {name for name, ks in found.items()
                            if any(placement_constraints[k].own_decision(graph.nodes[name], graph) for k in ks)}
     signatures = {node.name: node_signature(node, graph, liveness.holds(node.name)) + found.get(node.name, ())

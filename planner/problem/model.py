@@ -22,6 +22,7 @@ import numpy as np
 
 from planner.batches import BatchPoints
 from planner.cost import CostModel, LocalTensor
+from planner.dim_names import DimNames
 from planner.divisibility import Divisibility, Verdict
 from planner.graph import PlanGraph, TensorMeta
 from planner.mesh import Mesh
@@ -135,6 +136,8 @@ class Problem:
     divisibility: Divisibility
     training: bool
     liveness: Liveness
+    names: DimNames = field(default_factory=DimNames)
+    """The trace's ``Dim`` names, which messages speak."""
     candidates: dict[str, list[Candidate]] = field(default_factory=dict)
     pruned: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     group_of: dict[str, int] = field(default_factory=dict)

@@ -34,7 +34,7 @@ def handmade_plan(gm, mesh: Mesh, placements: Mapping[str, str], *, redistributi
     return Plan(
         mesh=mesh, placements=parsed, tuple_placements={}, redistributions=moves, param_placements={},
         input_placements=tuple(None if name is None else parsed.get(name) for name in graph.inputs),
-        output_placements=tuple(parse_placements(t) for t in outputs), guards=tuple(guards), proofs=(),
+        output_placements=tuple(parse_placements(t) for t in outputs), trace_guards=tuple(guards), proofs=(),
         pruned=(), decisions={}, cost=CostBreakdown(), graph_inputs=input_roles(graph), graph_outputs=output_roles(graph),
         batch_costs=(), stats=SolverStats(solver="handmade", objective_kind="expected", status="optimal", graph_nodes=0,
                                           decision_nodes=0, variables=0, constraints=0, objective=0.0, bound=None,

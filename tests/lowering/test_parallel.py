@@ -501,7 +501,7 @@ def test_the_graph_lowered_is_traced_at_the_largest_batch_size_and_serves_the_ot
     model = MLP()
     pm = ParallelModule(model, (torch.randn(3, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(1,),
                         batch_sizes=[3, 13])
-    assert pm.env.hints[pm.plan.dims["batch"]] == 13  # the planner's trace, covering both sizes
+    assert pm.env.hints[pm.plan.names.symbols["batch"]] == 13  # the planner's trace, covering both sizes
     for batch in (3, 13, 8):
         x = torch.randn(batch, 32)
         assert _relative_error(pm(x).full_tensor(), model(x)) < 1e-4

@@ -30,8 +30,8 @@ def _plan(trace, **options):
 
 def test_constraints_are_translated_to_trace_symbols(mlp_trace):
     plan = _plan(mlp_trace, batch_sizes=[8, 4096])
-    symbol = plan.dims["batch"]
-    assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)
+    symbol = plan.names.symbols["batch"]
+    assert plan.trace_guards == (f"Eq(Mod({symbol}, 4), 0)",) and plan.guards == ("Eq(Mod(batch, 4), 0)",)
     assert [b.values for b in plan.batch_costs] == [{"batch": 8}, {"batch": 4096}]
     assert set(plan.param_placements) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
     assert len(plan.input_placements) == 1 and len(plan.output_placements) == 1
@@ -41,7 +41,7 @@ def test_planning_under_constraints_leaves_the_callers_env_as_it_was(mlp_trace):
     before = mlp_trace.env.to_json()
     plan = _plan(mlp_trace, constraints=["Eq(Mod(batch, 8), 0)"], batch_sizes=[8, 64])
     assert plan.guards and mlp_trace.env.to_json() == before
-    assert not mlp_trace.env.statically_known_true(f"Eq(Mod({plan.dims['batch']}, 8), 0)")
+    assert not mlp_trace.env.statically_known_true(f"Eq(Mod({plan.names.symbols['batch']}, 8), 0)")
 
 
 def test_weighted_batch_sizes(mlp_trace):
@@ -127,14 +127,36 @@ def test_custom_strategy_provider_is_asked_first(mlp_trace):
     assert linear and all(d.provider == "rows-only" and d.rule == "rows" for d in linear)
 
 
+def test_a_divisibility_constraint_guards_the_plan_in_dim_names_and_the_names_travel_through_json():
+    model, x = on_meta(MLP, 64, 256), torch.randn(16, 64, device="meta")
+    plan = planner.plan_module(model, (x,), dynamic_shapes={"x": {0: Dim("batch")}}, mesh=Mesh((4,)),
+                               constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64],
+                               placement_constraints=[planner.Pin("inputs", "S(0)")])
+    symbol = plan.names.batch
+    assert plan.names.symbols == {"batch": symbol} and symbol.startswith("s")
+    assert plan.guards == ("Eq(Mod(batch, 4), 0)",)  # the split of the batch relies on it
+    assert plan.trace_guards == (f"Eq(Mod({symbol}, 4), 0)",)  # what the lowering checks
+    assert "guards: Eq(Mod(batch, 4), 0)" in str(plan)
+    again = planner.Plan.from_json(plan.to_json())
+    assert again.names == plan.names and again.guards == plan.guards and again.trace_guards == plan.trace_guards
+
+
+def test_the_batch_symbol_is_the_root_of_the_first_inputs_dim_even_a_derived_one():
+    model, batch = on_meta(MLP, 64, 256), Dim("batch")
+    traced = planner.trace_module(model, (torch.randn(32, 64, device="meta"),), dynamic_shapes={"x": {0: 8 * batch}})
+    assert traced.names.batch == traced.traced.dims["batch"]
+    plan = traced.plan(Mesh((2,)))
+    assert plan.names.batch == traced.names.batch and plan.batch_costs[0].values == {"batch": 4}
+
+
 def test_derived_dims_and_constraints_over_the_root_dim():
     model = on_meta(MLP, 64, 256)
     batch = Dim("batch")
     x = torch.randn(32, 64, device="meta")
     plan = planner.plan_module(model, (x,), dynamic_shapes={"x": {0: 8 * batch}}, mesh=Mesh((8,)),
                                constraints=["batch <= 1024"], batch_sizes=[{"batch": 2}, {"batch": 512}])
-    symbol = plan.dims["batch"]
-    assert plan.guards == (f"{symbol} <= 1024",)
+    symbol = plan.names.symbols["batch"]
+    assert plan.trace_guards == (f"{symbol} <= 1024",) and plan.guards == ("batch <= 1024",)
     rows = [p for p in plan.proofs if p.dim == 0 and symbol in p.size]
     assert rows and all(p.status == "proved" for p in rows)  # 8*batch always splits 8 ways
     with pytest.raises(ValueError, match="breaks"):
@@ -189,9 +211,9 @@ def test_trace_module_checks_the_options_traces_at_the_largest_batch_size_and_pl
 
 def test_plans_read_with_the_users_dim_names(mlp_trace):
     plan = _plan(mlp_trace, placement_constraints=[planner.Pin("inputs", "S(0)")], batch_sizes=[8, 64])
-    symbol = plan.dims["batch"]
-    assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract: the trace's symbols
-    assert plan.readable(plan.guards[0]) == "Eq(Mod(batch, 4), 0)"
+    symbol = plan.names.symbols["batch"]
+    assert plan.trace_guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract: the trace's symbols
+    assert plan.guards == ("Eq(Mod(batch, 4), 0)",) and plan.readable(plan.trace_guards[0]) == plan.guards[0]
     summary, node = str(plan), plan.explain("x")
     assert "guards: Eq(Mod(batch, 4), 0)" in summary and "inputs: 0: S(0)" in summary and "at batch=64" in summary
     assert "dim 0 (size batch) split over axis0: Eq(Mod(batch, 4), 0) proved" in node

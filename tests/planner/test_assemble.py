@@ -8,6 +8,7 @@ import pytest
 
 from planner import PlanOptions
 from planner.assemble import assemble_plan
+from planner.dim_names import DimNames
 from planner.ilp import IlpModel, Optimum
 from planner.placements import decode, decode_one, encode
 from planner.problem import MEMORY_PARTS
@@ -16,7 +17,7 @@ from planner.problem import MEMORY_PARTS
 def _assembled(problem, *, optima=None, constraints=("Eq(Mod(s0, 4), 0)",), **options):
     solution = IlpModel(problem, memory_budget=options.get("memory_budget")).solve(problem.points.weights)
     plan = assemble_plan(problem, solution, options=PlanOptions(**options), optima=optima, constraints=list(constraints),
-                         dims={"batch": "s0"})
+                         names=DimNames.of({"batch": "s0"}, batch="s0"))
     return solution, plan
 
 
@@ -85,7 +86,8 @@ def test_every_split_dim_has_a_proof_and_the_guards_are_the_constraints(training
         for placement in r.dst:
             if placement.is_shard():
                 assert (f"{r.consumer}[{r.operand}]", placement.dim) in proved
-    assert all(p.status == "proved" for p in plan.proofs) and plan.guards == ("Eq(Mod(s0, 4), 0)",)
+    assert all(p.status == "proved" for p in plan.proofs) and plan.trace_guards == ("Eq(Mod(s0, 4), 0)",)
+    assert plan.guards == ("Eq(Mod(batch, 4), 0)",)  # the same guard, over the Dim name
 
 
 def test_alternatives_are_the_cheapest_switches_of_that_decision_alone_at_their_true_cost(tiny_mlp):

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.batches import BatchPoints
+from planner.dim_names import DimNames
 from shapecore import ShapeEnv, parse
 from shapecore.torch import trace_make_fx
 
@@ -25,7 +26,7 @@ def test_a_batch_point_outside_the_traced_range_names_the_guard_and_line_that_se
     lower, upper = traced.range_origins[symbol]
     assert f"{symbol} < 16" in upper and "_small_batch_branch" in upper
     with pytest.raises(ValueError) as info:
-        BatchPoints.build([8, 64], traced.env, [symbol], {"batch": symbol}, symbol, [parse(f"{symbol} >= 1")],
+        BatchPoints.build([8, 64], traced.env, [symbol], DimNames.of({"batch": symbol}, batch=symbol), [parse(f"{symbol} >= 1")],
                           origins=traced.range_origins)
     message = str(info.value)
     assert f"puts batch ({symbol})=64 outside its range [2, 15]" in message
@@ -42,8 +43,8 @@ def _env() -> ShapeEnv:
     return env
 
 
-def _build(batch_sizes, *, constraints=(), batch_symbol=None) -> BatchPoints:
-    return BatchPoints.build(batch_sizes, _env(), ["s0", "s1", "s2"], {"batch": "s0"}, batch_symbol,
+def _build(batch_sizes, *, constraints=(), batch_symbol="s0") -> BatchPoints:
+    return BatchPoints.build(batch_sizes, _env(), ["s0", "s1", "s2"], DimNames.of({"batch": "s0"}, batch=batch_symbol),
                              [parse(c) for c in constraints])
 
 
@@ -81,7 +82,7 @@ def test_weights_are_normalized_and_sizes_follow_the_replacements(weighted):
 
 
 @pytest.mark.parametrize("batch_sizes, constraints, error, message", [
-    ([6], ["Eq(Mod(s0, 4), 0)"], ValueError, r"batch point \{'batch': 6\} breaks Eq\(Mod\(s0, 4\), 0\)"),
+    ([6], ["Eq(Mod(s0, 4), 0)"], ValueError, r"batch point \{'batch': 6\} breaks Eq\(Mod\(batch, 4\), 0\)"),  # in Dim names
     ([{"s1": 8}], [], ValueError, r"batch point \{'s1': 8\} breaks s1 >= 16"),
     ([2048], [], ValueError, r"puts batch \(s0\)=2048 outside its range \[2, 1024\]\. The trace holds only there"),
     ([{"seq": 8}], [], ValueError, r"names 'seq', which is neither a Dim name \(batch\) nor a symbol of the trace \(s0, s1, s2\)"),
@@ -98,7 +99,7 @@ def test_points_that_cannot_be_costed_are_refused_naming_them(batch_sizes, const
 
 def test_ints_need_a_symbolic_size_to_bind():
     with pytest.raises(ValueError, match="the graph has no symbolic size; trace with a dynamic batch dim"):
-        BatchPoints.build([8], ShapeEnv(), [], {}, None)
+        BatchPoints.build([8], ShapeEnv(), [], DimNames())
 
 
 def test_the_default_expectation_of_a_data_dependent_size_is_recorded_as_an_expression_that_reads_back():
@@ -106,10 +107,10 @@ def test_the_default_expectation_of_a_data_dependent_size_is_recorded_as_an_expr
     env.create_symbol(8, name="s0")
     env.create_symbol(6, name="s1")
     env.create_unbacked_symbol(name="u0", min=0, max=1024)
-    dims = {"batch": "s0", "seq": "s1"}
-    points = BatchPoints.build([{"batch": 10, "seq": 4}, {"batch": 3, "seq": 9}], env, ["s0", "s1", "u0"], dims, None)
+    dims = DimNames.of({"batch": "s0", "seq": "s1"})
+    points = BatchPoints.build([{"batch": 10, "seq": 4}, {"batch": 3, "seq": 9}], env, ["s0", "s1", "u0"], dims)
     assert points.unbacked == {"u0": "(max(batch, seq)) // 2"}  # half of the largest size, over the Dim names
     assert [v["u0"] for v in points.values] == [5, 4]
-    again = BatchPoints.build([{"batch": 10, "seq": 4}, {"batch": 3, "seq": 9}], env, ["s0", "s1", "u0"], dims, None,
+    again = BatchPoints.build([{"batch": 10, "seq": 4}, {"batch": 3, "seq": 9}], env, ["s0", "s1", "u0"], dims,
                               unbacked_sizes=points.unbacked)
     assert again.values == points.values

@@ -119,7 +119,7 @@ def test_tokens_shard_eight_ways_only_when_shapecore_proves_it():
 
 def test_assume_keeps_unknown_shardings_and_guards_them():
     plan = _tokens_plan([], divisibility="assume", batch_sizes=[{"b": 64, "s": 64}])
-    guards = set(plan.guards)
+    guards = set(plan.trace_guards)
     for proof in plan.proofs:
         if proof.status == "guard":
             assert proof.obligation in guards

@@ -71,8 +71,9 @@ def test_summary_table_and_explanations(plan_json):
     memory = plan.cost.memory  # the peak: where it is reached, and what the storages live there hold
     assert memory.point == {"batch": 64} and memory.node in plan.decisions and memory.optimizer == 2 * memory.parameters
     assert f"memory: {format_bytes(memory.total)} per device at batch=64, node {memory.node} (" in summary
-    symbol = plan.dims["batch"]
-    assert plan.guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract keeps the trace's symbols
+    symbol = plan.names.symbols["batch"]
+    assert plan.trace_guards == (f"Eq(Mod({symbol}, 4), 0)",)  # the contract keeps the trace's symbols
+    assert plan.guards == ("Eq(Mod(batch, 4), 0)",) and plan.names.batch == symbol
     assert symbol not in summary.replace("_", " ").split()
     assert len(summary.splitlines()) < len(plan.decisions)  # the per-node table is explain()'s
     table = plan.explain()

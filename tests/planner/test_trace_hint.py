@@ -6,7 +6,7 @@ import torch
 from torch.export import Dim
 
 import planner
-from planner.trace_hint import covering_inputs, largest_sizes
+from planner.trace_hint import batch_dim, covering_inputs, largest_sizes
 from tests.planner.models import SmallCNN
 
 
@@ -26,6 +26,15 @@ def test_covering_inputs_repeat_the_example_rows_along_each_dim():
     assert torch.equal(other, torch.ones(3))
     bounded, changed = covering_inputs(torch.nn.Identity(), (x,), {"input": {0: Dim("batch", max=5)}}, [7])
     assert changed == {} and bounded[0] is x  # a size the Dim does not allow is left to the batch-point check
+
+
+def test_plain_ints_bind_the_first_inputs_first_dim_even_a_derived_one_as_the_plan_does():
+    batch, seq, x, y = Dim("batch"), Dim("seq"), torch.ones(16, 2), torch.ones(3, 2)
+    assert batch_dim(torch.nn.Identity(), (x, y), ({0: 8 * batch}, {0: seq})) == "batch"  # was seq, unlike the plan
+    assert batch_dim(torch.nn.Identity(), (x, y), (None, {1: seq, 0: batch})) == "batch"
+    assert batch_dim(torch.nn.Identity(), (x,), None) is None
+    (kept, grown), changed = covering_inputs(torch.nn.Identity(), (x, y), ({0: 8 * batch}, {0: seq}), [2, 4])
+    assert changed == {} and kept is x and grown is y  # 4 is a batch, not a seq
 
 
 def test_training_a_conv_net_traced_at_batch_8_plans_batch_sizes_past_16():
