@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from planner.dim_names import DimNames
 from planner.graph import input_roles, output_roles
 from planner.ilp import Optimum, Solution
