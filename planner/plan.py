@@ -733,7 +733,8 @@ class Plan:
         if d.get("format") != PLAN_FORMAT:
             raise ValueError(f"not a plan document (format {d.get('format')!r}, expected {PLAN_FORMAT!r})")
         if d.get("version") != PLAN_VERSION:
-            raise ValueError(f"plan JSON version {d.get('version')!r} is not supported; this planner reads version {PLAN_VERSION}")
+            raise ValueError(f"plan JSON version {d.get('version')!r} is not supported; this planner reads version {PLAN_VERSION}: "
+                             "plan the model again with this version to write one")
 
         def pmap(m: Mapping[str, str]) -> dict[str, Placements]:
             return {k: parse_placements(v) for k, v in m.items()}  # type: ignore[misc]
