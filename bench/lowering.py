@@ -60,8 +60,8 @@ def _rank(rank: int, plan_json: str, batch_sizes: list[int], steps: int, blocks:
     for name, dynamic in (("dynamic", True), ("specialized", False)):
         dist.barrier()
         start = time.perf_counter()
-        pm = ParallelModule(model, example, dynamic_shapes=dynamic_shapes(), mesh=(2, 2), plan=plan, dynamic=dynamic,
-                            batch_sizes=batch_sizes)  # traced where plan_decoder traced
+        pm = ParallelModule(model, example, dynamic_shapes=dynamic_shapes(), mesh=(2, 2), plan=plan,
+                            dynamic=dynamic)  # traced where plan_decoder traced (plan.trace_sizes)
         for batch in batch_sizes:  # first call at each size: compiles what the variant needs
             out = pm(*pm.shard_inputs(tokens(batch))).full_tensor()
             with torch.no_grad():

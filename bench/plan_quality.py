@@ -57,7 +57,6 @@ from planner.assemble import _describe, assemble_plan  # noqa: E402
 from planner.graph import input_roles  # noqa: E402
 from planner.ilp import IlpModel  # noqa: E402
 from planner.placements import Replicate, Shard, decode  # noqa: E402
-from shapecore.torch import trace_for_planning  # noqa: E402
 from tests.planner.models import MLP, Decoder, GroupedQueryAttention  # noqa: E402
 
 R = Replicate()
@@ -114,10 +113,10 @@ HAND = ("replicate", "data parallel", "megatron", "fully sharded")
 def _contenders(case: Case, n: int, hardware: Hardware, runners_up: int) -> list[tuple[str, Plan]]:
     """(name, plan) for the planner's plan, the hand-written plans and the runners-up, distinct plans only."""
     model, x = case.build()
-    traced = trace_for_planning(model, (x,), dynamic_shapes=case.dynamic_shapes)
     options = PlanOptions(hardware=hardware, batch_sizes=[x.shape[0]], constraints=[f"Eq(Mod(batch, {n}), 0)"])
-    graph = traced.exported if traced.exported is not None else traced.graph_module
-    prepared = prepare(graph, Mesh((n,)), shape_env=traced.env, dims=traced.dim_exprs, options=options)
+    traced = planner.trace_module(model, (x,), dynamic_shapes=case.dynamic_shapes, options=options)
+    prepared = prepare(traced.graph, Mesh((n,)), shape_env=traced.traced.env, dims=traced.names,
+                       range_origins=traced.traced.range_origins, options=options)
     problem = prepared.problem
     ilp = IlpModel(problem)
     weights = problem.points.weights

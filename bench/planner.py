@@ -6,8 +6,9 @@ costs no memory. The batch is dynamic (``Eq(Mod(batch, 8), 0)``) and costed at b
 {8, 64, 512}. For every case (layers × forward/training × mesh) the script prints:
 
 * graph nodes, one-hot decisions after clustering, ILP variables and constraints;
-* build seconds (read graph, decide obligations, build the problem and the ILP; tracing is
-  excluded and reported per trace), the seconds to bound each batch size's optimum (LP
+* build seconds (read graph, decide obligations, build the problem and the ILP; tracing, through
+  ``planner.trace_module`` at the largest batch size as ``plan_module`` traces, is excluded and
+  reported per trace), the seconds to bound each batch size's optimum (LP
   relaxation, what ``regret="bound"`` does) and to solve it exactly (``regret="exact"``);
 * for each objective (``expected``, ``regret``, ``worst-regret``): solve seconds and the
   worst regret across the batch sizes against the exact optima; for ``regret`` also the
@@ -61,7 +62,6 @@ from planner import Mesh, PlanOptions  # noqa: E402
 from planner.api import prepare  # noqa: E402
 from planner.greedy import GreedyModel  # noqa: E402
 from planner.ilp import IlpModel, solve_mean_regret  # noqa: E402
-from shapecore.torch import trace_for_planning  # noqa: E402
 
 SEQ = 2048
 
@@ -149,21 +149,24 @@ PEER_MODELS = {"8b": {"dim": 4096, "n_heads": 32, "multiple_of": 1024}, "70b": {
 """The peer's ``TransformerModelArgs`` per model, the same dims (its FFN: 14336 and 28672)."""
 
 
-def _trace(layers: int, training: bool):
+def _trace(layers: int, training: bool, options: PlanOptions) -> tuple[planner.ModuleTrace, float]:
+    """The decoder traced as ``plan_module`` traces it (:func:`planner.trace_module`, at the largest
+    batch size costed), and the seconds that took."""
     with torch.device("meta"):
         model = Llama(layers).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
     start = time.perf_counter()
-    traced = trace_for_planning(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=training)
-    graph = traced.exported if traced.exported is not None else traced.graph_module
-    return graph, traced.env, traced.dim_exprs, time.perf_counter() - start
+    traced = planner.trace_module(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=training,
+                                  options=options)
+    return traced, time.perf_counter() - start
 
 
-def _solve(graph, env, dims, mesh: Mesh, options: PlanOptions) -> dict:
+def _solve(traced: planner.ModuleTrace, mesh: Mesh, options: PlanOptions) -> dict:
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        prepared = prepare(graph, mesh, shape_env=env, dims=dims, options=options)
+        prepared = prepare(traced.graph, mesh, shape_env=traced.traced.env, dims=traced.names,
+                           range_origins=traced.traced.range_origins, options=options)
     problem = prepared.problem
     model = IlpModel(problem)
     build = time.perf_counter() - start
@@ -177,8 +180,8 @@ def _timed(fn):
     return value, time.perf_counter() - start
 
 
-def run_case(graph, env, dims, mesh: Mesh, options: PlanOptions, args) -> dict:
-    ours = _solve(graph, env, dims, mesh, options)
+def run_case(traced: planner.ModuleTrace, mesh: Mesh, options: PlanOptions, args) -> dict:
+    ours = _solve(traced, mesh, options)
     problem, model, expected = ours["problem"], ours["model"], ours["solution"]
     weights = problem.points.weights
     eye = np.eye(len(weights))
@@ -194,7 +197,8 @@ def run_case(graph, env, dims, mesh: Mesh, options: PlanOptions, args) -> dict:
     greedy = GreedyModel(problem).solve(weights)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan, plan_s = _timed(lambda: planner.plan(graph, mesh, shape_env=env, dims=dims, options=options, objective="regret"))
+        for_regret = dataclasses.replace(traced, options=dataclasses.replace(options, objective="regret"))
+        plan, plan_s = _timed(lambda: for_regret.plan(mesh))
     row = {
         "nodes": problem.graph.fx_node_count,
         "decisions": len(problem.groups),
@@ -222,7 +226,7 @@ def run_case(graph, env, dims, mesh: Mesh, options: PlanOptions, args) -> dict:
         "greedy_over_ilp": greedy.objective / expected.objective,
     }
     if args.peer_unclustered:
-        flat = _solve(graph, env, dims, mesh, dataclasses.replace(options, cluster=False, merge_followers=False))
+        flat = _solve(traced, mesh, dataclasses.replace(options, cluster=False, merge_followers=False))
         row["unclustered_build_s"] = flat["build"]
         row["unclustered_solve_s"] = flat["solution"].solve_seconds
         row["unclustered_variables"] = flat["solution"].variables
@@ -388,10 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     print(header, flush=True)
     for mode in args.modes:
         for layers in args.layers:
-            graph, env, dims, trace_s = _trace(layers, mode == "training")
+            traced, trace_s = _trace(layers, mode == "training", options)
             print(f"# traced {mode} L={layers} in {trace_s:.1f} s (not included below)", flush=True)
             for text in args.meshes:
-                row = run_case(graph, env, dims, _mesh(text), options, args)
+                row = run_case(traced, _mesh(text), options, args)
                 row.update(mode=mode, layers=layers, mesh=text, trace_s=trace_s)
                 rows.append(row)
                 line = (f"{mode:8} {layers:>2} {text:6} {row['nodes']:>6} {row['decisions']:>4} {row['variables']:>7} "

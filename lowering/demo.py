@@ -122,7 +122,7 @@ def dynamic_shapes() -> Any:
 
 def plan_decoder(batch_sizes: Sequence[int]) -> Any:
     """Trace :func:`decoder` and plan it on a (2, 2) mesh under :data:`CONSTRAINT` and :data:`MEMORY_BUDGET`
-    (traced at the largest of ``batch_sizes``: lower it with ``batch_sizes=`` to lower the graph planned)."""
+    (traced at the largest of ``batch_sizes``, which the plan records: ``ParallelModule(plan=...)`` traces there)."""
     import planner
 
     options = planner.PlanOptions(constraints=[CONSTRAINT], memory_budget=MEMORY_BUDGET, batch_sizes=list(batch_sizes),
@@ -176,7 +176,7 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int, tra
     progress = _Progress() if rank == 0 else None
     try:
         pm = ParallelModule(model, (tokens(batch_sizes[0]),), dynamic_shapes=dynamic_shapes(), mesh=(2, 2),
-                            plan=Plan.from_json(plan_json), batch_sizes=list(batch_sizes), progress=progress)
+                            plan=Plan.from_json(plan_json), progress=progress)
     finally:
         if progress is not None:
             progress.stop.set()

@@ -15,8 +15,10 @@ CUDA model on gloo or a CPU model on NCCL, is refused first, naming both devices
    for, and the lowering reads nothing else of the example but its structure and static
    sizes (which the growing keeps) and the hints, which only seed the local symbols' fake
    sizes (Inductor compiles size-obliviously, and what it assumes is checked at every call).
-   With ``plan=`` the trace is taken the same way: pass the ``batch_sizes`` the plan was made
-   with (``plan_module`` traced at their largest) to lower the graph it was made from;
+   With ``plan=`` the trace is taken at the sizes the plan records it was traced at
+   (:attr:`planner.Plan.trace_sizes`), so the graph lowered is the one it was made from
+   whatever ``batch_sizes`` are passed (a plan made by hand, which records none, is traced as
+   above);
 2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
    error is raised as itself on every rank); ``plan=`` skips planning;
 3. :func:`~lowering.lower.lower` the plan, and register the model's parameters and buffers
@@ -277,7 +279,8 @@ class ParallelModule(nn.Module):
     labels as replicated and lets DTensor compute the loss on the output's pieces. ``options`` (a
     :class:`planner.PlanOptions`) and ``plan_options`` (its fields: ``constraints``, ``batch_sizes``,
     ``hardware``, ``memory_budget`` …) are :func:`planner.plan`'s, checked before the model is
-    touched; ``dims`` names sizes for them beside the ``Dim`` names; ``plan`` skips planning;
+    touched; ``dims`` names sizes for them beside the ``Dim`` names; ``plan`` skips planning (the model is
+    traced at the sizes the plan was traced at, :attr:`planner.Plan.trace_sizes`);
     ``dynamic=False`` compiles a program specialized to each distinct set of sizes instead (the
     peer for benchmarks); ``share_layers`` is :func:`shapecore.torch.trace_for_planning`'s (a
     training trace takes a run of repeated blocks once when checked sound: the same graph, in a
@@ -306,7 +309,7 @@ class ParallelModule(nn.Module):
         self.global_outputs = global_outputs
         traced = _together("tracing", lambda: trace_module(
             model, _on_model_device(model, example_inputs), dynamic_shapes=dynamic_shapes, training=training,
-            share_layers=share_layers, options=checked))
+            share_layers=share_layers, options=checked, trace_sizes=plan.trace_sizes if plan is not None else None))
         gm, exported, self.env = traced.traced.graph_module, traced.traced.exported, traced.traced.env
         self._hidden = (model, gm)  # not submodules: their tensors are not this module's
         clock = self._phase("trace", clock)

@@ -256,6 +256,7 @@ def trace_module(
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
     caller: str = "trace_module",
+    trace_sizes: Mapping[str, int] | None = None,
     **keywords: Any,
 ) -> ModuleTrace:
     """Check the plan options, then trace ``model`` for planning: the one way into planning from a module.
@@ -264,11 +265,14 @@ def trace_module(
     unknown keyword is a TypeError naming it as an argument of ``caller``). The trace is taken
     at the largest ``batch_sizes`` value of each ``Dim`` (:mod:`planner.trace_hint`), so the
     guards torch records there hold at the sizes the plan is costed for; its hints are those
-    sizes. Dynamic dims come only from ``dynamic_shapes``; ``training`` and ``share_layers``
-    are :func:`shapecore.torch.trace_for_planning`'s. ``progress`` hears one line before the trace.
+    sizes. ``trace_sizes`` (``Dim`` name → size; a plan's :attr:`~planner.plan.Plan.trace_sizes`)
+    traces at those sizes instead, so the graph is the one that plan was made from. Dynamic dims
+    come only from ``dynamic_shapes``; ``training`` and ``share_layers`` are
+    :func:`shapecore.torch.trace_for_planning`'s. ``progress`` hears one line before the trace.
     """
     options = options_from(options, keywords, caller=caller)
-    inputs, traced_at = covering_inputs(model, example_inputs, dynamic_shapes, options.batch_sizes)
+    covered = [dict(trace_sizes)] if trace_sizes else options.batch_sizes
+    inputs, traced_at = covering_inputs(model, example_inputs, dynamic_shapes, covered)
     if progress:
         at = ", ".join(f"{name}={size}" for name, size in traced_at.items())
         progress("tracing" + (" forward and backward" if training else "") + (f" at {at}" if at else ""))

@@ -151,6 +151,7 @@ def assemble_plan(
         batch_costs=batch_costs,
         stats=stats,
         names=names,
+        trace_sizes={name: graph.hints[symbol] for name, symbol in names.symbols.items() if symbol in graph.hints},
         divisibility=problem.divisibility.policy,
         graph_inputs=input_roles(graph),
         graph_outputs=output_roles(graph),

@@ -44,6 +44,10 @@ The contract (names and meanings the lowering relies on):
   (``Eq(Mod(batch, 4), 0)``), for people.
 * ``names`` — the :class:`~planner.dim_names.DimNames` of the trace: each ``Dim`` name's
   trace expression and the batch symbol; every text the plan shows speaks these names.
+* ``trace_sizes`` — each plain ``Dim``'s name → the size the graph was traced at (its symbol's
+  hint): :class:`lowering.ParallelModule` given the plan traces the model at these sizes, so it
+  lowers the graph the plan was made from (``plan_module`` traces at the covering example,
+  :mod:`planner.trace_hint`, not at the example as given).
 * ``proofs`` — one :class:`ShardProof` per (node, dim, mesh axes) the plan shards: the
   symbolic size, the obligation ``Eq(Mod(size, m), 0)`` and how it is justified (a proof's
   method, ``guard``, or ``uneven`` when padding was accepted). The lowering runs an ``uneven``
@@ -65,8 +69,8 @@ by ``repr`` after rounding to 12 significant digits, wall-clock timings left out
 for, so the same inputs give byte-identical JSON in separate processes. Version 2 added
 ``graph_inputs`` and ``graph_outputs``; version 3, memory as the program's peak, with the batch
 point and node where it is reached; version 4, ``trace_guards`` (the guards over trace symbols)
-and ``dim_names`` (the ``Dim`` names and the batch symbol) where ``guards`` and ``dims`` were;
-``from_json`` reads version 4 only.
+and ``dim_names`` (the ``Dim`` names and the batch symbol) where ``guards`` and ``dims`` were,
+later ``trace_sizes`` (read as empty where absent); ``from_json`` reads version 4 only.
 """
 
 from __future__ import annotations
@@ -553,6 +557,9 @@ class Plan:
     """Which blocks of a run of repeated ones :func:`~planner.api.plan_module` copied rather than
     traced, or why none were (``Traced.shared_layers``); empty for a model with no such run, or a
     plan of a given graph."""
+    trace_sizes: dict[str, int] = field(default_factory=dict)
+    """Each plain ``Dim``'s name → the size the graph was traced at: where the lowering traces the
+    model again to lower the same graph (empty for a plan made by hand)."""
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -713,6 +720,7 @@ class Plan:
             "trace_guards": list(self.trace_guards),
             "runtime_asserts": list(self.runtime_asserts),
             "shared_layers": self.shared_layers,
+            "trace_sizes": dict(sorted(self.trace_sizes.items())),
             "proofs": [p.to_dict() for p in self.proofs],
             "pruned": [p.to_dict() for p in self.pruned],
             "decisions": [d.to_dict() for d in self.decisions.values()],
@@ -762,4 +770,5 @@ class Plan:
             options=dict(d["options"]),
             runtime_asserts=tuple(d.get("runtime_asserts", ())),
             shared_layers=d.get("shared_layers", ""),
+            trace_sizes={name: int(size) for name, size in d.get("trace_sizes", {}).items()},
         )

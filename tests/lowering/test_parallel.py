@@ -506,3 +506,16 @@ def test_the_graph_lowered_is_traced_at_the_largest_batch_size_and_serves_the_ot
         x = torch.randn(batch, 32)
         assert _relative_error(pm(x).full_tensor(), model(x)) < 1e-4
     assert pm.compile_count == 1
+
+
+def test_a_plan_alone_lowers_the_graph_it_was_traced_from_without_its_batch_sizes(one_rank):
+    model, batch = _model("conv")
+    spec = ({0: Dim("batch")},)
+    plan = ParallelModule(model, (batch(2),), dynamic_shapes=spec, mesh=(1,), batch_sizes=[2, 32]).plan
+    given = ParallelModule(model, (batch(2),), dynamic_shapes=spec, mesh=(1,), plan=plan, batch_sizes=[2, 32])
+    alone = ParallelModule(model, (batch(2),), dynamic_shapes=spec, mesh=(1,), plan=plan)
+    symbol = plan.names.symbols["batch"]
+    assert plan.trace_sizes == {"batch": 32} and alone.env.hints[symbol] == given.env.hints[symbol] == 32
+    assert alone.program.graph_module.code == given.program.graph_module.code
+    for size in (2, 32, 7):
+        assert torch.equal(alone(batch(size)).full_tensor(), given(batch(size)).full_tensor())

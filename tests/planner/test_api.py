@@ -209,6 +209,19 @@ def test_trace_module_checks_the_options_traces_at_the_largest_batch_size_and_pl
                                                  objective="regret").to_json()
 
 
+def test_a_plan_records_the_sizes_it_was_traced_at_and_tracing_there_again_gives_its_graph():
+    model, x = on_meta(MLP, 64, 256), torch.randn(16, 64, device="meta")
+    spec = {"x": {0: Dim("batch")}}
+    made = planner.plan_module(model, (x,), dynamic_shapes=spec, mesh=Mesh((4,)), batch_sizes=[8, 64])
+    assert made.trace_sizes == {"batch": 64}  # the covering example, not the example's 16
+    assert planner.Plan.from_json(made.to_json()).trace_sizes == {"batch": 64}
+    again = planner.trace_module(model, (x,), dynamic_shapes=spec, trace_sizes=made.trace_sizes)
+    assert again.traced_at == {"batch": 64}  # no batch_sizes given: the plan's sizes alone
+    assert str(again.graph.graph_module.code) == str(
+        planner.trace_module(model, (x,), dynamic_shapes=spec, batch_sizes=[8, 64]).graph.graph_module.code)
+    assert _plan(trace_for_planning(model, (x,), dynamic_shapes=spec)).trace_sizes == {"batch": 16}  # a given graph's
+
+
 def test_plans_read_with_the_users_dim_names(mlp_trace):
     plan = _plan(mlp_trace, placement_constraints=[planner.Pin("inputs", "S(0)")], batch_sizes=[8, 64])
     symbol = plan.names.symbols["batch"]
