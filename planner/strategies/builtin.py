@@ -41,7 +41,7 @@ import sympy
 
 from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.mesh import Mesh
-from planner.placements import Partial, Placement, Replicate, Shard
+from planner.placements import Partial, Placement, Replicate, Shard, shard_factor
 from planner.strategies.base import AxisRule, Strategy, expand
 
 __all__ = ["BuiltinProvider"]
@@ -319,10 +319,7 @@ def _grouped_mm_aligned(strategy: Strategy, node: GraphNode, graph: PlanGraph, m
     for k in (0, 1):
         meta = graph.operand_meta(node, k)
         for d in range(meta.ndim - 2, meta.ndim):
-            ways = 1
-            for axis, p in enumerate(strategy.inputs[k]):
-                if isinstance(p, Shard) and p.dim == d:
-                    ways *= mesh.shape[axis]
+            ways = shard_factor(strategy.inputs[k], mesh.shape, d)
             if ways == 1:
                 continue
             size = meta.shape[d]
