@@ -16,7 +16,7 @@ latency per backward instead of one per weight. A graph with a ``cat`` whose siz
 is data-dependent (per-expert slices of routed tokens joined again) is compiled with Inductor's
 pointwise cat: its default on the CPU, a destination buffer the pieces are written into, is
 allocated before the slices' sizes are computed, and the compiled code fails with
-``UnboundLocalError`` (pytorch/pytorch#191445, open in 2.11 to 2.15).
+``UnboundLocalError`` (pytorch/pytorch#191445, open; seen on 2.13).
 
 What the compiled code assumes is read back from that ShapeEnv afterwards: each symbol's
 range (backed symbols are assumed ``>= 2``) and every guard recorded while tracing and
