@@ -1,6 +1,7 @@
-"""Expert parallelism on 2 gloo ranks: a routed top-2 MoE whose 4 stacked experts are split by
-the expert dim, tokens dispatched and combined with data-dependent all_to_alls, compiled once by
-Inductor for every routing, equal to one device in the loss and every gradient."""
+"""Expert parallelism on 2 gloo ranks, and over one axis of a (2, 2) mesh: a routed top-2 MoE
+whose 4 stacked experts are split by the expert dim, tokens dispatched and combined with
+data-dependent all_to_alls, compiled once by Inductor for every routing, equal to one device in
+the output, the loss and every gradient."""
 
 import functools
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from lowering import launch
 from lowering.expert_dispatch import COUNTS_ERROR, combine, dispatch
+from planner import Mesh
 
 DIM, EXPERTS, K, RANKS = 8, 4, 2, 2
 
@@ -103,26 +105,31 @@ def test_expert_parallel_training_equals_one_device_from_one_compile():
     assert results[1][2] == [1, 0, 1, 0]  # the routings that send rank 1 nothing did so
 
 
-def _inference(rank):
-    import torch.distributed as dist
+def _inference(rank, mesh):
+    """Experts split over the mesh's last axis ("ep"), replicated over the others (each group of
+    "ep" peers routes its own tokens)."""
+    from lowering.mesh_groups import mesh_groups
 
     torch._dynamo.config.capture_scalar_outputs = True
-    group = dist.group.WORLD.group_name
+    groups = mesh_groups(mesh)
+    axis = mesh.ndim - 1
+    peer = groups.coordinate[axis]
+    peers = [rank - peer + p for p in range(RANKS)]  # the global ranks of this rank's "ep" group
     w = torch.randn(EXPERTS, DIM, DIM, generator=torch.Generator().manual_seed(2)) * 0.3
     local = EXPERTS // RANKS
     gate, compiles = _gate(), []
     forward = torch.compile(lambda x, skew: _routed(x, gate, functools.partial(
-        _expert_parallel, w_local=w[rank * local:(rank + 1) * local], group=group), skew),
+        _expert_parallel, w_local=w[peer * local:(peer + 1) * local], group=groups.group_name(axis)), skew),
         backend=_count_compiles(compiles), dynamic=True, fullgraph=True)
     errors = []
     no_skew = torch.zeros(EXPERTS, dtype=torch.int64)
     with torch.no_grad():
         for rows_0, rows_1, to_rank_0 in BATCHES:
-            xs = [_tokens(rows, r, to_rank_0) for r, rows in enumerate((rows_0, rows_1))]
+            xs = [_tokens(rows, r, to_rank_0) for r, rows in zip(peers, (rows_0, rows_1))]
             expected = _routed(torch.cat(xs), gate, functools.partial(_one_device, w=w))
-            mine = slice(0, rows_0) if rank == 0 else slice(rows_0, rows_0 + rows_1)
-            errors.append(float((forward(xs[rank], no_skew) - expected[mine]).abs().max()))
-        skew = torch.tensor([0, 1, 0, 0]) if rank == 0 else no_skew  # rank 0's counts miss a row
+            mine = slice(0, rows_0) if peer == 0 else slice(rows_0, rows_0 + rows_1)
+            errors.append(float((forward(xs[peer], no_skew) - expected[mine]).abs().max()))
+        skew = torch.tensor([0, 1, 0, 0]) if peer == 0 else no_skew  # the counts of "ep" rank 0 miss a row
         try:
             forward(_tokens(5, rank, False), skew)
             raised = ""
@@ -132,13 +139,14 @@ def _inference(rank):
 
 
 @pytest.mark.slow  # gloo ranks, an Inductor compile per rank
-def test_expert_parallel_inference_from_one_compile_and_bad_counts_fail_on_every_rank():
-    results = launch(_inference, RANKS, timeout=600)
+@pytest.mark.parametrize("mesh", [Mesh((2,), ("ep",)), Mesh((2, 2), ("dp", "ep"))])
+def test_expert_parallel_inference_from_one_compile_and_bad_counts_fail_on_every_rank(mesh):
+    results = launch(functools.partial(_inference, mesh=mesh), mesh.size, timeout=600)
     for errors, compiles, raised, _ in results:
         assert max(errors) <= 1e-5, errors
         assert compiles == 1
         assert COUNTS_ERROR in raised and "(the counts of rank 0 of the group)" in raised, raised  # no rank hangs
-    assert results[0][3] == results[1][3]  # one graph for every rank: nothing in the dispatch depends on the rank
+    assert len({code for *_, code in results}) == 1  # one graph for every rank: nothing in it depends on the rank
 
 
 def test_experts_that_do_not_split_over_the_ranks_are_refused():
