@@ -1,0 +1,119 @@
+"""Expert parallelism's token dispatch and combine: ``all_to_all`` with data-dependent split sizes.
+
+Experts stored stacked ``(E, ...)`` are split over a group of ``n`` ranks by the expert dim:
+rank ``r`` holds experts ``[r*L, (r+1)*L)``, ``L = E/n``. Each rank routes its own tokens and
+hands :func:`dispatch` their copies sorted by (global) expert, with ``counts[e]`` rows for
+expert ``e``; :func:`dispatch` sends every row to the rank that holds its expert and returns
+the rows this rank received, grouped by its local expert (``Dispatched.tokens``, in blocks of
+``Dispatched.counts[l]`` rows); :func:`combine` sends the experts' results back, in the order
+the rows were given. No padding: every collective moves exactly the routed rows.
+
+The split sizes are data-dependent. The counts are exchanged first (an ``all_to_all`` of ``E``
+numbers per rank, equal splits), then ``.tolist()`` makes the sizes unbacked SymInts of a traced
+program, so one compile serves every routing (tested through Inductor, training included).
+Both collectives are differentiable: the backward of each is the ``all_to_all`` with the split
+sizes swapped (``funcol.all_to_all_single_autograd``).
+
+Checked on every rank before any token moves: each rank's counts are non-negative and sum to
+its routed rows. A rank cannot raise alone (its peers would wait for it in the next collective),
+so each rank sends its verdict along with its counts, and every rank checks all verdicts: a
+violation anywhere is the same ``ValueError`` on every rank, naming the ranks at fault. The
+check is an op of its own (``shapecore::all_counts_valid``: a runtime assert of a traced
+program would lose its message, and a compiled one reads ``u0 <= 0``), whose result gates every
+split size (the sizes are the counts times it), so no compiled program can reach a token
+``all_to_all`` before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lowering.collectives import _ready
+
+__all__ = ["Dispatched", "combine", "dispatch"]
+
+COUNTS_ERROR = ("expert dispatch: some rank's routed counts are negative or do not sum to its routed rows; "
+                "pass counts[e] = the number of rows routed to expert e, in the rows' (sorted) order")
+
+
+@torch.library.custom_op("shapecore::all_counts_valid", mutates_args=())
+def _all_counts_valid(verdicts: torch.Tensor) -> torch.Tensor:
+    """1 (a 0-dim tensor of ``verdicts``' dtype) when every rank's verdict is 1; else a ValueError."""
+    failed = (verdicts != 1).nonzero().flatten().tolist()
+    if failed:
+        raise ValueError(f"{COUNTS_ERROR} (the counts of rank {', '.join(map(str, failed))} of the group)")
+    return verdicts.new_ones(())
+
+
+@_all_counts_valid.register_fake
+def _(verdicts: torch.Tensor) -> torch.Tensor:
+    return verdicts.new_empty(())
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """The rows a rank received, and what :func:`combine` needs to send their results back.
+
+    ``tokens``: the received rows grouped by local expert (``counts[l]`` rows for expert ``l``);
+    ``counts``: rows per local expert (SymInts in a traced program); ``sent`` and ``received``:
+    the rows sent to and received from each rank; ``order``: row ``i`` of ``tokens`` is row
+    ``order[i]`` of the rows as received (by source rank, then local expert).
+    """
+
+    tokens: torch.Tensor
+    counts: list[Any]
+    sent: list[Any]
+    received: list[Any]
+    order: torch.Tensor
+    group: str
+
+
+def _exchange_counts(counts: torch.Tensor, rows: Any, ranks: int, group: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows this rank sends to each rank, counts received: ``[source rank, local expert]``),
+    both gated by every rank's verdict on its own counts (a ValueError on every rank if one fails)."""
+    from shapecore.torch.private import functional_collectives as funcol
+
+    local = counts.numel() // ranks
+    sizes = counts.view(ranks, local)
+    verdict = ((counts >= 0).all() & (counts.sum() == rows)).to(counts.dtype)
+    outgoing = torch.cat([sizes, verdict.expand(ranks, 1)], 1)
+    incoming = _ready(funcol.all_to_all_single(outgoing.flatten(), None, None, group)).view(ranks, local + 1)
+    valid = _all_counts_valid(incoming[:, local])
+    return sizes.sum(1) * valid, incoming[:, :local] * valid
+
+
+def dispatch(tokens: torch.Tensor, counts: torch.Tensor, ranks: int, group: str) -> Dispatched:
+    """Send each row of ``tokens`` (sorted by expert, ``counts[e]`` rows for expert ``e``) to the
+    rank of its expert, over the ``ranks`` ranks of ``group`` (a registered group name)."""
+    from shapecore.torch.private import check
+    from shapecore.torch.private import functional_collectives as funcol
+
+    experts = counts.numel()
+    if experts % ranks:
+        raise ValueError(f"expert dispatch: {experts} experts do not split over {ranks} ranks; "
+                         f"expert parallelism needs a number of experts divisible by the group size")
+    local = experts // ranks
+    sending, incoming = _exchange_counts(counts, tokens.size(0), ranks, group)
+    sent, received = sending.tolist(), incoming.sum(1).tolist()
+    check(sum(sent) == tokens.size(0))
+    rows = _ready(funcol.all_to_all_single_autograd(tokens.contiguous(), received, sent, group))
+    # received by source rank, then local expert: group the rows by local expert, stably
+    expert = torch.arange(local, device=counts.device).repeat(ranks)
+    order = torch.repeat_interleave(expert, incoming.flatten(), output_size=rows.size(0)).argsort(stable=True)
+    per_expert = incoming.sum(0).tolist()
+    for c in per_expert:
+        check(c >= 0)
+    return Dispatched(rows[order], per_expert, sent, received, order, group)
+
+
+def combine(results: torch.Tensor, dispatched: Dispatched) -> torch.Tensor:
+    """The experts' ``results`` (one row per row of ``dispatched.tokens``) sent back to the ranks
+    the rows came from, in the order :func:`dispatch` was given them."""
+    from shapecore.torch.private import functional_collectives as funcol
+
+    as_received = results.new_empty(results.shape).index_copy(0, dispatched.order, results)
+    return _ready(funcol.all_to_all_single_autograd(as_received, dispatched.sent, dispatched.received,
+                                                    dispatched.group))
