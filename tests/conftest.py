@@ -5,6 +5,11 @@ Hypothesis profiles, picked by ``HYPOTHESIS_PROFILE``: ``default`` locally; ``ci
 reproduction blob (``@reproduce_failure``) so it can be replayed; ``thorough`` for long runs.
 A test that hangs fails after pytest-timeout's ``timeout`` (``pyproject.toml``) instead of
 holding the run.
+
+Every test process, and every rank it launches, runs one intra-op thread (``OMP_NUM_THREADS``,
+unless already set): the suite runs two xdist workers on two cores, and a process spinning
+OpenMP threads on cores another process holds slows down many times over (the CPU run of
+``bench/gpu.py`` took 646 s beside a (2, 2) model test with the default threads, 392 s with one).
 """
 
 import contextlib
@@ -13,8 +18,10 @@ import subprocess
 import sys
 import time
 
-import pytest
-from hypothesis import HealthCheck, settings
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported (see the docstring)
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("default", max_examples=150, **_COMMON)
