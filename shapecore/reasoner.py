@@ -283,17 +283,23 @@ class Reasoner:
                 if verdict is False or rewrite or not needs_rewriting(prepared):
                     break
                 # Before rewriting (which builds expressions): most false claims fail at once.
-                witness = find_counterexample(claim, knowledge, self.hints, budget=_PROBE_BUDGET)
+                witness = self._search(claim, _PROBE_BUDGET)
                 if witness is not None:
                     return self._proof(claim, "refuted", "search", counterexample=witness)
         # A few well-chosen points refute most false claims faster than z3 can.
         budget = _SEARCH_BUDGET if verdict is False else _QUICK_SEARCH_BUDGET
-        witness = find_counterexample(claim, knowledge, self.hints, budget=budget)
+        witness = self._search(claim, budget)
         if witness is not None:
             return self._proof(claim, "refuted", "search", counterexample=witness)
         # z3 gets the claim with the facts' replacements applied when that is sound (prepared
         # is defined wherever the facts hold): substitution spares it nonlinear reasoning.
         return self._prove_z3(claim, searched=budget, encoded=claim if prepared is None else prepared)
+
+    def _search(self, claim: sympy.Basic, budget: int) -> dict[str, int] | None:
+        """A counterexample to ``claim`` among ``budget`` points, varying the symbols a chain of
+        inequalities links to its own (at their first value, ``s1`` breaks ``s0 < s1, s1 < s2``)."""
+        linked = self._difference_bounds().connected(symbols_of(claim))
+        return find_counterexample(claim, self.knowledge, self.hints, budget=budget, linked=linked)
 
     def _difference_bounds(self) -> DifferenceBounds:
         """The difference graph of the current facts, built once per version of them."""
@@ -374,7 +380,7 @@ class Reasoner:
             reason = answer.reason
         witness = None
         if searched < _SEARCH_BUDGET:
-            witness = find_counterexample(claim, self.knowledge, self.hints, budget=_SEARCH_BUDGET)
+            witness = self._search(claim, _SEARCH_BUDGET)
         if witness is not None:
             return self._proof(claim, "refuted", "search", counterexample=witness)
         return self._proof(claim, "unknown", "none", reason=reason)
