@@ -49,6 +49,8 @@ from shapecore.rewrite import Simplifier, canonicalize, fold, needs_rewriting, s
 __all__ = ["Knowledge", "Checkpoint", "Inequality", "creation_order"]
 
 _FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le}
+_SYMBOL_BOUNDS = frozenset({sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Ne})
+"""The relations ``x <rel> c`` of an integer symbol and an integer digests as a bound (or an excluded value)."""
 
 
 def creation_order(name: str) -> tuple[int, str]:
@@ -290,6 +292,13 @@ class Knowledge:
         self.facts.append(fact)
         self.symbols |= symbols_of(fact) | frozenset(mentions)
         self.version += 1
+        if type(fact) in _SYMBOL_BOUNDS:
+            x, c = fact.args
+            if x.is_Symbol and x.is_integer and c.is_Integer and x not in self.replacements:
+                # What a range becomes (s0 >= 2): canonical, folded and unreplaced as it is, so
+                # the path below would only rebuild it to reach _bound_symbol; skip that.
+                self._bound_symbol(type(fact), x, int(c), {index})
+                return index
         for part in _strict_conjuncts(fact):
             try:
                 canonical = fold(canonicalize(part))  # folding may drop divisions: fine for what the fact implies
@@ -338,10 +347,10 @@ class Knowledge:
             return False
         lhs, rhs = fact.args
         relation = type(fact)
-        if relation is not sympy.Eq and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
-            # A bound on a symbol (what a range becomes): the general path below would simplify
-            # lhs - rhs to itself and read it as 1*x - rhs; skip building it.
-            self._bound(relation, lhs, Fraction(1), Fraction(-int(rhs)), sources)
+        if relation in _SYMBOL_BOUNDS and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
+            # A bound on a symbol: the general path below would simplify lhs - rhs to itself
+            # and read it as 1*x - rhs; skip building it.
+            self._bound_symbol(relation, lhs, int(rhs), sources)
             return True
         try:
             difference = lhs - rhs
@@ -453,6 +462,19 @@ class Knowledge:
             return True
         self._restrict(x, sources, congruence=solution)
         return True
+
+    def _bound_symbol(self, relation: type, x: sympy.Symbol, c: int, sources: set[int]) -> None:
+        """Digest ``x <relation> c`` (a relation of :data:`_SYMBOL_BOUNDS`), in integers."""
+        if relation is sympy.Ge:
+            self._restrict(x, sources, lo=c)
+        elif relation is sympy.Gt:
+            self._restrict(x, sources, lo=c + 1)
+        elif relation is sympy.Le:
+            self._restrict(x, sources, hi=c)
+        elif relation is sympy.Lt:
+            self._restrict(x, sources, hi=c - 1)
+        else:
+            self._restrict(x, sources, exclude=c)
 
     def _bound(self, relation: type, x: sympy.Symbol, a: Fraction, b: Fraction, sources: set[int]) -> None:
         """Digest ``a*x + b <relation> 0``."""
