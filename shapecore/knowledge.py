@@ -80,7 +80,7 @@ def _linear(
         if not coeff.is_Rational:
             return None
         c = Fraction(int(coeff.p), int(coeff.q))
-        if term == 1:
+        if term is sympy.S.One:  # the constant's key
             b += c
         elif term == x:
             a += c
@@ -97,6 +97,10 @@ class Inequality:
     bound: int
 
 
+_SENSES = {sympy.Le: [(1, 0)], sympy.Lt: [(1, 1)], sympy.Ge: [(-1, 0)], sympy.Gt: [(-1, 1)], sympy.Eq: [(1, 0), (-1, 0)]}
+"""Per relation of ``d`` to 0, each ``(sign, strict)`` with ``sign*d <= -strict`` for an integer ``d``."""
+
+
 def _inequalities(relation: type, terms: Mapping[sympy.Basic, sympy.Basic]) -> list[Inequality]:
     """``difference <relation> 0`` as inequalities, if ``difference`` (as its ``terms``, from
     ``as_coefficients_dict``) is linear in 2+ integer symbols.
@@ -106,25 +110,23 @@ def _inequalities(relation: type, terms: Mapping[sympy.Basic, sympy.Basic]) -> l
     """
     if relation is sympy.Ne:
         return []
-    coefficients: dict[sympy.Symbol, Fraction] = {}
-    constant = Fraction(0)
+    coefficients: dict[sympy.Symbol, tuple[int, int]] = {}  # as numerator, denominator
+    constant = (0, 1)
     for term, coeff in terms.items():
         if not coeff.is_Rational:
             return []
-        value = Fraction(int(coeff.p), int(coeff.q))
-        if term == 1:
-            constant += value
+        if term is sympy.S.One:  # the key of the constant (== 1 would sympify every other term)
+            constant = (int(coeff.p), int(coeff.q))
         elif term.is_Symbol and term.is_integer:
-            coefficients[term] = value
+            coefficients[term] = (int(coeff.p), int(coeff.q))
         else:
             return []
     if len(coefficients) < 2:
         return []
-    scale = math.lcm(*(c.denominator for c in (*coefficients.values(), constant)))
-    terms = [(x, int(c * scale)) for x, c in sorted(coefficients.items(), key=lambda item: item[0].name)]
-    k = int(constant * scale)  # scale*difference = sum(terms) + k, an integer
-    senses = {sympy.Le: [(1, 0)], sympy.Lt: [(1, 1)], sympy.Ge: [(-1, 0)], sympy.Gt: [(-1, 1)],
-              sympy.Eq: [(1, 0), (-1, 0)]}[relation]
+    scale = math.lcm(*(q for _, q in coefficients.values()), constant[1])
+    terms = [(x, p * (scale // q)) for x, (p, q) in sorted(coefficients.items(), key=lambda item: item[0].name)]
+    k = constant[0] * (scale // constant[1])  # scale*difference = sum(terms) + k, an integer
+    senses = _SENSES[relation]
     found = []
     for sign, strict in senses:  # sign*(sum + k) <= -strict
         signed = tuple((x, sign * c) for x, c in terms)
@@ -436,7 +438,7 @@ class Knowledge:
     def _congruence(self, terms: Mapping[sympy.Basic, sympy.Basic], sources: set[int]) -> bool:
         """Digest ``a*Mod(p*x + q, m) + b == 0`` (as its ``terms``) as a congruence on ``x``."""
         constant = terms.get(sympy.S.One, sympy.S.Zero)
-        others = [(t, c) for t, c in terms.items() if t != 1]
+        others = [(t, c) for t, c in terms.items() if t is not sympy.S.One]
         if len(others) != 1:
             return False
         mod, a = others[0]
