@@ -441,7 +441,6 @@ def prove(
 
 _ANSWERS: dict[tuple, Proof] = {}
 _ANSWERS_KEPT = 4096
-_BOUND_TYPES = (int, type(None))
 
 
 def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: object) -> tuple | None:
@@ -460,7 +459,10 @@ def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: obje
     elif type(ranges) is dict:
         spans = tuple(ranges.items())
         for _, span in spans:  # other names or spans never equal valid ones, or are unhashable
-            if type(span) is not tuple or len(span) != 2 or type(span[0]) not in _BOUND_TYPES or type(span[1]) not in _BOUND_TYPES:
+            if type(span) is not tuple or len(span) != 2:
+                return None
+            lo, hi = span
+            if not (lo is None or type(lo) is int) or not (hi is None or type(hi) is int):
                 return None
     else:
         return None
