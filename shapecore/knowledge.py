@@ -538,11 +538,13 @@ class Knowledge:
 
     def _tighten(self, x: sympy.Symbol, declared: ValueRange) -> ValueRange:
         """``declared`` shrunk to ``x``'s residue class, then off excluded values at both ends."""
-        congruence = self.congruences.get(x) or ModularSet(1, 0)
-        r = tighten(declared, congruence)
+        congruence = self.congruences.get(x)
+        if congruence is None:  # declared's ends are ints (or infinite): nothing to round
+            lo, hi, step = declared.lo, declared.hi, 1
+        else:
+            r = tighten(declared, congruence)
+            lo, hi, step = r.lo, r.hi, congruence.coeff or 1
         excluded = self._excluded.get(x, set())
-        step = congruence.coeff or 1
-        lo, hi = r.lo, r.hi
         while lo in excluded and lo <= hi:
             lo += step
         while hi in excluded and lo <= hi:
