@@ -29,6 +29,7 @@ keeps the facts of a block only if it ends normally.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -181,11 +182,10 @@ class Reasoner:
         """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
         sym = int_symbol(symbol) if isinstance(symbol, str) else symbol
         lo, hi = check_bound(lo, "lo"), check_bound(hi, "hi")
-        evaluate = sym != int_symbol(sym.name)  # sympy cannot decide an integer symbol's bound: need not try
         if lo is not None:
-            self.add_fact(sympy.Ge(sym, lo, evaluate=evaluate))
+            self.add_fact(_bound_fact(sympy.Ge, sym, lo))
         if hi is not None:
-            self.add_fact(sympy.Le(sym, hi, evaluate=evaluate))
+            self.add_fact(_bound_fact(sympy.Le, sym, hi))
 
     def bound(self, expr: ExprLike) -> ValueRange:
         """A range holding every value of the integer expression ``expr`` wherever the facts hold
@@ -390,6 +390,14 @@ class Reasoner:
             return satisfies(self.knowledge.facts, values) and not holds(claim, values)
         except UnboundSymbolError:
             return False
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _bound_fact(relation: type, symbol: sympy.Symbol, value: int) -> sympy.Basic:
+    """``relation(symbol, value)``, one object per bound (cached: sympy's constructor costs more
+    than the digest of the fact, and the caches keyed by expression then match it by identity)."""
+    evaluate = symbol != int_symbol(symbol.name)  # sympy cannot decide an integer symbol's bound: need not try
+    return relation(symbol, value, evaluate=evaluate)
 
 
 _SCOPES: OrderedDict[tuple, Reasoner] = OrderedDict()
