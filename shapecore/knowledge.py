@@ -49,6 +49,8 @@ from shapecore.rewrite import Simplifier, canonicalize, fold, needs_rewriting, s
 __all__ = ["Knowledge", "Checkpoint", "Inequality", "creation_order"]
 
 _FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le}
+_SYMBOL_BOUNDS = frozenset({sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Ne})
+"""The relations ``x <rel> c`` of an integer symbol and an integer digests as a bound (or an excluded value)."""
 
 
 def creation_order(name: str) -> tuple[int, str]:
@@ -78,7 +80,7 @@ def _linear(
         if not coeff.is_Rational:
             return None
         c = Fraction(int(coeff.p), int(coeff.q))
-        if term == 1:
+        if term is sympy.S.One:  # the constant's key
             b += c
         elif term == x:
             a += c
@@ -95,6 +97,10 @@ class Inequality:
     bound: int
 
 
+_SENSES = {sympy.Le: [(1, 0)], sympy.Lt: [(1, 1)], sympy.Ge: [(-1, 0)], sympy.Gt: [(-1, 1)], sympy.Eq: [(1, 0), (-1, 0)]}
+"""Per relation of ``d`` to 0, each ``(sign, strict)`` with ``sign*d <= -strict`` for an integer ``d``."""
+
+
 def _inequalities(relation: type, terms: Mapping[sympy.Basic, sympy.Basic]) -> list[Inequality]:
     """``difference <relation> 0`` as inequalities, if ``difference`` (as its ``terms``, from
     ``as_coefficients_dict``) is linear in 2+ integer symbols.
@@ -104,25 +110,23 @@ def _inequalities(relation: type, terms: Mapping[sympy.Basic, sympy.Basic]) -> l
     """
     if relation is sympy.Ne:
         return []
-    coefficients: dict[sympy.Symbol, Fraction] = {}
-    constant = Fraction(0)
+    coefficients: dict[sympy.Symbol, tuple[int, int]] = {}  # as numerator, denominator
+    constant = (0, 1)
     for term, coeff in terms.items():
         if not coeff.is_Rational:
             return []
-        value = Fraction(int(coeff.p), int(coeff.q))
-        if term == 1:
-            constant += value
+        if term is sympy.S.One:  # the key of the constant (== 1 would sympify every other term)
+            constant = (int(coeff.p), int(coeff.q))
         elif term.is_Symbol and term.is_integer:
-            coefficients[term] = value
+            coefficients[term] = (int(coeff.p), int(coeff.q))
         else:
             return []
     if len(coefficients) < 2:
         return []
-    scale = math.lcm(*(c.denominator for c in (*coefficients.values(), constant)))
-    terms = [(x, int(c * scale)) for x, c in sorted(coefficients.items(), key=lambda item: item[0].name)]
-    k = int(constant * scale)  # scale*difference = sum(terms) + k, an integer
-    senses = {sympy.Le: [(1, 0)], sympy.Lt: [(1, 1)], sympy.Ge: [(-1, 0)], sympy.Gt: [(-1, 1)],
-              sympy.Eq: [(1, 0), (-1, 0)]}[relation]
+    scale = math.lcm(*(q for _, q in coefficients.values()), constant[1])
+    terms = [(x, p * (scale // q)) for x, (p, q) in sorted(coefficients.items(), key=lambda item: item[0].name)]
+    k = constant[0] * (scale // constant[1])  # scale*difference = sum(terms) + k, an integer
+    senses = _SENSES[relation]
     found = []
     for sign, strict in senses:  # sign*(sum + k) <= -strict
         signed = tuple((x, sign * c) for x, c in terms)
@@ -290,6 +294,13 @@ class Knowledge:
         self.facts.append(fact)
         self.symbols |= symbols_of(fact) | frozenset(mentions)
         self.version += 1
+        if type(fact) in _SYMBOL_BOUNDS:
+            x, c = fact.args
+            if x.is_Symbol and x.is_integer and c.is_Integer and x not in self.replacements:
+                # What a range becomes (s0 >= 2): canonical, folded and unreplaced as it is, so
+                # the path below would only rebuild it to reach _bound_symbol; skip that.
+                self._bound_symbol(type(fact), x, int(c), {index})
+                return index
         for part in _strict_conjuncts(fact):
             try:
                 canonical = fold(canonicalize(part))  # folding may drop divisions: fine for what the fact implies
@@ -338,10 +349,10 @@ class Knowledge:
             return False
         lhs, rhs = fact.args
         relation = type(fact)
-        if relation is not sympy.Eq and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
-            # A bound on a symbol (what a range becomes): the general path below would simplify
-            # lhs - rhs to itself and read it as 1*x - rhs; skip building it.
-            self._bound(relation, lhs, Fraction(1), Fraction(-int(rhs)), sources)
+        if relation in _SYMBOL_BOUNDS and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
+            # A bound on a symbol: the general path below would simplify lhs - rhs to itself
+            # and read it as 1*x - rhs; skip building it.
+            self._bound_symbol(relation, lhs, int(rhs), sources)
             return True
         try:
             difference = lhs - rhs
@@ -427,7 +438,7 @@ class Knowledge:
     def _congruence(self, terms: Mapping[sympy.Basic, sympy.Basic], sources: set[int]) -> bool:
         """Digest ``a*Mod(p*x + q, m) + b == 0`` (as its ``terms``) as a congruence on ``x``."""
         constant = terms.get(sympy.S.One, sympy.S.Zero)
-        others = [(t, c) for t, c in terms.items() if t != 1]
+        others = [(t, c) for t, c in terms.items() if t is not sympy.S.One]
         if len(others) != 1:
             return False
         mod, a = others[0]
@@ -453,6 +464,19 @@ class Knowledge:
             return True
         self._restrict(x, sources, congruence=solution)
         return True
+
+    def _bound_symbol(self, relation: type, x: sympy.Symbol, c: int, sources: set[int]) -> None:
+        """Digest ``x <relation> c`` (a relation of :data:`_SYMBOL_BOUNDS`), in integers."""
+        if relation is sympy.Ge:
+            self._restrict(x, sources, lo=c)
+        elif relation is sympy.Gt:
+            self._restrict(x, sources, lo=c + 1)
+        elif relation is sympy.Le:
+            self._restrict(x, sources, hi=c)
+        elif relation is sympy.Lt:
+            self._restrict(x, sources, hi=c - 1)
+        else:
+            self._restrict(x, sources, exclude=c)
 
     def _bound(self, relation: type, x: sympy.Symbol, a: Fraction, b: Fraction, sources: set[int]) -> None:
         """Digest ``a*x + b <relation> 0``."""
@@ -514,11 +538,13 @@ class Knowledge:
 
     def _tighten(self, x: sympy.Symbol, declared: ValueRange) -> ValueRange:
         """``declared`` shrunk to ``x``'s residue class, then off excluded values at both ends."""
-        congruence = self.congruences.get(x) or ModularSet(1, 0)
-        r = tighten(declared, congruence)
+        congruence = self.congruences.get(x)
+        if congruence is None:  # declared's ends are ints (or infinite): nothing to round
+            lo, hi, step = declared.lo, declared.hi, 1
+        else:
+            r = tighten(declared, congruence)
+            lo, hi, step = r.lo, r.hi, congruence.coeff or 1
         excluded = self._excluded.get(x, set())
-        step = congruence.coeff or 1
-        lo, hi = r.lo, r.hi
         while lo in excluded and lo <= hi:
             lo += step
         while hi in excluded and lo <= hi:

@@ -29,6 +29,7 @@ keeps the facts of a block only if it ends normally.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -181,11 +182,10 @@ class Reasoner:
         """Assume ``lo <= symbol <= hi`` (``None`` leaves that side open)."""
         sym = int_symbol(symbol) if isinstance(symbol, str) else symbol
         lo, hi = check_bound(lo, "lo"), check_bound(hi, "hi")
-        evaluate = sym != int_symbol(sym.name)  # sympy cannot decide an integer symbol's bound: need not try
         if lo is not None:
-            self.add_fact(sympy.Ge(sym, lo, evaluate=evaluate))
+            self.add_fact(_bound_fact(sympy.Ge, sym, lo))
         if hi is not None:
-            self.add_fact(sympy.Le(sym, hi, evaluate=evaluate))
+            self.add_fact(_bound_fact(sympy.Le, sym, hi))
 
     def bound(self, expr: ExprLike) -> ValueRange:
         """A range holding every value of the integer expression ``expr`` wherever the facts hold
@@ -283,17 +283,23 @@ class Reasoner:
                 if verdict is False or rewrite or not needs_rewriting(prepared):
                     break
                 # Before rewriting (which builds expressions): most false claims fail at once.
-                witness = find_counterexample(claim, knowledge, self.hints, budget=_PROBE_BUDGET)
+                witness = self._search(claim, _PROBE_BUDGET)
                 if witness is not None:
                     return self._proof(claim, "refuted", "search", counterexample=witness)
         # A few well-chosen points refute most false claims faster than z3 can.
         budget = _SEARCH_BUDGET if verdict is False else _QUICK_SEARCH_BUDGET
-        witness = find_counterexample(claim, knowledge, self.hints, budget=budget)
+        witness = self._search(claim, budget)
         if witness is not None:
             return self._proof(claim, "refuted", "search", counterexample=witness)
         # z3 gets the claim with the facts' replacements applied when that is sound (prepared
         # is defined wherever the facts hold): substitution spares it nonlinear reasoning.
         return self._prove_z3(claim, searched=budget, encoded=claim if prepared is None else prepared)
+
+    def _search(self, claim: sympy.Basic, budget: int) -> dict[str, int] | None:
+        """A counterexample to ``claim`` among ``budget`` points, varying the symbols a chain of
+        inequalities links to its own (at their first value, ``s1`` breaks ``s0 < s1, s1 < s2``)."""
+        linked = self._difference_bounds().connected(symbols_of(claim))
+        return find_counterexample(claim, self.knowledge, self.hints, budget=budget, linked=linked)
 
     def _difference_bounds(self) -> DifferenceBounds:
         """The difference graph of the current facts, built once per version of them."""
@@ -374,7 +380,7 @@ class Reasoner:
             reason = answer.reason
         witness = None
         if searched < _SEARCH_BUDGET:
-            witness = find_counterexample(claim, self.knowledge, self.hints, budget=_SEARCH_BUDGET)
+            witness = self._search(claim, _SEARCH_BUDGET)
         if witness is not None:
             return self._proof(claim, "refuted", "search", counterexample=witness)
         return self._proof(claim, "unknown", "none", reason=reason)
@@ -384,6 +390,14 @@ class Reasoner:
             return satisfies(self.knowledge.facts, values) and not holds(claim, values)
         except UnboundSymbolError:
             return False
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _bound_fact(relation: type, symbol: sympy.Symbol, value: int) -> sympy.Basic:
+    """``relation(symbol, value)``, one object per bound (cached: sympy's constructor costs more
+    than the digest of the fact, and the caches keyed by expression then match it by identity)."""
+    evaluate = symbol != int_symbol(symbol.name)  # sympy cannot decide an integer symbol's bound: need not try
+    return relation(symbol, value, evaluate=evaluate)
 
 
 _SCOPES: OrderedDict[tuple, Reasoner] = OrderedDict()
@@ -435,7 +449,6 @@ def prove(
 
 _ANSWERS: dict[tuple, Proof] = {}
 _ANSWERS_KEPT = 4096
-_BOUND_TYPES = (int, type(None))
 
 
 def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: object) -> tuple | None:
@@ -454,7 +467,10 @@ def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: obje
     elif type(ranges) is dict:
         spans = tuple(ranges.items())
         for _, span in spans:  # other names or spans never equal valid ones, or are unhashable
-            if type(span) is not tuple or len(span) != 2 or type(span[0]) not in _BOUND_TYPES or type(span[1]) not in _BOUND_TYPES:
+            if type(span) is not tuple or len(span) != 2:
+                return None
+            lo, hi = span
+            if not (lo is None or type(lo) is int) or not (hi is None or type(hi) is int):
                 return None
     else:
         return None

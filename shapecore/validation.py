@@ -35,9 +35,12 @@ def check_integer(value: object, what: str, *, expected: str = "an int") -> int:
     Any integral type is accepted (``numpy.int64``, ``sympy.Integer``); its magnitude is at most
     :data:`~shapecore.parsing.MAX_INTEGER_DIGITS` digits, like the integers in guard text.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if type(value) is int:  # the common case, without the ABC check below
+        number = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentError(f"{what} must be {expected}, got {_shown(value)}")
-    number = int(value)
+    else:
+        number = int(value)
     if not integer_fits(number):
         raise ArgumentError(f"{what} is too large: {_shown(number)}; shapecore's integers have at most "
                             f"{MAX_INTEGER_DIGITS} digits")

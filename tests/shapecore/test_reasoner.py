@@ -89,6 +89,13 @@ def test_methods_name_the_layer_that_decided():
     assert prove("Ne(36*u0, 36)", facts=["u0*u1 > u1", "u1 >= 1"]).method == "z3"
 
 
+def test_a_claim_false_along_a_chain_of_facts_is_refuted_by_search():
+    ranges = {"s0": (2, None), "s1": (2, None), "s2": (2, None)}
+    for claim in ("s0 + 3 <= s2", "s0 >= s2"):  # s1 at its first value (2) broke the chain: z3 answered
+        proof = prove(claim, facts=["s0 < s1", "s1 < s2"], ranges=ranges)
+        assert (proof.status, proof.method, proof.counterexample) == ("refuted", "search", {"s0": 2, "s1": 3, "s2": 4})
+
+
 def test_facts_used():
     proof = prove("s0 >= 8", facts=["Eq(Mod(s0, 8), 0)", "s0 >= 1", "s1 >= 5"])
     assert set(map(str, proof.facts_used)) == {"Eq(Mod(s0, 8), 0)", "s0 >= 1"}

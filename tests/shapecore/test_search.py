@@ -18,9 +18,10 @@ x, y = F.int_symbol("x"), F.int_symbol("y")
 
 
 @settings(max_examples=60, deadline=None)
-@given(facts=fact_sets(NAMES, max_size=3, **SMALL), claim=claims(NAMES, **SMALL), hints=assignments(NAMES))
-def test_a_returned_point_satisfies_the_facts_and_refutes_the_claim(facts, claim, hints):
-    point = find_counterexample(claim, knowledge_of(facts), hints, budget=64)
+@given(facts=fact_sets(NAMES, max_size=3, **SMALL), claim=claims(NAMES, **SMALL), hints=assignments(NAMES),
+       linked=st.sets(st.sampled_from(NAMES)))
+def test_a_returned_point_satisfies_the_facts_and_refutes_the_claim(facts, claim, hints, linked):
+    point = find_counterexample(claim, knowledge_of(facts), hints, budget=64, linked=map(F.int_symbol, linked))
     if point is not None:
         assert satisfies(facts, point), point
         assert not holds(claim, point), point
@@ -46,6 +47,23 @@ def test_candidates_respect_range_and_residue():
     knowledge = knowledge_of([sympy.Eq(F.Mod(x, 8), 3), sympy.Ge(x, 100), sympy.Le(x, 200)])
     point = find_counterexample(sympy.Ne(x, 107), knowledge)
     assert point == {"x": 107}
+
+
+def test_linked_symbols_vary_so_a_chain_of_facts_can_hold():
+    s0, s1, s2 = (F.int_symbol(n) for n in NAMES)
+    facts = [sympy.Lt(s0, s1), sympy.Lt(s1, s2), *(sympy.Ge(s, 2) for s in (s0, s1, s2))]
+    claim = sympy.Le(s0 + 3, s2)  # false only at s0 + 2 == s2, which needs s1 == s0 + 1
+    assert find_counterexample(claim, knowledge_of(facts), budget=48) is None  # s1 stays at 2
+    point = find_counterexample(claim, knowledge_of(facts), budget=48, linked=[s1])
+    assert point == {"s0": 2, "s1": 3, "s2": 4}
+    assert satisfies(facts, point) and not holds(claim, point)
+
+
+def test_linked_symbols_vary_after_the_claims_own_combinations():
+    s0, s1, s2 = (F.int_symbol(n) for n in NAMES)
+    knowledge = knowledge_of([sympy.Le(s0, s1), sympy.Ge(s0, 0), sympy.Ge(s1, 0)])
+    claim = sympy.Ne(s0, 0)
+    assert find_counterexample(claim, knowledge, linked=[s1]) == find_counterexample(claim, knowledge)
 
 
 def test_satisfies_is_false_where_a_fact_divides_by_zero():
