@@ -181,32 +181,6 @@ def test_a_data_parallel_step_compiles_once_and_reduces_the_gradients_in_one_all
         assert r["replicated"] > 1 and r["all_reduces"] == 1, r
 
 
-def _shared_layers(rank):
-    """One AdamW step of a 6-block decoder whose blocks were traced once, and the same from the whole trace."""
-    import warnings
-
-    results = []
-    for share in (True, False):
-        torch.manual_seed(0)
-        model = Decoder(layers=6)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", message="share_layers")  # shared, not traced whole
-            pm = parallelize(model, (_tokens(4, 0)[0],), share_layers=share, **DECODER)
-        optimizer = torch.optim.AdamW(pm.parameters(), lr=1e-2)
-        tokens, labels = _tokens(8, 1)
-        loss = F.cross_entropy(pm(tokens).full_tensor().flatten(0, 1), labels.flatten())
-        loss.backward()
-        optimizer.step()
-        results.append((loss.item(), {n: p.full_tensor().detach().clone() for n, p in pm.named_parameters()}))
-    return results
-
-
-def test_a_module_whose_blocks_are_traced_once_trains_as_the_whole_trace():
-    for (shared_loss, shared), (whole_loss, whole) in launch(_shared_layers, 2, timeout=600):
-        assert shared_loss == whole_loss and list(shared) == list(whole)
-        assert all(torch.equal(shared[n], whole[n]) for n in whole)
-
-
 def _pieces(p):
     """How many pieces the placements of DTensor ``p`` cut it into."""
     return math.prod(p.device_mesh.shape[axis] for axis, q in enumerate(p.placements) if q.is_shard())
