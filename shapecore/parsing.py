@@ -399,24 +399,38 @@ _RELATIONS = frozenset(_COMPARE.values())
 
 
 def _undecidable(lhs: sympy.Basic, rhs: sympy.Basic) -> bool:
-    """Whether sympy cannot decide any relation between ``lhs`` and ``rhs``: two different integer
-    symbols with nothing else known about them, or an integer and such a symbol or a remainder
-    ``Mod(p, m)`` of a polynomial ``p`` in them (``s0 < s1``, ``s0 >= 2``, ``Eq(Mod(s0*s1, 8), 0)``:
-    sympy knows a remainder is an integer, not its sign nor its size)."""
+    """Whether sympy cannot decide any relation between ``lhs`` and ``rhs``: an integer and an
+    opaque term (:func:`_opaque`: ``s0 >= 2``, ``Eq(Mod(s0*s1, 8), 0)``), or two different
+    multiples ``k*a`` of opaque terms (``s0 < s1``, ``Eq(4*FloorDiv(s0, 4), s0)``). sympy knows
+    such a term is an integer, not its sign nor its size; it is never asked about ``k*a`` against
+    an integer, whose parity it knows (``Eq(2*s0, 1)`` is False)."""
     if lhs.is_Integer:
         return _opaque(rhs)
     if rhs.is_Integer:
         return _opaque(lhs)
-    return _plain_symbol(lhs) and _plain_symbol(rhs) and lhs != rhs
+    return lhs != rhs and _multiple_of_opaque(lhs) and _multiple_of_opaque(rhs)
 
 
 def _opaque(expr: sympy.Basic) -> bool:
-    """An integer symbol with nothing else known, or :class:`~shapecore.functions.Mod` of a
-    polynomial in them by an integer."""
-    if type(expr) is F.Mod:
+    """An integer symbol with nothing else known, :class:`~shapecore.functions.Mod` or
+    :class:`~shapecore.functions.FloorDiv` of a polynomial in them by an integer, or
+    :class:`~shapecore.functions.Max` or :class:`~shapecore.functions.Min` of such polynomials."""
+    kind = type(expr)
+    if kind is F.Mod or kind is F.FloorDiv:
         p, m = expr.args
         return m.is_Integer and _polynomial(p)
+    if kind is F.Max or kind is F.Min:
+        return all(map(_polynomial, expr.args))
     return _plain_symbol(expr)
+
+
+def _multiple_of_opaque(expr: sympy.Basic) -> bool:
+    """``k*a`` for an integer ``k`` and an opaque term ``a`` (``k`` may be 1)."""
+    if expr.is_Mul:
+        k, expr = expr.as_coeff_Mul()
+        if not k.is_Integer:
+            return False
+    return _opaque(expr)
 
 
 def _polynomial(expr: sympy.Basic) -> bool:

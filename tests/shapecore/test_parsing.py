@@ -511,7 +511,9 @@ _SIDES = [_S0, _S1, sympy.Symbol("s0", integer=True, positive=True), sympy.Symbo
           sympy.Integer(0), sympy.Integer(-3), sympy.Integer(7), sympy.Integer(10**30), sympy.Rational(1, 2),
           sympy.Symbol("s0"), F.Mod(_S0, 8), F.Mod(_S0 * _S1 + 8 * _S1, 32), F.Mod(2 * _S0 + 1, 2), F.Mod(_S0, -4),
           F.Mod(_S0**2, 4), F.Mod(_S0, _S1), F.Mod(sympy.Symbol("s0", integer=True, positive=True), 4),
-          F.Mod(sympy.Rational(1, 2) * _S0, 3), F.FloorDiv(_S0, 4)]
+          F.Mod(sympy.Rational(1, 2) * _S0, 3), F.FloorDiv(_S0, 4), 4 * F.FloorDiv(_S0, 4), 2 * _S0, -_S1,
+          2 * _S1, 3 * F.Mod(_S0, 8), F.Max(_S0, _S1), -F.Min(_S1, 2 * _S0 + 1), F.Max(_S0**2, 1), F.FloorDiv(_S0 * _S1 + 1, -3), F.FloorDiv(_S0, _S1), _S0 * _S1,
+          sympy.Rational(1, 2) * _S0, 2 * F.FloorDiv(_S0**2, 3), 4 * F.FloorDiv(_S1, 4), -2 * F.Mod(_S1, 3), _S0**2]
 
 
 def test_a_relation_sympy_cannot_decide_is_built_as_sympy_would():
@@ -524,3 +526,24 @@ def test_a_relation_sympy_cannot_decide_is_built_as_sympy_would():
         else:
             skipped += 1
     assert skipped and not parsing._undecidable(_S0, _S0) and parsing._undecidable(F.Mod(_S0 * _S1, 8), sympy.Integer(0))
+    assert parsing._undecidable(4 * F.FloorDiv(_S0, 4), _S0) and not parsing._undecidable(2 * _S0, sympy.Integer(1))
+
+
+_SYMBOLS = [int_symbol(name) for name in ("s0", "s1", "s2")]
+_POLYNOMIALS = st.builds(lambda k, c, x, y: k * x * y + c, st.integers(-3, 3), st.integers(-9, 9),
+                         st.sampled_from(_SYMBOLS), st.sampled_from([sympy.Integer(1), *_SYMBOLS]))
+_OPAQUE = st.one_of(st.sampled_from(_SYMBOLS),
+                    st.builds(F.Mod, _POLYNOMIALS, st.integers(-9, 9).filter(bool)),
+                    st.builds(F.FloorDiv, _POLYNOMIALS, st.integers(-9, 9).filter(bool)),
+                    st.builds(F.Max, _POLYNOMIALS, _POLYNOMIALS), st.builds(F.Min, _POLYNOMIALS, _POLYNOMIALS))
+_RELATION_SIDES = st.one_of(st.integers(-20, 20).map(sympy.Integer),
+                            st.builds(lambda k, a: k * a, st.integers(-9, 9), _OPAQUE))
+
+
+@given(st.sampled_from(sorted(parsing._RELATIONS, key=lambda r: r.__name__)), _RELATION_SIDES, _RELATION_SIDES)
+def test_every_relation_the_reader_builds_unevaluated_is_one_sympy_would_leave_as_written(relation, lhs, rhs):
+    """Multiples of remainders, quotients, Max, Min and symbols against each other and integers:
+    where the reader skips sympy's evaluation, sympy's evaluation returns the relation as written."""
+    if parsing._undecidable(lhs, rhs):
+        evaluated = relation(lhs, rhs)
+        assert type(evaluated) is relation and evaluated.args == (lhs, rhs)

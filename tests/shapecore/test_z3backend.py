@@ -19,11 +19,11 @@ SMALL = {"max_leaves": 3, "constants": (-6, 6), "divisors": (-4, 6)}
 x, y = F.int_symbol("x"), F.int_symbol("y")
 
 
-def _answer(facts, claim):
+def _answer(facts, claim, budget=None):
     session = Z3Session()
     for fact in facts:
         session.add_fact(fact)
-    return session.check(claim, Budget(200))
+    return session.check(claim, budget or Budget(200))
 
 
 @settings(max_examples=40, deadline=None)
@@ -122,3 +122,47 @@ def test_an_opaque_division_is_defined_only_where_its_divisor_is_nonzero():
     from shapecore import prove
 
     assert prove(claim, ranges={"x": (-7, 2)}).status == "refuted"
+
+
+def test_a_session_sees_none_of_an_earlier_sessions_facts_axioms_or_names():
+    """Each session names its tracking literals (``!fact0``) and quotients (``!q1``) from the
+    start: if two sessions shared a solver or a context's assertions, the earlier one's fact
+    ``x >= 5`` and its axiom ``!q1 = x // y`` would decide the later one's claims."""
+    earlier = Z3Session()
+    earlier.add_fact(sympy.Ge(x, 5))
+    earlier.add_fact(sympy.Ge(y, 1))
+    assert earlier.check(sympy.Ge(F.FloorDiv(x, y), 0), Budget(500)).status == "unsat"
+    later = Z3Session()
+    later.add_fact(sympy.Ge(y, 0))  # tracked by !fact0, as the earlier x >= 5 was
+    later.add_fact(sympy.Ge(x, 1))
+    answer = later.check(sympy.Gt(x, 4), Budget(500))
+    assert answer.status == "sat" and answer.model["x"] <= 4
+    answer = later.check(sympy.Ne(F.FloorDiv(y, x), 3), Budget(500))  # !q1 = y // x here
+    assert answer.status == "sat" and answer.model["y"] // answer.model["x"] == 3
+
+
+def test_a_session_gets_its_whole_budget_after_one_that_ran_out():
+    """A check stopped by its units or by the wall-clock backstop leaves nothing behind (no
+    spent units, no cancellation) for the next session's check."""
+    cubes = sympy.Ne(x**3 + y**3, F.int_symbol("z") ** 3) | (x < 1) | (y < 1) | (F.int_symbol("z") < 1)
+    for budget in (Budget(600_000, units=2000), Budget(30, units=10**12)):
+        assert Z3Session().check(cubes, budget).status == "unknown" and budget.outcome in ("resources", "backstop")
+        assert _answer([sympy.Ge(x, 5)], sympy.Gt(x, 4)).status == "unsat"
+
+
+def test_a_sessions_work_does_not_depend_on_the_sessions_before_it():
+    """Every session has a z3 context of its own. Measured: z3 orders terms by the ids its
+    context gives them, and a context reused after other queries (freed terms, recycled ids)
+    took other paths, 672 units for the factoring claim fresh, over 10**8 after six others."""
+    queries = [([], sympy.Ne(x * y, 1022117) | (x <= 1) | (y <= 1) | (x > y)),
+               ([sympy.Eq(F.Mod(x, 4), 0), sympy.Eq(F.Mod(y, 2), 0)], sympy.Eq(F.Mod(x * y, 8), 0)),
+               ([sympy.Gt(x * y, 5)], sympy.Gt(x + y, 4)),
+               ([], sympy.Eq(y * F.FloorDiv(x, y), x) | sympy.Ne(F.Mod(x, y), 0))]
+
+    def work(facts, claim):
+        budget = Budget(600_000, units=10**6)
+        return _answer(facts, claim, budget).status, budget.used
+
+    alone = [work(*query) for query in queries]
+    after_others = [work(*query) for query in queries[::-1] + queries][len(queries):]
+    assert after_others == alone and all(status != "unknown" for status, _ in alone)
