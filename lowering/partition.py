@@ -153,7 +153,7 @@ def _view_inputs_again(forward: GraphModule, backward: GraphModule, user_outputs
     kept = outputs[:user_outputs]
     placeholders = {n.name: n for n in backward.graph.find_nodes(op="placeholder")}
     first = next(n for n in backward.graph.nodes if n.op != "placeholder")
-    dropped: list[list[Node]] = []
+    dropped: set[Node] = set()
     for value in outputs[user_outputs:]:
         chain = _view_chain(value) if value.name in placeholders else None
         if chain is None:
@@ -170,12 +170,11 @@ def _view_inputs_again(forward: GraphModule, backward: GraphModule, user_outputs
                 taken = backward.graph.node_copy(view, lambda n, taken=taken: taken)
         saved.replace_all_uses_with(taken)
         backward.graph.erase_node(saved)
-        dropped.append(chain)
+        dropped.update(chain[1:])
     output.args = (tuple(kept),)
-    for chain in dropped:  # the views the forward took for the backward alone
-        for view in reversed(chain[1:]):
-            if not view.users:
-                forward.graph.erase_node(view)
+    for view in reversed([n for n in forward.graph.nodes if n in dropped]):  # users first
+        if not view.users:  # taken for the backward alone
+            forward.graph.erase_node(view)
     forward.recompile()
     backward.graph.lint()
     backward.recompile()
