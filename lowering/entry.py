@@ -218,18 +218,18 @@ class EntryCheck:
         from shapecore.torch.private import dtensor_local
 
         assert spec.placements is not None
-        wanted = format_placements(spec.placements)
         if self.device_mesh is not None and value.device_mesh is not self.device_mesh and value.device_mesh != self.device_mesh:
             return (f"input {spec.name}: expected the global tensor or a DTensor on the module's mesh "
                     f"{self.device_mesh}, got a DTensor on {value.device_mesh}")
         if tuple(value.placements) != tuple(spec.placements):
-            return (f"input {spec.name}: expected the global tensor or a DTensor placed {wanted}, "
-                    f"got {_describe(value)}; pass value.full_tensor() or redistribute it")
+            return (f"input {spec.name}: expected the global tensor or a DTensor placed "
+                    f"{format_placements(spec.placements)}, got {_describe(value)}; pass value.full_tensor() or redistribute it")
         local = tuple(dtensor_local(value).shape)
         for d, n in enumerate(value.shape):
             pieces = self.mesh.shard_factor(spec.placements, d)
             if n % pieces == 0 and local[d] != n // pieces:
-                return (f"input {spec.name}: a DTensor of global shape {list(value.shape)} placed {wanted} holds a "
+                return (f"input {spec.name}: a DTensor of global shape {list(value.shape)} placed "
+                        f"{format_placements(spec.placements)} holds a "
                         f"local piece of shape {list(local)} on this rank; dim {d} needs {n // pieces}")
         return None
 

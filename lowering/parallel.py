@@ -224,7 +224,7 @@ class _Sized:
     output_sizes: list[torch.Size]
     specs: list[Any]
     """Per user output, a DTensor of its global size holding no data (made on first use): its spec
-    places an output computed without autograd, which ``DTensor.from_local`` would make anew."""
+    places each call's output, which ``DTensor.from_local`` would make anew."""
 
 
 @dataclass
@@ -258,7 +258,9 @@ class _Step(torch.autograd.Function):
         partitioned, backward = module.partitioned, call.sized.variant.backward
         assert partitioned is not None and backward is not None
         tangents = module._tangents(grads, call.sized.values)
-        inputs = [ctx.saved[k] if kind == "saved" else tangents[k] for kind, k in partitioned.backward_inputs]
+        given = {"saved": ctx.saved, "tangent": tangents, "input": [*call.sized.symbol_values, *call.tensors]}
+        inputs = [given[kind][k] if k < len(given[kind]) else module.program.coordinate  # the forward's last input
+                  for kind, k in partitioned.backward_inputs]
         ctx.saved = None
         return (None, None, *module._parameter_grads(backward(inputs), dict(zip(call.trainable, ctx.parameters))))
 
@@ -543,8 +545,10 @@ class ParallelModule(nn.Module):
 
     def _piece(self, x: Any, spec: InputSpec) -> Any:
         """This rank's piece of a checked input (a global tensor, or a DTensor placed as the plan wants)."""
+        from shapecore.torch.private import dtensor_local
+
         if isinstance(x, DTensor):
-            return x.to_local()
+            return dtensor_local(x)  # the program's inputs take no gradient: to_local's autograd function buys nothing
         return x if spec.placements is None else local_shard(x, spec.placements, self.groups)
 
     def _user_outputs(self) -> list[int]:
@@ -566,18 +570,16 @@ class ParallelModule(nn.Module):
         return [outputs[k] for k in self._outputs]
 
     def _placed(self, local: Sequence[Any], sized: _Sized) -> list[Any]:
-        """The user outputs' local pieces as DTensors of their global shapes: differentiable when
-        grad is enabled (``DTensor.from_local``), else wrapped with a spec made once per size."""
+        """The user outputs' local pieces as DTensors of their global shapes, wrapped with a spec made
+        once per size. The pieces carry no autograd history (the compiled program runs outside
+        autograd; :class:`_Step` gives a training call's outputs theirs), so ``DTensor.from_local``'s
+        autograd function would buy nothing."""
         from shapecore.torch.private import dtensor_placed_like
 
         placed = []
-        mesh, differentiable = self.groups.device_mesh, torch.is_grad_enabled()
+        mesh = self.groups.device_mesh
         for i, (piece, k, size) in enumerate(zip(local, self._outputs, sized.output_sizes)):
             placements = self.plan.output_placements[k]
-            if differentiable:
-                placed.append(DTensor.from_local(piece, mesh, placements, run_check=False, shape=size,
-                                                 stride=contiguous_strides(size)))
-                continue
             if sized.specs[i] is None:
                 sized.specs[i] = DTensor.from_local(piece.new_empty(0), mesh, placements, run_check=False, shape=size,
                                                     stride=contiguous_strides(size))
@@ -599,6 +601,7 @@ class ParallelModule(nn.Module):
         """The backward program's tangents (in input order) from the gradients of the user outputs
         (DTensors; None: the loss did not use that output)."""
         from shapecore import evaluate
+        from shapecore.torch.private import dtensor_local
 
         tangents = []
         for (kind, index), local_input in zip(self._feed, self.program.inputs):
@@ -611,7 +614,7 @@ class ParallelModule(nn.Module):
                 continue
             if tuple(grad.placements) != tuple(local_input.placements):
                 grad = grad.redistribute(self.groups.device_mesh, local_input.placements)
-            tangents.append(grad.to_local().contiguous())
+            tangents.append(dtensor_local(grad).contiguous())
         return tangents
 
     def _parameter_grads(self, outputs: Sequence[Any], trainable: Mapping[str, Any]) -> list[Any]:

@@ -13,6 +13,12 @@ of the user outputs, with every value of a multi-output op in it (the batch stat
 BatchNorm's forward returns beside its output are read by its backward only): the lowering emits
 an output's redistribution where the output node is, after the backward, so those nodes are
 moved ahead first (every rank moves the same ones, so collectives keep one order on every rank).
+
+A saved value that is only a view of a forward input (the transposed weight a linear layer's
+backward multiplies by) is not returned by the forward: the backward takes the input itself and
+takes the view again. Returned, it would be an output aliasing an input, which AOTAutograd's
+runtime regenerates from the input at every call (about 15 µs each, a dozen per call of a small
+decoder).
 """
 
 from __future__ import annotations
@@ -37,10 +43,10 @@ class Partitioned:
     ``forward`` takes the joint program's inputs without the tangents (a local program's
     ``*symbols, *tensors, coordinate``) and returns the ``user_outputs`` user outputs, then the
     saved values;
-    ``backward`` takes, per input, ``("saved", k)`` (the forward's saved value ``k``) or
-    ``("tangent", k)`` (the joint program's tangent ``k``, in input order) as
-    :attr:`backward_inputs` lists, and returns the joint program's remaining outputs (the
-    gradients) in order.
+    ``backward`` takes, per input, ``("saved", k)`` (the forward's saved value ``k``),
+    ``("tangent", k)`` (the joint program's tangent ``k``, in input order) or ``("input", k)``
+    (the forward's input ``k``) as :attr:`backward_inputs` lists, and returns the joint
+    program's remaining outputs (the gradients) in order.
     """
 
     forward: GraphModule
@@ -104,7 +110,9 @@ def partition(joint: GraphModule, example_inputs: Sequence[Any], user_outputs: i
 
     forward, backward = default_partition(_forward_first(joint, user_outputs, tangents), list(example_inputs),
                                           num_fwd_outputs=user_outputs)
+    _view_inputs_again(forward, backward, user_outputs)
     saved = [n.name for n in forward.graph.output_node().args[0][user_outputs:]]
+    forward_inputs = {n.name: k for k, n in enumerate(forward.graph.find_nodes(op="placeholder"))}
     tangent_order = {f"tangents_{count}": count - 1 for count in range(1, len(tangents) + 1)}
     inputs: list[tuple[str, int]] = []
     for node in backward.graph.nodes:
@@ -114,10 +122,62 @@ def partition(joint: GraphModule, example_inputs: Sequence[Any], user_outputs: i
             inputs.append(("tangent", tangent_order[node.name]))
         elif node.name in saved:
             inputs.append(("saved", saved.index(node.name)))
+        elif node.name in forward_inputs:
+            inputs.append(("input", forward_inputs[node.name]))
         else:
             raise LoweringError(f"the backward program reads {node.name}, which the forward neither saves nor is a "
                                 "tangent; the joint graph cannot be split")
     return Partitioned(forward, backward, user_outputs, tuple(inputs))
+
+
+def _view_chain(node: Node) -> list[Node] | None:
+    """The view ops from a forward placeholder to ``node`` (placeholder first), when ``node`` is
+    only views of it taken with constant arguments; else None."""
+    from torch.fx.node import Node
+
+    chain = [node]
+    while node.op == "call_function":
+        if (not getattr(node.target, "is_view", False) or not isinstance(node.args[0], Node)
+                or any(isinstance(a, Node) for a in [*node.args[1:], *node.kwargs.values()])):
+            return None
+        node = node.args[0]
+        chain.append(node)
+    return chain[::-1] if node.op == "placeholder" and len(chain) > 1 else None
+
+
+def _view_inputs_again(forward: GraphModule, backward: GraphModule, user_outputs: int) -> None:
+    """Make the backward take each forward input that a saved value is only a view of, and take the
+    view itself, instead of the forward returning the view (see the module docstring)."""
+    output = forward.graph.output_node()
+    outputs = list(output.args[0])
+    kept = outputs[:user_outputs]
+    placeholders = {n.name: n for n in backward.graph.find_nodes(op="placeholder")}
+    first = next(n for n in backward.graph.nodes if n.op != "placeholder")
+    dropped: set[Node] = set()
+    for value in outputs[user_outputs:]:
+        chain = _view_chain(value) if value.name in placeholders else None
+        if chain is None:
+            kept.append(value)
+            continue
+        base, saved = chain[0], placeholders[value.name]
+        if base.name not in placeholders:
+            with backward.graph.inserting_before(first):
+                placeholders[base.name] = backward.graph.placeholder(base.name)
+            placeholders[base.name].meta = dict(base.meta)
+        taken = placeholders[base.name]
+        with backward.graph.inserting_before(first):
+            for view in chain[1:]:
+                taken = backward.graph.node_copy(view, lambda n, taken=taken: taken)
+        saved.replace_all_uses_with(taken)
+        backward.graph.erase_node(saved)
+        dropped.update(chain[1:])
+    output.args = (tuple(kept),)
+    for view in reversed([n for n in forward.graph.nodes if n in dropped]):  # users first
+        if not view.users:  # taken for the backward alone
+            forward.graph.erase_node(view)
+    forward.recompile()
+    backward.graph.lint()
+    backward.recompile()
 
 
 def example_values(gm: GraphModule) -> list[Any]:

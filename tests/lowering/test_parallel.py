@@ -519,3 +519,18 @@ def test_a_plan_alone_lowers_the_graph_it_was_traced_from_without_its_batch_size
     assert alone.program.graph_module.code == given.program.graph_module.code
     for size in (2, 32, 7):
         assert torch.equal(alone(batch(size)).full_tensor(), given(batch(size)).full_tensor())
+
+
+def test_a_training_call_backpropagates_through_the_step_and_any_call_places_its_output_with_one_spec(one_rank):
+    torch.manual_seed(0)
+    model = MLP()
+    pm = ParallelModule(model, (torch.randn(8, 32),), dynamic_shapes=({0: Dim("batch")},), mesh=(1,), training=True)
+    x = torch.randn(8, 32)
+    first, second = pm(*pm.shard_inputs(x)), pm(*pm.shard_inputs(x))
+    assert type(first.grad_fn).__name__ == "_StepBackward" and first._spec is second._spec
+    (first.full_tensor().sum() + second.full_tensor().sum()).backward()  # the backward takes the weights as inputs
+    model(x).sum().mul(2).backward()
+    for name, parameter in pm.named_parameters():
+        assert _relative_error(parameter.grad.full_tensor(), dict(model.named_parameters())[name].grad) < 1e-4
+    pm.eval()  # the forward program alone, grad enabled: the spec made once for these sizes, no from_local
+    assert torch.is_grad_enabled() and pm(x)._spec is pm(x)._spec is first._spec

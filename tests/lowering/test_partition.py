@@ -42,3 +42,29 @@ def test_a_batchnorm_in_eval_mode_splits_into_programs_that_compute_autograds_gr
     torch.testing.assert_close(out, expected.detach())
     for (name, parameter), grad in zip(model.named_parameters(), grads, strict=False):
         torch.testing.assert_close(grad, parameter.grad, msg=lambda m: f"{name}: {m}")
+
+
+def test_a_saved_view_of_an_input_is_taken_again_by_the_backward_not_returned_by_the_forward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    traced = trace_for_planning(model, (x,), dynamic_shapes=({0: Dim("batch")},), training=True)
+    gm = traced.graph_module
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tangents = {k for k, n in enumerate(placeholders) if n.name.startswith("tangents")}
+    split = partition(gm, example_values(gm), 1, tangents)
+
+    inputs = [n for n in split.forward.graph.nodes if n.op == "placeholder"]
+    saved = split.forward.graph.output_node().args[0][1:]
+    views_of_inputs = [n for n in saved if n.op == "call_function" and n.target.is_view and n.args[0] in inputs]
+    assert views_of_inputs == []  # no output aliasing an input (the transposed weights)
+    assert ("input", inputs.index(next(n for n in inputs if n.meta["val"].shape == (3, 6)))) in split.backward_inputs
+
+    primals = [*(p.detach() for p in model.parameters()), x]
+    out, *values = split.forward(*primals)
+    tangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    given = {"saved": values, "tangent": [tangent], "input": primals}
+    grads = split.backward(*(given[kind][k] for kind, k in split.backward_inputs))
+    model(x).backward(tangent)
+    for (name, parameter), grad in zip(model.named_parameters(), grads, strict=False):
+        torch.testing.assert_close(grad, parameter.grad, msg=lambda m: f"{name}: {m}")

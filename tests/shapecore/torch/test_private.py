@@ -313,3 +313,21 @@ def test_a_rule_that_answers_no_placement_or_has_several_operands_raises_its_own
     for args in ((one, [32]), (one, one)):
         with pytest.raises(RuntimeError, match="refused"):
             private.whole_mesh_strategies(refuses, torch.ops.aten.view.default, args, {})
+
+
+def test_a_dtensor_placed_like_another_shares_its_spec_holds_the_piece_and_computes_as_from_local_makes_it():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        like = DTensor.from_local(torch.randn(4, 3), init_device_mesh("cpu", (1,)), [Shard(0)])
+        piece = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+        placed = private.dtensor_placed_like(like, piece)
+        expected = DTensor.from_local(piece, like.device_mesh, like.placements)
+        assert type(placed) is DTensor and placed._spec is like._spec and placed._local_tensor is piece
+        assert (placed.shape, placed.stride(), placed.requires_grad) == (expected.shape, expected.stride(), False)
+        assert torch.equal((placed * 2 + 1).full_tensor(), (expected * 2 + 1).full_tensor())
+    finally:
+        dist.destroy_process_group()
