@@ -68,7 +68,9 @@ regret is measured against reuse the model).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -328,32 +330,34 @@ class IlpModel:
         self._buffers[span[:2] + span[4:]] = found
         return found
 
-    def _optimize(self, time_limit: float, start: list[tuple[mip.Var, float]] | None = None) -> mip.OptimizationStatus:
-        """Solve the MIP, from ``start`` (the values of a plan that fits) when given; under a
-        memory budget, re-solve with the chosen plan's peak step constrained until its exact peak
-        fits (see the module docstring). The rounds share ``time_limit``; a round begun after it
-        gets :data:`_LAST_ROUND_SECONDS`, in which the solver takes ``start`` (it meets every
+    def _optimize(self, time_limit: float, start: Callable[[], dict[mip.Var, float]] | None = None) -> mip.OptimizationStatus:
+        """Solve the MIP, from ``start()`` (every variable's value in a plan that fits, asked
+        again each round: a round's constraints add variables) when given; under a memory
+        budget, re-solve with the chosen plan's peak step constrained until its exact peak fits
+        (see the module docstring). The rounds share ``time_limit``; a round begun after it gets
+        :data:`_LAST_ROUND_SECONDS`, in which the solver takes the start (it meets every
         constraint) if it finds nothing better, so the loop ends at a plan that fits."""
         deadline = time.perf_counter() + time_limit
         while True:  # each round adds a constraint not in the model: there are finitely many
             if start is not None:
-                self.model.start = start
+                self.model.start = list(start().items())
             status = self.model.optimize(max_seconds=max(deadline - time.perf_counter(), _LAST_ROUND_SECONDS))
             if self.memory_budget is None or status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 return status
             if not self._add_memory_cuts(self._chosen()):
                 return status
 
-    def _greedy_start(self, weights: np.ndarray) -> list[tuple[mip.Var, float]] | None:
-        """Under a memory budget, the values of the greedy plan (:class:`~planner.greedy.GreedyModel`,
-        memory priced at the steps over the budget) when it fits: a plan the MIP starts from, so
-        that a solve stopped by its time limit still has one. None without a budget or a fit."""
+    def _greedy_start(self, weights: np.ndarray) -> Callable[[], dict[mip.Var, float]] | None:
+        """Under a memory budget, the greedy plan (:class:`~planner.greedy.GreedyModel`, memory
+        priced at the steps over the budget) when it fits, as :meth:`_optimize`'s start: a plan
+        the MIP starts from, so that a solve stopped by its time limit still has one. None
+        without a budget or a fit."""
         if self.memory_budget is None:
             return None
         from planner.greedy import GreedyModel  # the greedy baseline reports its plans as this module's Solution
 
         greedy = GreedyModel(self.problem, memory_budget=self.memory_budget).solve(weights)
-        return list(self._values(greedy.choices, weights).items()) if greedy.status == "greedy" else None
+        return functools.partial(self._values, greedy.choices, weights) if greedy.status == "greedy" else None
 
     def _chosen(self) -> list[int]:
         return [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
@@ -590,13 +594,12 @@ class IlpModel:
         tie_break[t] = 1.0
         self.model.objective = mip.LinExpr(expr=tie_break)
         seeded = self._values(seed, weights)
-        seeded[t] = float(max(((sum(matrix[i, k] * seeded[v] for i, v in enumerate(variables)) + constant[k] / optima[k])
-                               for k in range(len(optima)))))
-        self.model.start = list(seeded.items())
+        worst_seeded = float(max(((sum(matrix[i, k] * seeded[v] for i, v in enumerate(variables)) + constant[k] / optima[k])
+                                  for k in range(len(optima)))))
         gap = self.model.max_mip_gap
         self.model.max_mip_gap = _REGRET_GAP
         try:
-            status = self._optimize(time_limit)
+            status = self._optimize(time_limit, lambda: {**self._values(seed, weights), t: worst_seeded})
             if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 raise self._failure(status, time_limit)
             choices = self._chosen()

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 
+import mip
 import numpy as np
 import pytest
 import torch
@@ -113,6 +114,25 @@ def test_a_solve_out_of_time_under_a_budget_returns_the_greedy_plan_it_started_f
     solution = IlpModel(training_mlp, memory_budget=budget).solve(weights, time_limit=1e-9)
     assert solution.status == "feasible (time limit)"
     assert solution.objective <= greedy.objective * (1 + 1e-9)
+    assert float(training_mlp.peak_memory(solution.choices).total.max()) <= budget
+
+
+def test_each_memory_round_starts_from_the_greedy_plan_with_every_variable_valued(training_mlp, monkeypatch):
+    """A round's constraints add buffer variables; a start that leaves them out (0) may break the
+    rows and is then no plan the solver can take (the LLaMA case on (2, 2) ended with no plan)."""
+    weights = training_mlp.points.weights
+    budget = 0.5 * float(training_mlp.peak_memory(GreedyModel(training_mlp).solve(weights).choices).total.max())
+    starts = []
+    optimize = mip.Model.optimize
+
+    def spy(model, *args, **kwargs):
+        starts.append((len(model.start or ()), model.num_cols))
+        return optimize(model, *args, **kwargs)
+
+    monkeypatch.setattr(mip.Model, "optimize", spy)
+    solution = IlpModel(training_mlp, memory_budget=budget).solve(weights)
+    assert len(starts) >= 2, "the budget takes more than one round"
+    assert all(valued == columns for valued, columns in starts), starts
     assert float(training_mlp.peak_memory(solution.choices).total.max()) <= budget
 
 
