@@ -45,7 +45,7 @@ far: a valid, possibly weaker, bound. The rounds share the solve's time limit, a
 from the greedy plan (:class:`~planner.greedy.GreedyModel`, which prices the same peak) when it
 fits: a solve out of time returns the best plan found, at worst that one. Under a tight budget
 the MIP's bound is weak (a mixture of plans fits where none does: on the 1-layer LLaMA training
-graph on (2, 2) the root relaxation lies 4% below the best plan known, ``bench/budget.py``), so
+graph on (2, 2) the root relaxation lies 4% below the best plan known, ``bench/memory_budget.py``), so
 such a solve usually ends at its time limit with a plan and a gap.
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
