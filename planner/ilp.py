@@ -26,8 +26,9 @@ linearized one of two ways, whichever has fewer variables:
 storages are live at ``t`` does not depend on the plan, only their bytes do, so the memory at
 ``t`` is linear in ``x`` (``live_t``, :meth:`~planner.problem.Problem.live_memory`) and "the
 peak fits the budget" is exactly one such constraint per step. Most of them never bind, so
-they are added lazily: the model starts with the steps where the all-first-choice plan and
-the least-memory plan (each group's smallest choice) go over the budget, and after each solve
+they are added lazily: the model starts with the steps where the all-first-choice plan goes
+over the budget and those where the least-memory plan (each group's smallest choice) holds the
+most, over the budget or not (a tight budget binds there), and after each solve
 the chosen plan's memory at every step is computed; where it exceeds the budget at a point,
 the constraints of the steps holding the most (:data:`_CUTS_PER_POINT` of them) are added
 and the model solved again. A redistribution's buffer depends on two choices (producer and
@@ -152,8 +153,12 @@ class IlpModel:
         for cls in problem.edge_classes:
             self._add_routing(cls)
         if memory_budget is not None:
-            for plan in ([0] * len(problem.groups), self.least_memory_choices()):
-                self._add_memory_cuts(plan, seed=True)
+            self._add_memory_cuts([0] * len(problem.groups), seed=True)
+            least = self.problem.peak_memory(self.least_memory_choices()).timeline
+            for k in range(least.shape[1]):  # where the most sharded plan holds the most: where a tight budget binds
+                for step in np.argsort(-least[:, k], kind="stable")[:_CUTS_PER_POINT].tolist():
+                    if (k, step) not in self.memory_steps:
+                        self._add_memory_constraint(k, step)
         self.build_seconds = time.perf_counter() - start
 
     # -- families of variables and constraints ------------------------------------------------

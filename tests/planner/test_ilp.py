@@ -136,6 +136,17 @@ def test_each_memory_round_starts_from_the_greedy_plan_with_every_variable_value
     assert float(training_mlp.peak_memory(solution.choices).total.max()) <= budget
 
 
+@pytest.mark.parametrize("share", [0.5, 2.0])
+def test_the_steps_where_the_most_sharded_plan_holds_the_most_are_constrained_from_the_start(training_mlp, share):
+    """A tight budget binds where the least-memory plan peaks; constraining those steps up front
+    saves the rounds that would find them (the LLaMA case on (2, 2): one round instead of two)."""
+    model = IlpModel(training_mlp)
+    least = training_mlp.peak_memory(model.least_memory_choices())
+    budget = share * float(least.total.max())  # under or over it: the steps are constrained either way
+    seeded = IlpModel(training_mlp, memory_budget=budget).memory_steps
+    assert {(k, int(step)) for k, step in enumerate(least.steps)} <= seeded
+
+
 def test_least_peak_plan_equals_brute_force_and_no_plan_fits_names_it(tiny_mlp):
     sizes = [range(g.choices) for g in tiny_mlp.groups]
     least = min(float(tiny_mlp.peak_memory(choices).total.max()) for choices in itertools.product(*sizes))
