@@ -26,21 +26,28 @@ linearized one of two ways, whichever has fewer variables:
 storages are live at ``t`` does not depend on the plan, only their bytes do, so the memory at
 ``t`` is linear in ``x`` (``live_t``, :meth:`~planner.problem.Problem.live_memory`) and "the
 peak fits the budget" is exactly one such constraint per step. Most of them never bind, so
-they are added lazily: the model starts with the steps where the all-first-choice plan and
-the least-memory plan (each group's smallest choice) go over the budget, and after each solve
+they are added lazily: the model starts with the steps where the all-first-choice plan goes
+over the budget and those where the least-memory plan (each group's smallest choice) holds the
+most, over the budget or not (a tight budget binds there), and after each solve
 the chosen plan's memory at every step is computed; where it exceeds the budget at a point,
 the constraints of the steps holding the most (:data:`_CUTS_PER_POINT` of them) are added
 and the model solved again. A redistribution's buffer depends on two choices (producer and
-consumer); it enters a step's constraint as ``u ≥ 0`` with ``u ≥ size(b)·(Z[b] − X[b])`` for
-each placement ``b`` the consumer may need (``Z``, ``X``: the consumer-needs and
-producer-gives indicators), whose least value at a one-hot ``x`` is the buffer: a plan meets
-a step's constraint (for some ``u``) exactly when its memory there fits the budget. So every
+consumer); it enters a step's constraint as ``Σ_b size(b)·v_b`` with ``v_b ≥ 0`` and
+``v_b ≥ Z[b] − X[b]`` for each placement ``b`` the consumer may need (``Z``, ``X``: the
+consumer-needs and producer-gives indicators; :meth:`IlpModel._buffer`), whose least value at
+a one-hot ``x`` is the buffer: a plan meets a step's constraint (for some ``v``) exactly when
+its memory there fits the budget. So every
 constraint added holds for every plan that fits (the loop never cuts one off), a plan over
 the budget always adds a new one, and the loop stops at a plan whose exact peak fits, or at
 infeasibility: a :class:`MemoryBudgetError` with what the plan needing the least memory needs
 (:meth:`IlpModel.least_peak_choices`: the same constraints, minimizing the peak) and what
 dominates it. The LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so
-far: a valid, possibly weaker, bound.
+far: a valid, possibly weaker, bound. The rounds share the solve's time limit, and each starts
+from the greedy plan (:class:`~planner.greedy.GreedyModel`, which prices the same peak) when it
+fits: a solve out of time returns the best plan found, at worst that one. Under a tight budget
+the MIP's bound is weak (a mixture of plans fits where none does: on the 1-layer LLaMA training
+graph on (2, 2) the root relaxation lies 4% below the best plan known, ``bench/memory_budget.py``), so
+such a solve usually ends at its time limit with a plan and a gap.
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
 (:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)
@@ -62,7 +69,9 @@ regret is measured against reuse the model).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -83,6 +92,7 @@ _REGRET_GAP = 1e-2  # the worst-regret MIP stops within 1% of its bound (its LP 
 _INTEGRAL = 1e-6  # an LP value this close to 0 or 1 counts as integral (HiGHS's feasibility tolerance is 1e-7)
 _MEMORY_TOLERANCE = 1e-6  # a plan's peak may exceed the budget by this fraction (the solver's feasibility tolerance)
 _CUTS_PER_POINT = 4  # memory constraints added per batch point and round: the steps holding the most
+_LAST_ROUND_SECONDS = 1.0  # a memory round begun after the time limit: time to take the start plan
 _PEAK_PRICE = 1e3  # least_peak_choices' first rounds: the peak (in units of the least-memory plan's) at this many plans' costs
 
 
@@ -134,7 +144,8 @@ class IlpModel:
         self.flows: list[tuple[EdgeClass, list[mip.Var]]] = []
         self.memory_budget = memory_budget
         self.memory_steps: set[tuple[int, int]] = set()  # (point, step) whose memory constraint is in the model
-        self._buffers: dict[tuple, mip.Var | None] = {}
+        self._buffers: dict[tuple, list[tuple[mip.Var | None, np.ndarray]]] = {}  # _buffer's terms, per span
+        self._buffer_rows: list[tuple[mip.Var, dict[mip.Var, float], float]] = []  # v ≥ Σ terms + constant
         self._peak: mip.Var | None = None  # least_peak_choices' model: the peak (in units of memory_budget) it minimizes
         self._relaxation: LpRelaxation | None = None  # built by the first lower_bound
         self._flows: tuple[np.ndarray, np.ndarray] | None = None  # _flow_costs, once
@@ -142,8 +153,12 @@ class IlpModel:
         for cls in problem.edge_classes:
             self._add_routing(cls)
         if memory_budget is not None:
-            for plan in ([0] * len(problem.groups), self.least_memory_choices()):
-                self._add_memory_cuts(plan, seed=True)
+            self._add_memory_cuts([0] * len(problem.groups), seed=True)
+            least = self.problem.peak_memory(self.least_memory_choices()).timeline
+            for k in range(least.shape[1]):  # where the most sharded plan holds the most: where a tight budget binds
+                for step in np.argsort(-least[:, k], kind="stable")[:_CUTS_PER_POINT].tolist():
+                    if (k, step) not in self.memory_steps:
+                        self._add_memory_constraint(k, step)
         self.build_seconds = time.perf_counter() - start
 
     # -- families of variables and constraints ------------------------------------------------
@@ -247,37 +262,48 @@ class IlpModel:
         return added
 
     def _add_memory_constraint(self, k: int, step: int) -> None:
-        """Σ live_step[g,c,k]·x[g,c] + Σ u ≤ budget (bytes per device, in units of the budget, so
-        the solver's feasibility tolerance is :data:`_MEMORY_TOLERANCE` of it), ``u`` the
-        redistribution buffers live at ``step`` (:meth:`_buffer`); ``≤ peak`` in
-        :meth:`least_peak_choices`' model."""
+        """Σ live_step[g,c,k]·x[g,c] + Σ size_b·v_b ≤ budget (bytes per device, in units of the
+        budget, so the solver's feasibility tolerance is :data:`_MEMORY_TOLERANCE` of it), the
+        ``v`` those of the redistribution buffers live at ``step`` (:meth:`_buffer`); ``≤ peak``
+        in :meth:`least_peak_choices`' model."""
         self.memory_steps.add((k, step))
-        fixed = -self.memory_budget if self._peak is None else 0.0  # type: ignore[operator]
+        budget = self.memory_budget
+        assert budget is not None
+        fixed = -1.0 if self._peak is None else 0.0
         terms: dict[mip.Var, float] = {}
         for live, xs in zip(self.problem.live_memory(step), self.x):
-            column = live[:, k]
+            column = live[:, k] / budget
             if xs is None:
                 fixed += float(column[0])
             else:
-                terms.update((xs[c], float(column[c]) / self.memory_budget) for c in range(len(xs)) if column[c])  # type: ignore[operator]
+                terms.update((xs[c], float(column[c])) for c in range(len(xs)) if column[c])
         for span in self.problem.reshard_spans():
             if span[2] <= step <= span[3]:
-                u = self._buffer(span, k)
-                if u is not None:
-                    terms[u] = 1.0
+                for v, size in self._buffer(span):
+                    share = float(size[k]) / budget
+                    if v is None:
+                        fixed += share
+                    else:
+                        terms[v] = terms.get(v, 0.0) + share
         if self._peak is not None:
             terms[self._peak] = -1.0
-        self._add_row(terms, fixed / self.memory_budget, "<", f"memory{k}_{step}")  # type: ignore[operator]
+        self._add_row(terms, fixed, "<", f"memory{k}_{step}")
 
-    def _buffer(self, span: tuple[str, int, int, int, bool], k: int) -> mip.Var | None:
-        """``u ≥ 0`` (in budgets) whose least value at every one-hot ``x`` is what the
-        redistribution of ``span`` holds at point ``k``: with ``Z[b]``/``X[b]`` the indicators
-        that the consumer needs / the producer gives placement ``b``, ``u ≥ size(b)·(Z[b] − X[b])``
-        for every ``b`` (the buffer; ``X − Z`` for a gradient's unreduced storage). None when
-        the redistribution never happens."""
-        key = (span, k)
-        if key in self._buffers:
-            return self._buffers[key]
+    def _buffer(self, span: tuple[str, int, int, int, bool]) -> list[tuple[mip.Var | None, np.ndarray]]:
+        """What the redistribution of ``span`` holds, as terms ``(v, bytes per point)`` whose sum
+        ``Σ bytes·v`` at every one-hot ``x`` is its buffer (``v`` None: always held).
+
+        Producer and consumer in one group: ``v`` is each choice's ``x`` that redistributes (exact).
+        Otherwise, with ``Z[b]``/``X[b]`` the indicators that the consumer needs / the producer
+        gives placement ``b``, one ``v_b ≥ Z[b] − X[b]``, ``v_b ≥ 0`` per placement ``b`` the
+        consumer may need (``X − Z`` and the placements given, for a gradient's unreduced
+        storage): at a one-hot ``x`` the least ``v_b`` is 1 for the placement needed when it is
+        not the one given, else 0. Its LP relaxation, ``Σ_b size_b·max(0, Z[b] − X[b])``, is
+        no weaker than one buffer ``u ≥ size_b·(Z[b] − X[b])`` for every ``b``. The ``v`` are
+        indicators, shared by every point and step."""
+        found = self._buffers.get(span[:2] + span[4:])
+        if found is not None:
+            return found
         problem = self.problem
         consumer, operand, _, _, source = span
         producer = problem.graph.nodes[consumer].operands[operand]
@@ -285,31 +311,58 @@ class IlpModel:
         gives = [problem.candidates[producer][i].outputs[0] for i in problem.pick[producer]]
         needs = [problem.candidates[consumer][i].inputs[operand] for i in problem.pick[consumer]]
         meta = problem.graph.nodes[producer].output
-        u = None
-        for j, b in enumerate(dict.fromkeys(gives if source else needs)):
-            size = float(problem.local(meta, b).nbytes[k]) / self.memory_budget  # type: ignore[arg-type, operator]
+        found = []
+        if gp == gc:
+            xs = self.x[gp]
+            for c, (a, b) in enumerate(zip(gives, needs)):
+                if a != b:
+                    found.append((None if xs is None else xs[c], problem.local(meta, a if source else b).nbytes))
+        else:
             sign = -1.0 if source else 1.0
-            terms: dict[mip.Var, float] = {}
-            constant = self._indicator(gc, [c for c, p in enumerate(needs) if p == b], sign * size, terms)
-            constant += self._indicator(gp, [c for c, p in enumerate(gives) if p == b], -sign * size, terms)
-            if not terms and constant <= 0:
-                continue
-            if u is None:
-                u = self._add_column(f"u{len(self._buffers)}")
-            terms[u] = terms.get(u, 0.0) - 1.0
-            self._add_row(terms, constant, "<", f"buffer{len(self._buffers)}_{j}")
-        self._buffers[key] = u
-        return u
+            for b in dict.fromkeys(gives if source else needs):
+                terms: dict[mip.Var, float] = {}
+                constant = self._indicator(gc, [c for c, p in enumerate(needs) if p == b], sign, terms)
+                constant += self._indicator(gp, [c for c, p in enumerate(gives) if p == b], -sign, terms)
+                terms = {v: c for v, c in terms.items() if c}
+                if not terms:
+                    if constant > 0:
+                        found.append((None, problem.local(meta, b).nbytes))
+                    continue
+                v = self._add_column(f"v{len(self.lp.lower)}")
+                self._buffer_rows.append((v, terms, constant))
+                self._add_row({**terms, v: -1.0}, constant, "<", f"buffer{len(self.lp.row_lower)}")
+                found.append((v, problem.local(meta, b).nbytes))
+        self._buffers[span[:2] + span[4:]] = found
+        return found
 
-    def _optimize(self, time_limit: float) -> mip.OptimizationStatus:
-        """Solve the MIP; under a memory budget, re-solve with the chosen plan's peak step
-        constrained until its exact peak fits (see the module docstring)."""
+    def _optimize(self, time_limit: float, start: Callable[[], dict[mip.Var, float]] | None = None) -> mip.OptimizationStatus:
+        """Solve the MIP, from ``start()`` (every variable's value in a plan that fits, asked
+        again each round: a round's constraints add variables) when given; under a memory
+        budget, re-solve with the chosen plan's peak step constrained until its exact peak fits
+        (see the module docstring). The rounds share ``time_limit``; a round begun after it gets
+        :data:`_LAST_ROUND_SECONDS`, in which the solver takes the start (it meets every
+        constraint) if it finds nothing better, so the loop ends at a plan that fits."""
+        deadline = time.perf_counter() + time_limit
         while True:  # each round adds a constraint not in the model: there are finitely many
-            status = self.model.optimize(max_seconds=time_limit)
+            if start is not None:
+                self.model.start = list(start().items())
+            status = self.model.optimize(max_seconds=max(deadline - time.perf_counter(), _LAST_ROUND_SECONDS))
             if self.memory_budget is None or status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 return status
             if not self._add_memory_cuts(self._chosen()):
                 return status
+
+    def _greedy_start(self, weights: np.ndarray) -> Callable[[], dict[mip.Var, float]] | None:
+        """Under a memory budget, the greedy plan (:class:`~planner.greedy.GreedyModel`, memory
+        priced at the steps over the budget) when it fits, as :meth:`_optimize`'s start: a plan
+        the MIP starts from, so that a solve stopped by its time limit still has one. None
+        without a budget or a fit."""
+        if self.memory_budget is None:
+            return None
+        from planner.greedy import GreedyModel  # the greedy baseline reports its plans as this module's Solution
+
+        greedy = GreedyModel(self.problem, memory_budget=self.memory_budget).solve(weights)
+        return functools.partial(self._values, greedy.choices, weights) if greedy.status == "greedy" else None
 
     def _chosen(self) -> list[int]:
         return [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
@@ -397,7 +450,7 @@ class IlpModel:
         if not self.model.num_cols:  # every decision has one choice (python-mip refuses a model without a column)
             return self._only_plan(constant, start, time_limit)
         self.model.objective = self._linear(costs)
-        status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0))
+        status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), self._greedy_start(weights))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise self._failure(status, time_limit)
         choices = self._chosen()
@@ -516,6 +569,8 @@ class IlpModel:
             dst = next(p for p, block in cls.cols if choices[cls.consumer_group] in block)
             used = set(self.problem.state_graph(cls.meta).path(src, dst, weights) or ()) if src != dst else set()
             values.update((f, float(a in used)) for a, f in enumerate(fs))
+        for v, terms, constant in self._buffer_rows:
+            values[v] = max(0.0, constant + sum(c * values[x] for x, c in terms.items()))
         return values
 
     def solve_worst_regret(self, weights: np.ndarray, optima: np.ndarray, *, time_limit: float = 60.0) -> Solution:
@@ -544,13 +599,12 @@ class IlpModel:
         tie_break[t] = 1.0
         self.model.objective = mip.LinExpr(expr=tie_break)
         seeded = self._values(seed, weights)
-        seeded[t] = float(max(((sum(matrix[i, k] * seeded[v] for i, v in enumerate(variables)) + constant[k] / optima[k])
-                               for k in range(len(optima)))))
-        self.model.start = list(seeded.items())
+        worst_seeded = float(max(((sum(matrix[i, k] * seeded[v] for i, v in enumerate(variables)) + constant[k] / optima[k])
+                                  for k in range(len(optima)))))
         gap = self.model.max_mip_gap
         self.model.max_mip_gap = _REGRET_GAP
         try:
-            status = self._optimize(time_limit)
+            status = self._optimize(time_limit, lambda: {**self._values(seed, weights), t: worst_seeded})
             if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 raise self._failure(status, time_limit)
             choices = self._chosen()

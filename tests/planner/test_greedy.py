@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.greedy import GreedyModel
+from planner.greedy import GreedyModel, _MemoryPrices
 from planner.ilp import IlpModel
 
 
@@ -67,3 +67,35 @@ def test_a_budget_no_plan_meets_is_reported_over_budget_with_the_plan_needing_th
     assert solution.objective == pytest.approx(_true_cost(tiny_mlp, solution.choices, weights), rel=1e-12)
     unpriced = GreedyModel(tiny_mlp).solve(weights)  # the best effort needs no more memory than not trying
     assert _peak_memory(tiny_mlp, solution.choices) <= _peak_memory(tiny_mlp, unpriced.choices)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_what_a_pass_pays_for_memory_is_its_plans_memory_at_the_priced_steps(training_mlp, data):
+    """Each group's held bytes and each edge class's buffers, at the prices of some steps, add up
+    to the plan's memory at those steps as :meth:`Problem.peak_memory` counts it: the peak the ILP constrains."""
+    problem = training_mlp
+    steps = data.draw(st.lists(st.integers(0, len(problem.liveness.steps) - 1), min_size=1, max_size=6), label="steps")
+    price = np.zeros((len(problem.liveness.steps), len(problem.points)))
+    for step in steps:
+        price[step] = data.draw(st.lists(st.floats(0.0, 1.0), min_size=len(problem.points), max_size=len(problem.points)))
+    choices = [data.draw(st.integers(0, g.choices - 1)) for g in problem.groups]
+    prices = _MemoryPrices(problem, price, {})
+    paid = sum(prices.held[g][c] for g, c in enumerate(choices))
+    for cls in problem.edge_classes:
+        src = next(p for p, block in cls.rows if choices[cls.producer_group] in block)
+        dst = next(p for p, block in cls.cols if choices[cls.consumer_group] in block)
+        if src != dst:
+            paid += prices.buffer(cls, src, dst)
+    assert paid == pytest.approx(float((price * problem.peak_memory(choices).timeline).sum()), rel=1e-12, abs=1e-9)
+
+
+def test_a_budget_the_bytes_groups_hold_would_miss_is_met_by_pricing_the_peak(tiny_mlp):
+    """Pricing each group's bytes, wherever they are live, left this budget over (status
+    ``over memory budget``); pricing the steps over it finds a plan that fits."""
+    weights = tiny_mlp.points.weights
+    least = float(tiny_mlp.peak_memory(IlpModel(tiny_mlp).least_peak_choices()[0]).total.max())
+    unpriced = _peak_memory(tiny_mlp, GreedyModel(tiny_mlp).solve(weights).choices)
+    budget = least + 0.3 * (unpriced - least)
+    solution = GreedyModel(tiny_mlp, memory_budget=budget).solve(weights)
+    assert solution.status == "greedy" and _peak_memory(tiny_mlp, solution.choices) <= budget

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 
+import mip
 import numpy as np
 import pytest
 import torch
@@ -14,10 +15,12 @@ from hypothesis import strategies as st
 from torch.export import Dim
 
 import planner
+import planner.ilp
 from planner import Mesh
 from planner.api import prepare
 from planner.cost import Hardware, resolve_hardware
 from shapecore.torch import trace_for_planning
+from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
 from planner.plan import format_bytes
 from tests.planner.models import MLP, on_meta
@@ -71,6 +74,77 @@ def test_ilp_with_memory_budget_equals_brute_force(tiny_mlp):
     assert solution.objective == pytest.approx(_brute_force(tiny_mlp, weights, budget), rel=1e-9)
     assert float(tiny_mlp.peak_memory(solution.choices).total.max()) <= budget * (1 + 1e-6)
     assert model.memory_steps, "the budget binds, so some step's memory is constrained"
+
+
+def _random_plan(problem, data):
+    return [data.draw(st.integers(0, g.choices - 1), label=f"choice of group {i}") for i, g in enumerate(problem.groups)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_every_memory_constraint_at_a_plans_values_is_its_memory_at_that_step(training_mlp, data):
+    """The buffers' variables at their least values make each step's row the plan's memory there
+    (independently, :meth:`Problem.peak_memory`'s timeline), redistributions inside a group included."""
+    budget = 1e6
+    model = IlpModel(training_mlp, memory_budget=budget)
+    for k in range(len(training_mlp.points)):
+        for step in range(len(training_mlp.liveness.steps)):
+            if (k, step) not in model.memory_steps:
+                model._add_memory_constraint(k, step)
+    choices = _random_plan(training_mlp, data)
+    values = model._values(choices, training_mlp.points.weights)
+    timeline = training_mlp.peak_memory(choices).timeline
+    for row in model.model.constrs:
+        if row.name.startswith("memory"):
+            k, step = map(int, row.name[len("memory"):].split("_"))
+            held = sum(c * values[v] for v, c in row.expr.expr.items()) + row.expr.const
+            assert held == pytest.approx(timeline[step, k] / budget - 1.0, abs=1e-9), (k, step)
+        elif row.name.startswith("buffer"):  # the least values meet the buffers' own rows
+            assert sum(c * values[v] for v, c in row.expr.expr.items()) + row.expr.const <= 1e-12
+
+
+def test_a_solve_out_of_time_under_a_budget_returns_the_greedy_plan_it_started_from(training_mlp, monkeypatch):
+    """The MIP starts from the greedy plan when it fits, so running out of time still gives a plan
+    (was: "the solver found no plan within the time limit")."""
+    weights = training_mlp.points.weights
+    budget = 0.5 * float(training_mlp.peak_memory(GreedyModel(training_mlp).solve(weights).choices).total.max())
+    greedy = GreedyModel(training_mlp, memory_budget=budget).solve(weights)
+    assert greedy.status == "greedy"
+    monkeypatch.setattr(planner.ilp, "_LAST_ROUND_SECONDS", 1e-9)
+    solution = IlpModel(training_mlp, memory_budget=budget).solve(weights, time_limit=1e-9)
+    assert solution.status == "feasible (time limit)"
+    assert solution.objective <= greedy.objective * (1 + 1e-9)
+    assert float(training_mlp.peak_memory(solution.choices).total.max()) <= budget
+
+
+def test_each_memory_round_starts_from_the_greedy_plan_with_every_variable_valued(training_mlp, monkeypatch):
+    """A round's constraints add buffer variables; a start that leaves them out (0) may break the
+    rows and is then no plan the solver can take (the LLaMA case on (2, 2) ended with no plan)."""
+    weights = training_mlp.points.weights
+    budget = 0.5 * float(training_mlp.peak_memory(GreedyModel(training_mlp).solve(weights).choices).total.max())
+    starts = []
+    optimize = mip.Model.optimize
+
+    def spy(model, *args, **kwargs):
+        starts.append((len(model.start or ()), model.num_cols))
+        return optimize(model, *args, **kwargs)
+
+    monkeypatch.setattr(mip.Model, "optimize", spy)
+    solution = IlpModel(training_mlp, memory_budget=budget).solve(weights)
+    assert len(starts) >= 2, "the budget takes more than one round"
+    assert all(valued == columns for valued, columns in starts), starts
+    assert float(training_mlp.peak_memory(solution.choices).total.max()) <= budget
+
+
+@pytest.mark.parametrize("share", [0.5, 2.0])
+def test_the_steps_where_the_most_sharded_plan_holds_the_most_are_constrained_from_the_start(training_mlp, share):
+    """A tight budget binds where the least-memory plan peaks; constraining those steps up front
+    saves the rounds that would find them (the LLaMA case on (2, 2): one round instead of two)."""
+    model = IlpModel(training_mlp)
+    least = training_mlp.peak_memory(model.least_memory_choices())
+    budget = share * float(least.total.max())  # under or over it: the steps are constrained either way
+    seeded = IlpModel(training_mlp, memory_budget=budget).memory_steps
+    assert {(k, int(step)) for k, step in enumerate(least.steps)} <= seeded
 
 
 def test_least_peak_plan_equals_brute_force_and_no_plan_fits_names_it(tiny_mlp):
