@@ -30,6 +30,7 @@ keeps the facts of a block only if it ends normally.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -161,7 +162,7 @@ class Reasoner:
         self.knowledge.rollback(checkpoint.knowledge)
         self._hints_key, self._hints_checked, self._hints_point = checkpoint.hints_state
         if self._z3_facts > len(self.knowledge.facts):  # z3 saw a forgotten fact: start afresh
-            self._z3, self._z3_facts = None, 0  # the session frees its z3 objects inside z3_threads.exclusive()
+            self.release_z3()
 
     def commit(self, checkpoint: ReasonerCheckpoint) -> None:
         """Keep the facts added since ``checkpoint`` and close it."""
@@ -352,6 +353,11 @@ class Reasoner:
                     return None
         return substitute(fold(canonicalize(claim)), replacements)  # defined wherever the facts hold: may fold
 
+    def release_z3(self) -> None:
+        """Free this reasoner's z3 session (its context holds about 16 MB); a later query that
+        needs z3 starts a fresh one with the same facts, and gets the answers a first query would."""
+        self._z3, self._z3_facts = None, 0  # the session frees its z3 objects inside z3_threads.exclusive()
+
     def _session(self) -> Z3Session:
         if self._z3 is None:
             self._z3 = Z3Session()
@@ -402,6 +408,7 @@ def _bound_fact(relation: type, symbol: sympy.Symbol, value: int) -> sympy.Basic
 
 _SCOPES: OrderedDict[tuple, Reasoner] = OrderedDict()
 _SCOPES_KEPT = 64
+_SESSIONS_KEPT = 4  # the most recently used kept scopes keep their z3 session: 64 sessions held 1.1 GB
 
 
 def _scope_key(
@@ -518,4 +525,8 @@ def _scope(
             _SCOPES.popitem(last=False)
     else:
         _SCOPES.move_to_end(key)
+    # using a scope pushes at most one other out of the most recent few: only that one may hold a session
+    pushed_out = next(itertools.islice(reversed(_SCOPES.values()), _SESSIONS_KEPT, None), None)
+    if pushed_out is not None:
+        pushed_out.release_z3()
     return reasoner

@@ -434,3 +434,18 @@ def test_a_range_states_the_facts_sympy_evaluates(assumptions, lo, hi):
     expected = [relation(symbol, value) for relation, value in ((sympy.Ge, lo), (sympy.Le, hi)) if value is not None]
     assert [(type(f), f.args) if f.is_Relational else f for f in r.facts] == [
         (type(f), f.args) if f.is_Relational else f for f in expected]
+
+
+def test_only_the_most_recently_used_kept_scopes_hold_a_z3_session():
+    """Each session's context holds about 16 MB (64 scopes that reached z3 held 1.1 GB): a scope
+    pushed out of the most recent few frees its session, and asked again it starts a fresh one."""
+    from shapecore import reasoner
+
+    scopes = [[f"u0*u1 > u1 + {k}", "u1 >= 1"] for k in range(reasoner._SESSIONS_KEPT + 3)]
+    assert all(prove("Ne(36*u0, 36)", facts=facts).method == "z3" for facts in scopes)
+    assert sum(r._z3 is not None for r in reasoner._SCOPES.values()) <= reasoner._SESSIONS_KEPT
+    fresh = Reasoner()
+    for fact in scopes[0]:
+        fresh.add_fact(parse(fact))
+    again = prove("Ne(12*u0, 12)", facts=scopes[0])
+    assert (again.status, again.method) == ("proved", "z3") == (fresh.prove(parse("Ne(12*u0, 12)")).status, "z3")
