@@ -132,13 +132,15 @@ def partition(joint: GraphModule, example_inputs: Sequence[Any], user_outputs: i
 
 def _view_chain(node: Node) -> list[Node] | None:
     """The view ops from a forward placeholder to ``node`` (placeholder first), when ``node`` is
-    only views of it taken with constant arguments; else None."""
-    from torch.fx.node import Node
+    only views of it taken with constant arguments (no node among them, a symbol in a size list
+    included); else None."""
+    from torch.fx.node import Node, map_arg
 
     chain = [node]
     while node.op == "call_function":
-        if (not getattr(node.target, "is_view", False) or not isinstance(node.args[0], Node)
-                or any(isinstance(a, Node) for a in [*node.args[1:], *node.kwargs.values()])):
+        read: list[Node] = []
+        map_arg((node.args[1:], node.kwargs), read.append)
+        if not getattr(node.target, "is_view", False) or not isinstance(node.args[0], Node) or read:
             return None
         node = node.args[0]
         chain.append(node)
