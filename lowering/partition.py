@@ -19,6 +19,11 @@ backward multiplies by) is not returned by the forward: the backward takes the i
 takes the view again. Returned, it would be an output aliasing an input, which AOTAutograd's
 runtime regenerates from the input at every call (about 15 µs each, a dozen per call of a small
 decoder).
+
+An unbacked symbol that a saved value's size or stride is an expression of (a routed piece's
+``Max(0, Min(u0, …) - …)`` rows) is returned by the forward as a value of its own when no
+input of the backward is that symbol: Inductor binds a program's symbols from its inputs and,
+from torch 2.14, refuses an input whose size reads a symbol bound by none.
 """
 
 from __future__ import annotations
@@ -111,6 +116,7 @@ def partition(joint: GraphModule, example_inputs: Sequence[Any], user_outputs: i
     forward, backward = default_partition(_forward_first(joint, user_outputs, tangents), list(example_inputs),
                                           num_fwd_outputs=user_outputs)
     _view_inputs_again(forward, backward, user_outputs)
+    _save_unbound_symbols(forward, backward)
     saved = [n.name for n in forward.graph.output_node().args[0][user_outputs:]]
     forward_inputs = {n.name: k for k, n in enumerate(forward.graph.find_nodes(op="placeholder"))}
     tangent_order = {f"tangents_{count}": count - 1 for count in range(1, len(tangents) + 1)}
@@ -179,6 +185,71 @@ def _view_inputs_again(forward: GraphModule, backward: GraphModule, user_outputs
             forward.graph.erase_node(view)
     forward.recompile()
     backward.graph.lint()
+    backward.recompile()
+
+
+def _sizes(values: Sequence[Any]) -> list[Any]:
+    """The SymInts among ``values`` (example inputs), their tensors' sizes and strides: what
+    Inductor binds a program's symbols from."""
+    import torch
+
+    sizes = [size for v in values if isinstance(v, torch.Tensor) for size in (*v.shape, *v.stride())]
+    return [s for s in [*sizes, *values] if isinstance(s, torch.SymInt)]
+
+
+def _unbound_symbols(values: Sequence[Any]) -> list[Any]:
+    """The unbacked symbols that the sizes and strides of ``values`` (example inputs) read and none
+    of them is."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    sizes = _sizes(values)
+    bound = {s.node.expr for s in sizes if isinstance(s.node.expr, sympy.Symbol)}
+    return sorted(set().union(*(free_unbacked_symbols(s) for s in sizes)) - bound, key=str)
+
+
+def _symbol_node(forward: GraphModule, backward: GraphModule, symbol: Any) -> Node:
+    """A node of ``forward`` whose value is ``symbol``: a SymInt node, or a ``sym_size`` inserted
+    after a tensor that has a dim of that size (named apart from every node of both programs)."""
+    import torch
+
+    names = {n.name for graph in (forward.graph, backward.graph) for n in graph.nodes}
+    for node in forward.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.SymInt) and value.node.expr == symbol:
+            return node
+        if isinstance(value, torch.Tensor):
+            dim = next((d for d, size in enumerate(value.shape)
+                        if isinstance(size, torch.SymInt) and size.node.expr == symbol), None)
+            if dim is not None:
+                name = next(f"{node.name}_size_{dim}_{k}" for k in range(len(names) + 1)
+                            if f"{node.name}_size_{dim}_{k}" not in names)
+                with forward.graph.inserting_after(node):
+                    size_node = forward.graph.create_node("call_function", torch.ops.aten.sym_size.int, (node, dim),
+                                                          name=name)
+                size_node.meta["val"] = value.shape[dim]
+                return size_node
+    raise LoweringError(f"the backward program's inputs have sizes in {symbol}, which no value of the forward "
+                        "program is; the joint graph cannot be split")
+
+
+def _save_unbound_symbols(forward: GraphModule, backward: GraphModule) -> None:
+    """Make the forward also save each unbacked symbol that the backward's inputs' sizes or strides
+    read and no backward input binds (see the module docstring)."""
+    unbound = _unbound_symbols(example_values(backward))
+    if not unbound:
+        return
+    output = forward.graph.output_node()
+    first = next(iter(backward.graph.nodes))
+    saved = []
+    for symbol in unbound:
+        node = _symbol_node(forward, backward, symbol)
+        saved.append(node)
+        with backward.graph.inserting_before(first):
+            placeholder = backward.graph.placeholder(node.name)  # the joint graph's names are unique to one node
+        placeholder.meta = dict(node.meta)
+    output.args = (tuple(output.args[0]) + tuple(saved),)
+    forward.recompile()
     backward.recompile()
 
 

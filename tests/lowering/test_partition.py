@@ -68,3 +68,32 @@ def test_a_saved_view_of_an_input_is_taken_again_by_the_backward_not_returned_by
     model(x).backward(tangent)
     for (name, parameter), grad in zip(model.named_parameters(), grads, strict=False):
         torch.testing.assert_close(grad, parameter.grad, msg=lambda m: f"{name}: {m}")
+
+
+def _routed_rows_joint(w: torch.Tensor, x: torch.Tensor, tangent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A joint graph whose backward reads only rows of size ``2*u0`` (``u0``: the rows routed)."""
+    rows = x.index_select(0, (x[:, 0] > 0).nonzero().squeeze(-1)).repeat(2, 1)
+    return (rows @ w).sum(0), rows.t() @ tangent.expand(rows.size(0), -1)
+
+
+def test_the_backward_takes_each_unbacked_symbol_its_inputs_sizes_read():
+    """torch 2.14's Inductor refused the backward ("For 2*u0, expected [u0] to have been codegen-ed"):
+    no input of it was ``u0`` itself."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    w, x, tangent = (torch.randn(*shape, generator=torch.Generator().manual_seed(k))
+                     for k, shape in enumerate([(4, 3), (6, 4), (3,)]))
+    gm = make_fx(_routed_rows_joint, tracing_mode="symbolic")(w, x, tangent)
+    split = partition(gm, example_values(gm), 1, {2})
+
+    values = example_values(split.backward)
+    read = set().union(*(free_unbacked_symbols(size) for v in values if isinstance(v, torch.Tensor)
+                         for size in (*v.shape, *v.stride())))
+    assert read and read <= {v.node.expr for v in values if isinstance(v, torch.SymInt)}
+    out, *saved = split.forward(w, x)
+    given = {"saved": saved, "tangent": [tangent], "input": [w, x]}
+    (grad,) = split.backward(*(given[kind][k] for kind, k in split.backward_inputs))
+    expected_out, expected_grad = _routed_rows_joint(w, x, tangent)
+    torch.testing.assert_close(out, expected_out)
+    torch.testing.assert_close(grad, expected_grad)
