@@ -13,7 +13,9 @@ OpenMP threads on cores another process holds slows down many times over (the CP
 """
 
 import contextlib
+import fcntl
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -47,3 +49,27 @@ def busy_machine():
     """A context manager: while it is open, every core (and one more) spins in another
     process, so the code under test runs several times slower than on an idle machine."""
     return _busy
+
+
+@pytest.fixture(scope="session")
+def computed_once(tmp_path_factory, worker_id):
+    """``computed_once(key, compute)``: ``compute()``'s result (it must pickle), computed once
+    per test session also under pytest-xdist: the first worker to ask computes it and writes it
+    to a file, under a lock; the others read the file (a multi-rank launch costs minutes)."""
+    memory = {}
+    shared = None if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+
+    def get(key, compute):
+        if key not in memory:
+            if shared is None:
+                memory[key] = compute()
+            else:
+                path = shared / f"{key}.pickle"
+                with open(f"{path}.lock", "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    if not path.exists():
+                        path.write_bytes(pickle.dumps(compute()))
+                    memory[key] = pickle.loads(path.read_bytes())
+        return memory[key]
+
+    return get

@@ -8,9 +8,7 @@ All scenarios of one mesh run in one launch, once per session (shared with pytes
 through a file), and several tests read each scenario's results.
 """
 
-import fcntl
 import functools
-import pickle
 import re
 import time
 
@@ -213,25 +211,13 @@ def _launch_mesh(mesh):
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory, worker_id):
+def results(computed_once):
     """``results(key)``: per-rank results of a scenario. Each mesh is launched once per session,
-    also under pytest-xdist: workers share the results through a file, under a lock."""
-    memory: dict[str, list] = {}
-    shared = None if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    also under pytest-xdist."""
 
     def get(key):
-        if key not in memory:
-            mesh = SCENARIOS[key][1]
-            if shared is None:
-                memory.update(_launch_mesh(mesh))
-            else:
-                path = shared / f"lowering-mesh-{'x'.join(map(str, mesh))}.pickle"
-                with open(f"{path}.lock", "w") as lock:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
-                    if not path.exists():
-                        path.write_bytes(pickle.dumps(_launch_mesh(mesh)))
-                    memory.update(pickle.loads(path.read_bytes()))
-        return memory[key]
+        mesh = SCENARIOS[key][1]
+        return computed_once(f"lowering-mesh-{'x'.join(map(str, mesh))}", lambda: _launch_mesh(mesh))[key]
 
     return get
 

@@ -97,10 +97,14 @@ def _both(budgets, rank):
     return {name: _run(name, budget) for name, budget in budgets.items()}
 
 
-@pytest.fixture(scope="module")
-def tied():
+def _launch_both():
     per_rank = launch(functools.partial(_both, {name: _budget(name) for name in TIED}), 2, timeout=600)
     return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+
+
+@pytest.fixture(scope="module")
+def tied(computed_once):
+    return computed_once("lowering-tied", _launch_both)
 
 
 @pytest.mark.parametrize("name", list(TIED))

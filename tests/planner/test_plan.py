@@ -30,9 +30,9 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def plan_json():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True, cwd=_root())
-    return out.stdout
+def plan_json(computed_once):
+    return computed_once("planner-plan-json", lambda: subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True,
+                                                                     text=True, check=True, cwd=_root()).stdout)
 
 
 def _root():
