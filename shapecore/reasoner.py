@@ -13,8 +13,9 @@
 5. **z3** — the integer encoding of :mod:`shapecore.z3backend` on a persistent solver,
    within one :class:`~shapecore.budget.Budget` per query made from the scope's
    ``timeout_ms`` (a deterministic resource count, so the answer does not depend on the
-   machine's load, with a wall-clock backstop); then **search** for a counterexample if z3
-   gave up.
+   machine's load, with a wall-clock backstop). **Search** for a counterexample runs before
+   z3 with a small budget (most false claims fail at the first points tried), and with a
+   larger one when the cheap layers showed the claim false or z3 gave up.
 
 The cheap layers only ever *prove*; they run only when every divisor in the claim is known to
 be nonzero (so the claim is defined wherever the facts hold). When they show the claim false
