@@ -53,6 +53,16 @@ _SYMBOL_BOUNDS = frozenset({sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Ne})
 """The relations ``x <rel> c`` of an integer symbol and an integer digests as a bound (or an excluded value)."""
 
 
+def _symbol_bound(fact: sympy.Basic) -> tuple[type, sympy.Symbol, int] | None:
+    """``(relation, x, c)`` when ``fact`` is ``x <relation> c`` for an integer symbol ``x``, an
+    integer ``c`` and a relation of :data:`_SYMBOL_BOUNDS`; else None."""
+    if type(fact) in _SYMBOL_BOUNDS:
+        x, c = fact.args
+        if x.is_Symbol and x.is_integer and c.is_Integer:
+            return type(fact), x, int(c)
+    return None
+
+
 def creation_order(name: str) -> tuple[int, str]:
     """Sort key putting torch-style symbol names in creation order (``s2`` before ``s10``).
 
@@ -294,13 +304,12 @@ class Knowledge:
         self.facts.append(fact)
         self.symbols |= symbols_of(fact) | frozenset(mentions)
         self.version += 1
-        if type(fact) in _SYMBOL_BOUNDS:
-            x, c = fact.args
-            if x.is_Symbol and x.is_integer and c.is_Integer and x not in self.replacements:
-                # What a range becomes (s0 >= 2): canonical, folded and unreplaced as it is, so
-                # the path below would only rebuild it to reach _bound_symbol; skip that.
-                self._bound_symbol(type(fact), x, int(c), {index})
-                return index
+        bound = _symbol_bound(fact)
+        if bound is not None and bound[1] not in self.replacements:
+            # What a range becomes (s0 >= 2): canonical, folded and unreplaced as it is, so the
+            # path below would only rebuild it to reach _bound_symbol; skip that.
+            self._bound_symbol(*bound, {index})
+            return index
         for part in _strict_conjuncts(fact):
             try:
                 canonical = fold(canonicalize(part))  # folding may drop divisions: fine for what the fact implies
@@ -347,13 +356,14 @@ class Knowledge:
             return True
         if not fact.is_Relational:
             return False
+        bound = _symbol_bound(fact)
+        if bound is not None:
+            # The general path below would simplify lhs - rhs to itself and read it as
+            # 1*x - rhs; skip building it.
+            self._bound_symbol(*bound, sources)
+            return True
         lhs, rhs = fact.args
         relation = type(fact)
-        if relation in _SYMBOL_BOUNDS and lhs.is_Symbol and lhs.is_integer and rhs.is_Integer:
-            # A bound on a symbol: the general path below would simplify lhs - rhs to itself
-            # and read it as 1*x - rhs; skip building it.
-            self._bound_symbol(relation, lhs, int(rhs), sources)
-            return True
         try:
             difference = lhs - rhs
             if needs_rewriting(difference):  # else the Simplifier returns it as it is
