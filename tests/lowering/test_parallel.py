@@ -10,7 +10,6 @@ through a file), and several tests read each scenario's results.
 
 import functools
 import re
-import time
 
 import pytest
 import torch
@@ -68,13 +67,11 @@ def _steps(program):
 
 
 def _refusal(call):
-    """(error class, message, guard, values, seconds) of a call that must be refused, or None if it ran."""
-    start = time.monotonic()
+    """(error class, message, guard, values) of a call that must be refused, or None if it ran."""
     try:
         call()
     except (GuardViolation, InputError, RankMismatch) as error:
-        return (type(error).__name__, str(error), getattr(error, "guard", None), getattr(error, "values", None),
-                time.monotonic() - start)
+        return type(error).__name__, str(error), getattr(error, "guard", None), getattr(error, "values", None)
     return None
 
 
@@ -268,11 +265,10 @@ def test_the_demos_memory_budget_forces_sharded_weights(decoder_on_2x2):
 
 
 def _same_on_every_rank(outcomes):
-    """The one refusal every rank reports (asserting there is one, the same everywhere, and quick)."""
+    """The one refusal every rank reports (asserting there is one and the same everywhere)."""
     assert all(o is not None for o in outcomes), "the call was computed"
-    assert all(o[4] < 10 for o in outcomes)
     found = {(kind, message, guard, tuple(sorted(values.items())) if values else None)
-             for kind, message, guard, values, _seconds in outcomes}
+             for kind, message, guard, values in outcomes}
     assert len(found) == 1, found
     return found.pop()
 
@@ -281,6 +277,7 @@ def test_a_batch_that_breaks_the_users_constraint_is_refused_on_every_rank(decod
     kind, message, guard, values = _same_on_every_rank([r["refused"][6] for r in decoder_on_2x2])
     assert kind == "GuardViolation" and guard == "Eq(Mod(batch, 4), 0)" and values == (("batch", 6),)
     assert "batch = 6" in message
+    assert all(r["compiles_after_refusals"] == 1 for r in decoder_on_2x2)  # refused before compiling
 
 
 @pytest.mark.parametrize("batch", [6, 1])
@@ -300,6 +297,7 @@ def test_a_batch_that_does_not_split_evenly_is_refused_instead_of_losing_rows(re
     kind, message, guard, values = _same_on_every_rank([r["refused"][9] for r in mlp_batch_on_2])
     assert kind == "GuardViolation" and guard == "Eq(Mod(batch, 2), 0)" and values == (("batch", 9),)
     assert "batch = 9" in message
+    assert all(r["compiles_after_refusals"] == 1 for r in mlp_batch_on_2)  # refused before compiling
 
 
 EXPECTED_TOKENS = "a tensor of dtype torch.int64 and global shape (batch, 8)"
