@@ -2,12 +2,13 @@
 lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 experts run as
 transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
 (output, loss and every gradient) from one compile, at batch sizes and routings that send one
-rank no row."""
+rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other."""
 
 import functools
 
 import pytest
 import torch
+from torch.distributed.tensor import Shard
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.export import Dim
@@ -15,7 +16,7 @@ from torch.export import Dim
 from lowering import launch
 from lowering.expert_parallel import local_counts
 from lowering.parallel import ParallelModule
-from planner import ExpertParallel
+from planner import ExpertParallel, Mesh
 from tests.planner.models import GroupedExperts
 
 BATCHES = ((2, False), (4, True), (6, False))  # (batch, every token routed to experts 0 and 1: rank 1 gets no row)
@@ -37,10 +38,10 @@ def _tokens(batch: int, to_rank_0: bool) -> torch.Tensor:
     return x
 
 
-def _run(rank, training):
+def _run(rank, training, mesh):
     model = _model()
-    pm = ParallelModule(model, (torch.randn(4, 6, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=(2,),
-                        batch_sizes=[4, 32], training=training, placement_constraints=[ExpertParallel(0)])
+    pm = ParallelModule(model, (torch.randn(4, 6, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh,
+                        batch_sizes=[4, 32], training=training, placement_constraints=[ExpertParallel("ep")])
     errors, received = [], []
     for batch, to_rank_0 in BATCHES:
         x = _tokens(batch, to_rank_0)
@@ -65,17 +66,19 @@ def _run(rank, training):
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
-@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
-def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile(training):
-    results = launch(functools.partial(_run, training=training), 2, timeout=600)
-    for error, compiles, w, all_to_alls, _ in results:
+@pytest.mark.parametrize("training, mesh", [(False, Mesh((2,), ("ep",))), (True, Mesh((2,), ("ep",))),
+                                            (True, Mesh((2, 2), ("dp", "ep")))], ids=["inference", "training",
+                                                                                      "training on (2, 2)"])
+def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile(training, mesh):
+    results = launch(functools.partial(_run, training=training, mesh=mesh), mesh.size, timeout=600)
+    for rank, (error, compiles, w, all_to_alls, received) in enumerate(results):
         assert error <= 1e-5
         assert compiles == 1  # every batch size and routing
-        assert w == (torch.distributed.tensor.Shard(0),)  # each rank holds 2 of the 4 experts
+        assert w[-1] == Shard(0)  # each rank holds 2 of the 4 experts
         # the counts, the rows and the results exchanged; in training, again for the backward
         assert all_to_alls == 3 * (1 + training)
-    if training:
-        assert [received for *_, received in results] == [[True, True, True], [True, False, True]]
+        if training:  # the second batch's rows all went to experts 0 and 1, which "ep" rank 0 holds
+            assert received == [True, rank % 2 == 0, True]
 
 
 @given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())
