@@ -168,3 +168,10 @@ def test_expert_parallel_splits_the_experts_by_the_expert_dim_where_the_planner_
     experts = {d.node: d.rule for d in forced.decisions.values() if "grouped_mm_fallback" in d.op}
     assert len(experts) == 1 + training and all(rule.split("/")[1] == "experts" for rule in experts.values())
     assert forced.param_placements["w"][1] == S0 and free.param_placements["w"][1] != S0
+
+
+def test_experts_that_do_not_split_over_the_axis_are_a_conflict_naming_the_divisibility():
+    with pytest.raises(PlacementConflict, match=r"ExpertParallel\(axis=0\) conflicts with the strategies of node "
+                                                r"grouped_mm_fallback .*operand 1 dim 0 \(size 3\).*3 is not a multiple of 2"):
+        planner.plan_module(GroupedExperts(experts=3), (torch.randn(4, 6, 8),), dynamic_shapes={"x": {0: Dim("batch")}},
+                            mesh=(2,), placement_constraints=[ExpertParallel(0)])
