@@ -8,9 +8,9 @@ import functools
 
 import pytest
 import torch
-from torch.distributed.tensor import Shard
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.distributed.tensor import Shard
 from torch.export import Dim
 
 from lowering import launch
