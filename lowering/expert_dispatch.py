@@ -6,7 +6,8 @@ hands :func:`dispatch` their copies sorted by (global) expert, with ``counts[e]`
 expert ``e``; :func:`dispatch` sends every row to the rank that holds its expert and returns
 the rows this rank received, grouped by its local expert (``Dispatched.tokens``, in blocks of
 ``Dispatched.counts[l]`` rows); :func:`combine` sends the experts' results back, in the order
-the rows were given. No padding: every collective moves exactly the routed rows.
+the rows were given (as many rows as it was given, in a traced program too). No padding:
+every collective moves exactly the routed rows.
 
 The split sizes are data-dependent. The counts are exchanged first (an ``all_to_all`` of ``E``
 numbers per rank, equal splits), then ``.tolist()`` makes the sizes unbacked SymInts of a traced
@@ -99,6 +100,9 @@ def dispatch(tokens: torch.Tensor, counts: torch.Tensor, ranks: int, group: str)
     sending, incoming = _exchange_counts(counts, tokens.size(0), ranks, group)
     sent, received = sending.tolist(), incoming.sum(1).tolist()
     check(sum(sent) == tokens.size(0))
+    # the last rank's rows as what the others leave (the same number, checked on every rank): the
+    # rows combine returns then number tokens.size(0) in the traced program too, not a sum of counts
+    sent[-1] = tokens.size(0) - sum(sent[:-1])
     rows = _ready(funcol.all_to_all_single_autograd(tokens.contiguous(), received, sent, group))
     # received by source rank, then local expert: group the rows by local expert, stably
     expert = torch.arange(local, device=counts.device).repeat(ranks)

@@ -24,7 +24,9 @@ node goes through these steps, one class each:
    (``s0 = 4*b0``); SymInt arithmetic on it stays global, so scalars computed from sizes keep
    their meaning.
 5. **Batch statistics**: a training batch norm whose input the plan splits on the batch
-   computes its statistics across the ranks (:mod:`lowering.sync_norm`).
+   computes its statistics across the ranks (:mod:`lowering.sync_norm`); **expert
+   parallelism**: a grouped product of experts whose stacked experts the plan splits by the
+   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`).
 6. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
    are refused when the plan splits that dim, and every node's local shape is checked against
    its plan placement, so a plan the lowering cannot honour is a
@@ -52,6 +54,7 @@ from torch.distributed.tensor import Shard
 
 from lowering.collectives import all_reduce_over, apply_steps, local_shard
 from lowering.errors import LoweringError
+from lowering.expert_parallel import EXPERT_PARALLEL
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
 from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
@@ -574,8 +577,12 @@ class _Replay:
         if node.target in _WHOLE_DIM and operands:
             self.checks.whole_dims(node, args, kwargs, operands)
         axes = self._synced_axes(node, args, operands)
+        experts = self._expert_axis(node, operands)
         if axes:
             result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
+        elif experts is not None:
+            result = EXPERT_PARALLEL[str(node.target)](args, self.groups.axis_size(experts),
+                                                        self.groups.group_name(experts), coordinate[experts])
         else:
             result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
@@ -624,6 +631,22 @@ class _Replay:
             return ()
         placements = self.redistributor.placements(node.name, 0, operands[0]) or ()
         return tuple(a for a, p in enumerate(placements) if isinstance(p, Shard) and p.dim != 1)
+
+    def _expert_axis(self, node: Node, operands: list[Node]) -> int | None:
+        """The mesh axis a grouped product of experts splits its experts (operand 1) over by the
+        expert dim, its rows (operand 0) split alike there only (the planner's ``experts``), or None."""
+        if str(node.target) not in EXPERT_PARALLEL:
+            return None
+        weight = self.redistributor.placements(node.name, 1, operands[1]) or ()
+        axes = [a for a, p in enumerate(weight) if p == Shard(0)]
+        if not axes:
+            return None
+        rows = self.redistributor.placements(node.name, 0, operands[0]) or ()
+        if len(axes) > 1 or [a for a, p in enumerate(rows) if p == Shard(0)] != axes:
+            raise LoweringError(f"{node.name} ({node.target}) splits its experts by the expert dim over mesh axes {axes} "
+                                f"and its rows over {[a for a, p in enumerate(rows) if p == Shard(0)]}; expert "
+                                "parallelism dispatches the rows over the one axis that splits both")
+        return axes[0]
 
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
         """Step 4: a SymInt of the trace is its global value over the local symbols."""

@@ -14,7 +14,7 @@
 * :class:`Hardware` and the presets in :data:`HARDWARE_PRESETS`; :func:`calibrate` measures
   one on the live process group (saved and loaded as JSON: :meth:`Hardware.save`, :meth:`Hardware.load`);
 * placement constraints (``PlanOptions.placement_constraints``): :class:`Pin`,
-  :class:`ForbidShard`, :class:`RequireShard`, :class:`MinShards`, targets seen as
+  :class:`ForbidShard`, :class:`RequireShard`, :class:`MinShards`, :class:`ExpertParallel`, targets seen as
   :class:`NodeInfo`; an unsatisfiable set raises :class:`PlacementConflict`;
 * ``PlanOptions.memory_budget``: a plan's peak memory per device is :attr:`CostBreakdown.memory`
   (a :class:`MemoryBreakdown`); a budget no plan fits raises :class:`MemoryBudgetError`, which
@@ -47,7 +47,8 @@ from planner.plan import (
     ShardProof,
     SolverStats,
 )
-from planner.placement_constraints import ForbidShard, MinShards, NodeInfo, Pin, PlacementConflict, PlacementConstraint, RequireShard
+from planner.placement_constraints import (ExpertParallel, ForbidShard, MinShards, NodeInfo, Pin, PlacementConflict,
+                                          PlacementConstraint, RequireShard)
 from planner.placements import format_placements, parse_placements
 from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
@@ -73,6 +74,7 @@ __all__ = [
     "MemoryBreakdown",
     "MemoryBudgetError",
     "MinShards",
+    "ExpertParallel",
     "ModuleTrace",
     "NodeInfo",
     "Mesh",

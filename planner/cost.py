@@ -262,6 +262,10 @@ class AlphaBetaCostModel:
         if name == "convolution":
             w = operands[1]
             return 2.0 * out.numel * math.prod(w.dims[1:]) if len(w.dims) > 1 else out.numel
+        if name == "transformers.grouped_mm_fallback.default":  # [S, K] @ [E, K, N], each row through its expert
+            return 2.0 * out.numel * operands[0].dims[-1]
+        if name == "transformers.grouped_mm_fallback_backward.default":  # two such products per grad_out row
+            return 4.0 * operands[3].numel * operands[0].dims[-1]
         if name == "convolution_backward":
             w = operands[2]
             return 4.0 * operands[0].numel * math.prod(w.dims[1:])

@@ -5,7 +5,10 @@
   axis (a tensor dim is *of* the Dim when its size mentions the Dim's symbol: ``batch``,
   ``batch*seq``);
 * :class:`MinShards` — a node's output is split into at least ``ways`` pieces ("parameters
-  sharded at least 8-way", the fully sharded pattern).
+  sharded at least 8-way", the fully sharded pattern);
+* :class:`ExpertParallel` — every grouped product of stacked experts ``(E, ...)`` the planner
+  can run expert-parallel splits its experts by the expert dim on a mesh axis (the expert dim
+  has no ``Dim`` name, so :class:`RequireShard` cannot name it).
 
 A *target* names nodes: ``"inputs"``, ``"outputs"``, ``"parameters"``, ``"buffers"``,
 ``"input:K"`` / ``"output:K"`` (position among the flattened user inputs / outputs), or a
@@ -38,14 +41,15 @@ from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.mesh import Mesh
 from planner.placements import (Codes, Placement, canonical, code_shard_axes, encode, format_codes, parse_placement,
                                 parse_placements)
+from planner.strategies.builtin import EXPERT_PARALLEL_OPS
 from shapecore.errors import ShapecoreError
 
 if TYPE_CHECKING:
     from planner.divisibility import Divisibility
     from planner.problem.model import Candidate
 
-__all__ = ["NodeInfo", "PlacementConstraint", "Pin", "ForbidShard", "RequireShard", "MinShards", "PlacementConflict",
-           "Target"]
+__all__ = ["NodeInfo", "PlacementConstraint", "Pin", "ForbidShard", "RequireShard", "MinShards", "ExpertParallel",
+           "PlacementConflict", "Target"]
 
 
 @dataclass(frozen=True)
@@ -326,13 +330,40 @@ class RequireShard(_DimOnAxis):
         return True
 
 
+class ExpertParallel(PlacementConstraint):
+    """Every grouped product of experts (``transformers::grouped_mm_fallback`` and its backward)
+    splits its stacked experts ``(E, ...)`` by the expert dim on mesh ``axis``: each rank holds
+    and computes ``E/n`` experts, its routed rows dispatched to their expert's rank and the
+    results combined back (:mod:`lowering.expert_dispatch`). The experts' parameter (and its
+    gradient) is then ``Shard(0)`` on ``axis``. A graph with no such op is an error."""
+
+    targeted = False
+
+    def __init__(self, axis: str | int) -> None:
+        self.axis = axis
+        self._axis = 0
+        self._sizes: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        return f"ExpertParallel(axis={self.axis!r})"
+
+    def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()) -> None:
+        self._axis, self._sizes = _axis_index(mesh, self.axis, self), mesh.shape
+
+    def applies_to(self, info: NodeInfo) -> bool:
+        return info.role == "op" and ".".join(info.op.split(".")[:2]) in EXPERT_PARALLEL_OPS
+
+    def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
+        return self._sizes[self._axis] == 1 or self._axis in code_shard_axes(candidate.inputs[1], 0)
+
+
 def check_constraints(constraints: Any) -> tuple[PlacementConstraint, ...]:
     """``constraints`` as a tuple, or a TypeError naming the entry that is no constraint."""
     if isinstance(constraints, (str, PlacementConstraint)) or not isinstance(constraints, Sequence):
         raise TypeError(f"placement_constraints must be a list such as [planner.Pin('inputs', 'S(0)')], got {constraints!r}")
     for k, c in enumerate(constraints):
         if not isinstance(c, PlacementConstraint):
-            raise TypeError(f"placement_constraints[{k}] must be a planner.Pin, ForbidShard, RequireShard or MinShards, got {c!r}")
+            raise TypeError(f"placement_constraints[{k}] must be a planner.Pin, ForbidShard, RequireShard, MinShards or ExpertParallel, got {c!r}")
     return tuple(constraints)
 
 
@@ -352,6 +383,11 @@ def constrained_nodes(nodes: Sequence[GraphNode], constraints: Sequence[Placemen
             raise ValueError(f"{c}: no tensor of the graph has a dim of {c.dim!r}, so it requires nothing"
                              + (f"; the graph's data-dependent sizes are {', '.join(sizes)}" if sizes else ""))
     infos = [(node, node_info(node)) for node in nodes]
+    for c in constraints:
+        if isinstance(c, ExpertParallel) and not any(c.applies_to(info) for _, info in infos):
+            raise ValueError(f"{c}: the graph has no grouped product of experts to split (ops: "
+                             f"{', '.join(sorted(EXPERT_PARALLEL_OPS))}); experts computed otherwise (a loop over "
+                             "per-expert slices, torch._grouped_mm) are not split by expert yet")
     found: dict[str, tuple[int, ...]] = {}
     for k, c in enumerate(constraints):
         matched = [node.name for node, info in infos if (_single(node) or not c.targeted) and c.applies_to(info)]

@@ -10,7 +10,8 @@ canonical (:func:`~planner.placements.canonical`): on a mesh axis of size 1 each
 places nothing and no redistribution ever steps on it; proposals that become equal are one.
 A proposal survives when every
 sharded dim of its outputs and operands passes the divisibility policy; it is then priced
-(compute seconds, with the collectives the op itself performs, and the bytes its outputs hold
+(compute seconds, with the collectives the op itself performs: all-reduces, expert
+parallelism's all_to_alls, and the bytes its outputs hold
 per device when the node holds a storage of its own: :class:`~planner.problem.liveness.Liveness`)
 at every batch point. Nodes with equal signatures
 (:func:`~planner.clustering.node_signature`) share one list.
@@ -131,7 +132,8 @@ def _canonical(shape: tuple[int, ...], strategy: Strategy | None, outs: tuple, i
     ins = tuple(canonical(p, shape) for p in ins)
     if strategy is not None:
         strategy = Strategy(tuple(None if p is None else decode(p) for p in outs), tuple(decode(p) for p in ins),
-                            strategy.rule, tuple((axis, n) for axis, n in strategy.all_reduces if shape[axis] > 1))
+                            strategy.rule, tuple((axis, n) for axis, n in strategy.all_reduces if shape[axis] > 1),
+                            tuple((axis, k) for axis, k in strategy.all_to_alls if shape[axis] > 1))
     return strategy, outs, ins
 
 
@@ -162,6 +164,10 @@ def _priced(problem: Problem, node: GraphNode, strategy: Strategy, provider: str
     for axis, numel in strategy.all_reduces:  # collectives inside the op (batch norm's synced statistics)
         size = np.full(len(problem.points), float(numel * locals_in[0].itemsize))
         compute = compute + cost_model.collective_seconds("all_reduce", axis, size, size)
+    exchanged = locals_in + locals_out
+    for axis, k in strategy.all_to_alls:  # rows the op sends to their expert's rank and back (expert parallelism)
+        size = exchanged[k].nbytes  # type: ignore[union-attr]
+        compute = compute + cost_model.collective_seconds("all_to_all", axis, size, size)
     memory = cost_model.memory_bytes(node, locals_out, training=problem.training, held=held)
     return Candidate(strategy, provider, outs, ins, compute, memory)
 

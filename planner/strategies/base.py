@@ -14,7 +14,11 @@ is not a provider's concern: the planner checks every ``Shard`` against shapecor
 
 A strategy may need collectives inside the op itself (batch norm split on the batch reduces
 its statistics over the ranks that hold the batch): ``all_reduces`` lists them as (mesh axis,
-elements reduced), and the planner prices them like any other collective.
+elements reduced), and the planner prices them like any other collective. Expert parallelism
+exchanges rows inside the op (:mod:`lowering.expert_dispatch`: the counts, the routed rows to
+their expert's rank, the results back): ``all_to_alls`` lists each exchanged tensor as (mesh
+axis, tensor), the tensor an index into the operands followed by the outputs, priced at its
+local bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ class Strategy:
     rule: str = ""
     all_reduces: tuple[tuple[int, int], ...] = ()
     """(mesh axis, elements) of each all-reduce the op itself performs under this strategy."""
+    all_to_alls: tuple[tuple[int, int], ...] = ()
+    """(mesh axis, tensor) of each tensor the op itself exchanges by an ``all_to_all``: operand
+    ``k`` is tensor ``k``, output ``i`` is tensor ``len(inputs) + i``; its local piece is sent."""
 
     def __str__(self) -> str:
         outs = " | ".join(format_placements(p) for p in self.outputs)
@@ -56,6 +63,8 @@ class AxisRule:
     name: str
     all_reduces: tuple[int, ...] = ()
     """Elements of each all-reduce the op performs over this axis under the rule."""
+    all_to_alls: tuple[int, ...] = ()
+    """Tensors (operands, then outputs) the op exchanges by an ``all_to_all`` over this axis."""
 
 
 @runtime_checkable
@@ -87,5 +96,6 @@ def expand(rules: Sequence[AxisRule], mesh: Mesh) -> list[Strategy]:
             continue
         seen.add(key)
         reduces = tuple((axis, n) for axis, r in enumerate(combo) for n in r.all_reduces)
-        result.append(Strategy(outputs, inputs, "/".join(r.name for r in combo), reduces))
+        exchanged = tuple((axis, k) for axis, r in enumerate(combo) for k in r.all_to_alls)
+        result.append(Strategy(outputs, inputs, "/".join(r.name for r in combo), reduces, exchanged))
     return result

@@ -8,8 +8,11 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   contraction dim giving a ``Partial`` output; a bias joins a partial output as ``Partial``);
 * grouped products of experts: ``_grouped_mm`` in its four layouts, and transformers'
   ``grouped_mm_fallback`` and its backward (columns and contraction; never the rows the
-  offsets cut, nor the experts: see :func:`_grouped_rules`); ``_grouped_mm`` only where each
-  piece keeps the 16-byte strides its kernels require;
+  offsets cut: see :func:`_grouped_rules`); ``_grouped_mm`` only where each
+  piece keeps the 16-byte strides its kernels require; ``grouped_mm_fallback`` and its
+  backward also split the experts over one mesh axis, expert parallelism (``experts``: the
+  rows split alike, each rank's rows dispatched to their expert's rank and the results
+  combined back by the lowering, :mod:`lowering.expert_dispatch`; its all_to_alls priced);
 * layout: ``t``, ``transpose``, ``permute``, ``view``/``_unsafe_view``/``reshape`` (which
   covers ``flatten``/``unflatten``/``squeeze``/``unsqueeze`` after decomposition), ``expand``,
   ``slice``, ``select``;
@@ -44,7 +47,7 @@ from planner.mesh import Mesh
 from planner.placements import Partial, Placement, Replicate, Shard, shard_factor
 from planner.strategies.base import AxisRule, Strategy, expand
 
-__all__ = ["BuiltinProvider"]
+__all__ = ["BuiltinProvider", "EXPERTS", "EXPERT_PARALLEL_OPS"]
 
 R = Replicate()
 P = Partial()
@@ -90,6 +93,8 @@ class BuiltinProvider:
         strategies = expand(rules, mesh)
         if _packet(node.target) == "_grouped_mm":
             strategies = [s for s in strategies if _grouped_mm_aligned(s, node, graph, mesh)]
+        if _packet(node.target) in EXPERT_PARALLEL_OPS:  # the lowering dispatches over one mesh axis
+            strategies = [s for s in strategies if s.rule.split("/").count(EXPERTS) <= 1]
         return strategies
 
 
@@ -275,11 +280,21 @@ def _grouped_rules(operands: int, rows: tuple[int, int] | None, columns: tuple[i
     return rules
 
 
+EXPERTS = "experts"
+"""The rule name of expert parallelism (:data:`EXPERT_PARALLEL_OPS`)."""
+
+EXPERT_PARALLEL_OPS = frozenset({"transformers.grouped_mm_fallback", "transformers.grouped_mm_fallback_backward"})
+"""The ops that may split their stacked experts ``(E, ...)``, their operand 1, by the expert dim."""
+
+
 @_rule("transformers.grouped_mm_fallback")
 def _grouped_mm_fallback(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     """transformers' grouped product for experts: ``input [S, K]``, ``weight [E, K, N]``, ``offs
-    [E]`` (expert ``e`` takes the rows ``offs[e-1]:offs[e]``) give ``[S, N]``."""
-    return _grouped_rules(3, None, (2, 1), (1, 1))
+    [E]`` (expert ``e`` takes the rows ``offs[e-1]:offs[e]``) give ``[S, N]``. Expert parallel:
+    ``input``'s rows and ``weight``'s experts split, ``offs`` whole; each rank's rows go to their
+    expert's rank and back (the counts, ``input``'s rows and the output's exchanged)."""
+    return [*_grouped_rules(3, None, (2, 1), (1, 1)),
+            AxisRule((Shard(0),), (Shard(0), Shard(0), R), EXPERTS, all_to_alls=(2, 0, 3))]
 
 
 @_rule("transformers.grouped_mm_fallback_backward")
@@ -287,12 +302,15 @@ def _grouped_mm_fallback_backward(node: GraphNode, graph: PlanGraph) -> list[Axi
     """Its backward: ``(input, weight, offs, grad_out [S, N])`` give ``grad_input [S, K]`` (rows of
     ``grad_out @ weight[e].T``) and ``grad_weight [E, K, N]`` (``input[rows e].T @ grad_out[rows e]``).
     Split on ``N`` (``weight``'s columns, with ``grad_out``'s), ``grad_input`` sums over it (partial)
-    and ``grad_weight`` keeps it split; split on ``K``, both keep it; linear in ``grad_out`` alone."""
+    and ``grad_weight`` keeps it split; split on ``K``, both keep it; linear in ``grad_out`` alone;
+    expert parallel: the rows and the experts split, ``input``'s and ``grad_out``'s rows sent to
+    their expert's rank, ``grad_input``'s back, ``grad_weight`` the experts' own."""
     return [
         AxisRule((R, R), (R, R, R, R), "replicate"),
         AxisRule((P, Shard(2)), (R, Shard(2), R, Shard(1)), "columns"),
         AxisRule((Shard(1), Shard(1)), (Shard(1), Shard(1), R, R), "contraction"),
         AxisRule((P, P), (R, R, R, P), "partial"),
+        AxisRule((Shard(0), Shard(0)), (Shard(0), Shard(0), R, Shard(0)), EXPERTS, all_to_alls=(2, 0, 3, 4)),
     ]
 
 

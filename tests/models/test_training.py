@@ -8,7 +8,8 @@ them, on 4 (mesh (2, 2), weights split by a memory budget); after each step the 
 gradient under its own name (a tied weight: one tensor, one placement, one gradient). On 2 ranks,
 LLaMA is planned with its batch split required (``RequireShard``), and Mixtral with its expert
 weights split on their hidden dim, its expert products (transformers' ``grouped_mm_fallback``)
-computing on the pieces.
+computing on the pieces, and again with them split by the expert dim (``ExpertParallel``: each
+rank computes its own experts, the rows dispatched to them and combined back).
 
 AdamW's ``eps`` is 1e-4, not 1e-8: a parameter whose true gradient is zero (BERT's attention key
 bias: softmax ignores a shift shared by all keys) gets rounding noise of about 1e-9 as its
@@ -26,7 +27,7 @@ from torch.export import Dim
 
 import lowering
 from lowering import launch
-from planner import RequireShard
+from planner import ExpertParallel, RequireShard
 from tests.models.zoo import CASES, MIXTRAL_EXPERTS_SPLIT, train_one_device
 
 pytestmark = pytest.mark.slow  # gloo ranks, each model compiled by Inductor
@@ -107,6 +108,15 @@ TWO_RANKS = {
                 {"grouped_mm_fallback": "contraction", "grouped_mm_fallback_1": "columns"},
                 ["m.model.layers.0.mlp.experts.down_proj", "m.model.layers.0.mlp.experts.gate_up_proj"]),
 }
+
+
+def test_mixtral_with_its_experts_split_by_the_expert_dim_trains_equal_to_one_device():
+    """Expert parallel: each rank holds 2 of the 4 experts of every layer (gate-up and down), its
+    tokens' rows dispatched to their expert's rank and combined back, in the forward and the backward."""
+    experts = ["m.model.layers.0.mlp.experts.down_proj", "m.model.layers.0.mlp.experts.gate_up_proj"]
+    rules = {"grouped_mm_fallback": "experts", "grouped_mm_fallback_1": "experts"}
+    assert set(experts) <= set(_check("mixtral", (2,), rules=rules, time_limit=10,
+                                      placement_constraints=[ExpertParallel(0)]))
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -172,21 +172,35 @@ class SortedExperts(nn.Module):
         x = x.reshape(-1, shape[-1])
         weights, chosen = self.gate(x).topk(self.k, -1)
         order = chosen.flatten().argsort()
-        counts = F.one_hot(chosen.flatten(), self.experts).sum(0).tolist()
-        for count in counts:
-            torch._check(count >= 0)
         token = order // self.k
-        routed = x[token]
+        out = self.run_experts(x[token], F.one_hot(chosen.flatten(), self.experts).sum(0))
+        out = out * weights.softmax(-1).flatten()[order, None]
+        return torch.zeros_like(x).index_add(0, token, out).view(shape)
+
+    def run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Each expert's rows of ``routed`` (sorted by expert, ``counts[e]`` rows for expert ``e``) through its weight."""
+        sizes = counts.tolist()
+        for count in sizes:
+            torch._check(count >= 0)
         if self.sliced:
             pieces, start = [], 0
-            for count in counts:
+            for count in sizes:
                 pieces.append(routed[start:start + count])
                 start = start + count
         else:
-            pieces = routed.split(counts)
-        out = torch.cat([piece @ self.w[e] for e, piece in enumerate(pieces)])
-        out = out * weights.softmax(-1).flatten()[order, None]
-        return torch.zeros_like(x).index_add(0, token, out).view(shape)
+            pieces = routed.split(sizes)
+        return torch.cat([piece @ self.w[e] for e, piece in enumerate(pieces)])
+
+
+class GroupedExperts(SortedExperts):
+    """:class:`SortedExperts` whose experts run as one grouped product with offsets, as
+    transformers' MoE layers do on the CPU (its custom op ``transformers::grouped_mm_fallback``,
+    whose backward is one op too): no data-dependent size in the trace."""
+
+    def run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        import transformers.integrations.moe  # noqa: F401 - registers torch.ops.transformers.grouped_mm_fallback
+
+        return torch.ops.transformers.grouped_mm_fallback(routed, self.w, counts.cumsum(0))
 
 
 class Positions(nn.Module):

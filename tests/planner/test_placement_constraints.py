@@ -12,9 +12,9 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.export import Dim
 
 import planner
-from planner import ForbidShard, Mesh, MinShards, Pin, PlacementConflict, RequireShard
+from planner import ExpertParallel, ForbidShard, Mesh, MinShards, Pin, PlacementConflict, RequireShard
 from shapecore.torch import trace_for_planning
-from tests.planner.models import MLP, on_meta
+from tests.planner.models import MLP, GroupedExperts, on_meta
 
 R, S0, S1 = Replicate(), Shard(0), Shard(1)
 
@@ -130,6 +130,8 @@ def test_a_pin_on_a_batch_that_may_not_divide_names_the_dim_not_the_trace_symbol
     (Pin("inputs", "R", axis="tp"), r"no mesh axis named 'tp'"),
     (ForbidShard("seq", axis=0), r"'seq' is not a Dim name \(batch\)"),
     (MinShards(8), r"has 4 devices, fewer than 8"),
+    (ExpertParallel("ep"), r"no mesh axis named 'ep'"),
+    (ExpertParallel("dp"), r"ExpertParallel\(axis='dp'\): the graph has no grouped product of experts"),
 ])
 def test_bad_constraints_are_errors_naming_them(forward, constraint, message):
     with pytest.raises(ValueError, match=message):
@@ -150,3 +152,26 @@ def test_on_an_axis_of_size_one_a_pin_asks_for_replicate_and_requiring_a_split_h
     assert plan.input_placements[0] == (R, S0)
     assert plan.param_placements["fc1.weight"][0] == R
     assert all(p[0] == R for p in plan.placements.values())
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_expert_parallel_splits_the_experts_by_the_expert_dim_where_the_planner_would_not(training):
+    """Small experts: replicating them is cheaper, and the constraint splits them all the same,
+    forward and backward products alike (a mesh axis named, on a (2, 2) mesh: the other axis free)."""
+    traced = trace_for_planning(GroupedExperts(), (torch.randn(4, 6, 8),), dynamic_shapes={"x": {0: Dim("batch")}},
+                                training=training)
+    graph = traced.exported if traced.exported is not None else traced.graph_module
+    mesh = Mesh((2, 2), ("dp", "ep"))
+    free = planner.plan(graph, mesh, shape_env=traced.env, dims=traced.dim_exprs, batch_sizes=[4, 32])
+    forced = planner.plan(graph, mesh, shape_env=traced.env, dims=traced.dim_exprs, batch_sizes=[4, 32],
+                          placement_constraints=[ExpertParallel("ep")])
+    experts = {d.node: d.rule for d in forced.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert len(experts) == 1 + training and all(rule.split("/")[1] == "experts" for rule in experts.values())
+    assert forced.param_placements["w"][1] == S0 and free.param_placements["w"][1] != S0
+
+
+def test_experts_that_do_not_split_over_the_axis_are_a_conflict_naming_the_divisibility():
+    with pytest.raises(PlacementConflict, match=r"ExpertParallel\(axis=0\) conflicts with the strategies of node "
+                                                r"grouped_mm_fallback .*operand 1 dim 0 \(size 3\).*3 is not a multiple of 2"):
+        planner.plan_module(GroupedExperts(experts=3), (torch.randn(4, 6, 8),), dynamic_shapes={"x": {0: Dim("batch")}},
+                            mesh=(2,), placement_constraints=[ExpertParallel(0)])

@@ -95,6 +95,41 @@ def test_transformers_grouped_mm_fallback_rules_compute_the_op_and_its_backward(
         assert check_all(step, args, BuiltinProvider(), ops=[op]) > len(MESHES)  # more than replicated
 
 
+def test_transformers_grouped_mm_fallback_splits_its_experts_over_one_axis_exchanging_its_rows():
+    import transformers.integrations.moe  # noqa: F401 - registers torch.ops.transformers.grouped_mm_fallback
+
+    offs = torch.tensor([3, 3, 8, 8])
+    gm, _ = trace(_grouped_step(lambda x, w, offs: torch.ops.transformers.grouped_mm_fallback(x, w, offs)),
+                  real(8, 4), real(4, 4, 8), offs, real(8, 8))
+    graph = read_graph(gm)
+    for node in (n for n in graph if n.role == "op" and "grouped_mm_fallback" in n.target):
+        expert_parallel = [s for s in BuiltinProvider().strategies(node, graph, Mesh((2, 2))) if "experts" in s.rule]
+        assert {s.rule for s in expert_parallel} >= {"experts/replicate", "replicate/experts", "experts/columns"}
+        assert not any(s.rule == "experts/experts" for s in expert_parallel)  # dispatched over one axis
+        for s in expert_parallel:
+            axis = s.rule.split("/").index("experts")
+            assert s.inputs[1][axis] == Shard(0) and s.inputs[0][axis] == Shard(0) and s.inputs[2][axis] == Replicate()
+            # the counts (offs), the rows (and, backward, their gradients) and the output rows sent
+            exchanged = (2, 0, 3) if len(s.inputs) == 3 else (2, 0, 3, 4)
+            assert s.all_to_alls == tuple((axis, k) for k in exchanged)
+
+
+@pytest.mark.parametrize("dim, experts, chosen", [(1023, 64, "experts"), (7, 4, "replicate")])
+def test_the_planner_splits_the_experts_where_that_is_cheaper(dim, experts, chosen):
+    """64 experts of 1023 x 1023 weights (a hidden size no axis splits: no column or contraction
+    split): reading them dominates, so each rank reads its half, its rows exchanged; 4 tiny
+    experts: the exchanges' latency dominates, so they are replicated."""
+    import planner
+    from torch.export import Dim
+    from tests.planner.models import GroupedExperts, on_meta
+
+    plan = planner.plan_module(on_meta(GroupedExperts, dim, experts), (torch.randn(4, 6, dim, device="meta"),),
+                               dynamic_shapes={"x": {0: Dim("batch")}}, mesh=(2,), batch_sizes=[4, 32], training=True)
+    rules = {d.rule for d in plan.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert rules == {chosen}
+    assert plan.param_placements["w"] == ((Shard(0),) if chosen == "experts" else (Replicate(),))
+
+
 _GROUPED_MM_LAYOUTS = {
     "2d@3d, and its backward: 2d@3d and 2d@2d": (_grouped_step(lambda x, w, offs: torch._grouped_mm(x, w, offs=offs)),
                                                  lambda rows, groups: ((rows, 32), (groups, 32, 32), (rows, 32))),

@@ -1,0 +1,68 @@
+"""Grouped products of experts run expert parallel: the lowering of the planner's ``experts`` rule.
+
+The planner's ``experts`` rule (:mod:`planner.strategies.builtin`) splits a grouped product's
+stacked experts ``(E, ...)`` by the expert dim over one mesh axis of ``n`` ranks, and its rows,
+sorted by expert, alike: rank ``c`` of the axis holds experts ``[c*L, (c+1)*L)`` (``L = E/n``)
+and rows ``[c*S, (c+1)*S)`` of the sorted rows (``S`` = its rows), while the offsets (expert
+``e`` takes the rows ``offs[e-1]:offs[e]``) are whole on every rank. Each rank counts its rows
+per expert (its block of rows against the offsets), sends them to their expert's rank
+(:func:`lowering.expert_dispatch.dispatch`), runs its own experts on what arrives, and sends the
+results back (:func:`~lowering.expert_dispatch.combine`), in its rows' order: the local result
+is this rank's block of the one-device result. The backward dispatches the rows and their
+gradients together, returns the rows' gradients the same way, and keeps its experts' weight
+gradients, which every routed row reached.
+
+Each ``run`` takes the op's arguments as the lowering fetched them (this rank's pieces), the
+size ``n`` of the axis, its group and this rank's coordinate on it (a traced tensor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lowering.expert_dispatch import combine, dispatch
+
+__all__ = ["EXPERT_PARALLEL", "local_counts"]
+
+
+def local_counts(offs: torch.Tensor, rows: Any, coordinate: torch.Tensor) -> torch.Tensor:
+    """Rows per expert among rows ``[coordinate*rows, (coordinate+1)*rows)`` of the sorted rows,
+    expert ``e`` taking ``offs[e-1]:offs[e]`` (offsets that cover fewer rows leave some rows to
+    no expert, which :func:`~lowering.expert_dispatch.dispatch` refuses on every rank)."""
+    ends = offs.to(torch.int64)
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    first = coordinate.to(torch.int64) * rows
+    last = first + rows
+    return ends.clamp(first, last) - starts.clamp(first, last)
+
+
+def _forward(args: list[Any], ranks: int, group: str, coordinate: torch.Tensor) -> torch.Tensor:
+    """``grouped_mm_fallback(input [S, K], weight [L, K, N], offs [E])``: ``[S, N]``."""
+    rows, weight, offs = args[:3]
+    dispatched = dispatch(rows, local_counts(offs, rows.size(0), coordinate), ranks, group)
+    pieces = dispatched.tokens.split(dispatched.counts)
+    return combine(torch.cat([piece @ weight[e] for e, piece in enumerate(pieces)]), dispatched)
+
+
+def _backward(args: list[Any], ranks: int, group: str, coordinate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grouped_mm_fallback_backward(input, weight, offs, grad_output)``: ``(grad_input, grad_weight)``."""
+    rows, weight, offs, grad = args[:4]
+    width = rows.size(1)
+    both = torch.cat([rows, grad.to(rows.dtype)], 1)  # one exchange for the rows and their gradients
+    dispatched = dispatch(both, local_counts(offs, rows.size(0), coordinate), ranks, group)
+    grad_rows, grad_weight = [], []
+    for e, piece in enumerate(dispatched.tokens.split(dispatched.counts)):
+        x, g = piece[:, :width], piece[:, width:]
+        grad_rows.append(g @ weight[e].t())
+        grad_weight.append(x.t() @ g)
+    return combine(torch.cat(grad_rows), dispatched), torch.stack(grad_weight)
+
+
+EXPERT_PARALLEL: dict[str, Callable[..., Any]] = {
+    "transformers.grouped_mm_fallback.default": _forward,
+    "transformers.grouped_mm_fallback_backward.default": _backward,
+}
+"""Op (as the plan names it) -> its expert-parallel run ``(args, ranks, group, coordinate)``."""

@@ -1,0 +1,95 @@
+"""Experts split by the expert dim (the planner's ``experts`` rule, forced by ``ExpertParallel``)
+lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 experts run as
+transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
+(output, loss and every gradient) from one compile, at batch sizes and routings that send one
+rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other."""
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.distributed.tensor import Shard
+from torch.export import Dim
+
+from lowering import launch
+from lowering.expert_parallel import local_counts
+from lowering.parallel import ParallelModule
+from planner import ExpertParallel, Mesh
+from tests.planner.models import GroupedExperts
+
+BATCHES = ((2, False), (4, True), (6, False))  # (batch, every token routed to experts 0 and 1: rank 1 gets no row)
+
+
+def _model() -> GroupedExperts:
+    """4 experts of 8 x 8 whose gate sends a token with a very negative first feature to experts 0 and 1."""
+    torch.manual_seed(0)
+    model = GroupedExperts()
+    with torch.no_grad():
+        model.gate.weight[:, 0] = torch.tensor([-3.0, -3.0, 3.0, 3.0])
+    return model
+
+
+def _tokens(batch: int, to_rank_0: bool) -> torch.Tensor:
+    x = torch.randn(batch, 6, 8, generator=torch.Generator().manual_seed(batch))
+    if to_rank_0:
+        x[..., 0] = -4.0 - x[..., 0].abs()
+    return x
+
+
+def _run(rank, training, mesh):
+    model = _model()
+    pm = ParallelModule(model, (torch.randn(4, 6, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh,
+                        batch_sizes=[4, 32], training=training, placement_constraints=[ExpertParallel("ep")])
+    errors, received = [], []
+    for batch, to_rank_0 in BATCHES:
+        x = _tokens(batch, to_rank_0)
+        with torch.set_grad_enabled(training):
+            out = pm(*pm.shard_inputs(x)).full_tensor()
+            expected = model(x)
+        errors.append(float((out - expected).abs().max()) / (1 + float(expected.abs().max())))
+        if training:
+            loss, expected_loss = out.square().sum(), expected.square().sum()
+            errors.append(abs(float(loss) - float(expected_loss)) / (1 + abs(float(expected_loss))))
+            loss.backward()
+            model.zero_grad()
+            expected_loss.backward()
+            for name, p in pm.named_parameters():
+                grad = model.get_parameter(name).grad
+                errors.append(float((p.grad.full_tensor() - grad).abs().max()) / (1 + float(grad.abs().max())))
+            received.append(bool(pm.get_parameter("w").grad.to_local().abs().sum() > 0))  # this rank's experts had rows
+            for p in pm.parameters():
+                p.grad = None
+    all_to_alls = [n for n in pm.program.graph_module.graph.nodes if "all_to_all_single" in str(n.target)]
+    return max(errors), pm.compile_count, pm.plan.param_placements["w"], len(all_to_alls), received
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+@pytest.mark.parametrize("training, mesh", [(False, Mesh((2,), ("ep",))), (True, Mesh((2,), ("ep",))),
+                                            (True, Mesh((2, 2), ("dp", "ep")))], ids=["inference", "training",
+                                                                                      "training on (2, 2)"])
+def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile(training, mesh):
+    results = launch(functools.partial(_run, training=training, mesh=mesh), mesh.size, timeout=600)
+    for rank, (error, compiles, w, all_to_alls, received) in enumerate(results):
+        assert error <= 1e-5
+        assert compiles == 1  # every batch size and routing
+        assert w[-1] == Shard(0)  # each rank holds 2 of the 4 experts
+        # the counts, the rows and the results exchanged; in training, again for the backward
+        assert all_to_alls == 3 * (1 + training)
+        if training:  # the second batch's rows all went to experts 0 and 1, which "ep" rank 0 holds
+            assert received == [True, rank % 2 == 0, True]
+
+
+@given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())
+def test_each_ranks_counts_are_its_block_of_the_sorted_rows_per_expert(counts, ranks, data):
+    """Against the experts of each row of the rank's block, counted one by one (``len(counts)``: none)."""
+    total = sum(counts) + data.draw(st.integers(0, 3))  # rows past the last offset: no expert's
+    total += -total % ranks
+    expert_of = [e for e, c in enumerate(counts) for _ in range(c)] + [len(counts)] * (total - sum(counts))
+    rows = total // ranks
+    offs = torch.tensor(counts).cumsum(0).to(torch.int32)
+    for rank in range(ranks):
+        block = expert_of[rank * rows:(rank + 1) * rows]
+        expected = [block.count(e) for e in range(len(counts))]
+        assert local_counts(offs, rows, torch.tensor(rank)).tolist() == expected
