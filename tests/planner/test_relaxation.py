@@ -31,7 +31,7 @@ def model():
 
 
 def _relaxation(model: IlpModel) -> LpRelaxation:
-    return LpRelaxation(model.lp, unit_columns=np.array([v.idx for _, fs in model.flows for v in fs], dtype=np.int64))
+    return LpRelaxation(model.lp, unit_columns=np.array([v for _, fs in model.flows for v in fs], dtype=np.int64))
 
 
 def _costs(model: IlpModel, weights: np.ndarray) -> np.ndarray:
