@@ -131,7 +131,8 @@ def _contenders(case: Case, n: int, hardware: Hardware, runners_up: int) -> list
             if not choices:
                 return None
             if ilp.x[g] is not None:
-                for c, var in enumerate(ilp.x[g]):
+                for c, column in enumerate(ilp.x[g]):
+                    var = ilp.model.vars[column]
                     if c not in choices and var.ub > 0:
                         var.ub = 0.0
                         closed.append(var)

@@ -134,19 +134,20 @@ class IlpModel:
         start = time.perf_counter()
         self.problem = problem
         self.solver = solver
-        self.model = mip.Model(sense=mip.MINIMIZE, solver_name=SOLVERS[solver])
-        self.model.verbose = 0
-        self.model.threads = 1
-        self.lp = LinearRows()  # the model's columns and rows again, as arrays: its LP relaxation's
-        self.x: list[list[mip.Var] | None] = []
+        self.lp = LinearRows()  # the model's columns and rows, as arrays (its LP relaxation's); python-mip's from them
+        self._mip: mip.Model | None = None  # built from lp when first asked for (:attr:`model`)
+        self._names: list[str] = []  # each column's name, for the python-mip model
+        self._row_names: list[str] = []
+        self._binary: list[int] = []  # the columns that are binary in the MIP (the x)
+        self.x: list[list[int] | None] = []  # columns, as every variable below
         self.folded: list[EdgeClass] = []  # one row or one column: priced on the other group's choices
-        self.transport: list[tuple[EdgeClass, list[list[mip.Var]]]] = []
-        self.flows: list[tuple[EdgeClass, list[mip.Var]]] = []
+        self.transport: list[tuple[EdgeClass, list[list[int]]]] = []
+        self.flows: list[tuple[EdgeClass, list[int]]] = []
         self.memory_budget = memory_budget
         self.memory_steps: set[tuple[int, int]] = set()  # (point, step) whose memory constraint is in the model
-        self._buffers: dict[tuple, list[tuple[mip.Var | None, np.ndarray]]] = {}  # _buffer's terms, per span
-        self._buffer_rows: list[tuple[mip.Var, dict[mip.Var, float], float]] = []  # v ≥ Σ terms + constant
-        self._peak: mip.Var | None = None  # least_peak_choices' model: the peak (in units of memory_budget) it minimizes
+        self._buffers: dict[tuple, list[tuple[int | None, np.ndarray]]] = {}  # _buffer's terms, per span
+        self._buffer_rows: list[tuple[int, dict[int, float], float]] = []  # v ≥ Σ terms + constant
+        self._peak: int | None = None  # least_peak_choices' model: the peak (in units of memory_budget) it minimizes
         self._relaxation: LpRelaxation | None = None  # built by the first lower_bound
         self._flows: tuple[np.ndarray, np.ndarray] | None = None  # _flow_costs, once
         self._add_choice_variables()
@@ -161,6 +162,34 @@ class IlpModel:
                         self._add_memory_constraint(k, step)
         self.build_seconds = time.perf_counter() - start
 
+    # -- the python-mip model ---------------------------------------------------------------------
+
+    @property
+    def model(self) -> mip.Model:
+        """The python-mip model of :attr:`lp` (the ``x`` binary), built when first asked for: a plan
+        whose LP relaxation is one-hot (:meth:`solve`) needs none. On the 32-layer LLaMA training
+        graph on (2, 4, 8) (224k columns, 25k rows) it takes 1.7–2.0 CPU s to build, the rows as
+        arrays 0.3–0.4: the regret objective's plan there, found by the relaxation, uses none."""
+        if self._mip is None:
+            model = mip.Model(sense=mip.MINIMIZE, solver_name=SOLVERS[self.solver])
+            model.verbose = 0
+            model.threads = 1
+            binary = set(self._binary)
+            for i, name in enumerate(self._names):
+                model.add_var(var_type=mip.BINARY if i in binary else mip.CONTINUOUS, lb=0.0, name=name)
+            self._mip = model
+            lp = self.lp
+            for r, name in enumerate(self._row_names):
+                terms = dict(zip(lp.index[lp.starts[r]:lp.starts[r + 1]], lp.value[lp.starts[r]:lp.starts[r + 1]]))
+                sense = "=" if lp.row_lower[r] == lp.row_upper[r] else "<"
+                self._add_constr(terms, -lp.row_upper[r], sense, name)
+        return self._mip
+
+    def _add_constr(self, terms: dict[int, float], const: float, sense: str, name: str) -> mip.Constr:
+        """``Σ terms + const`` ``=`` or ``<`` (≤) 0 in the python-mip model (``terms``: column → coefficient)."""
+        columns = self.model.vars
+        return self.model.add_constr(mip.LinExpr(expr={columns[i]: c for i, c in terms.items()}, const=const, sense=sense), name)
+
     # -- families of variables and constraints ------------------------------------------------
 
     def _add_choice_variables(self) -> None:
@@ -169,26 +198,39 @@ class IlpModel:
             if group.choices == 1:
                 self.x.append(None)
                 continue
-            xs = [self.model.add_var(var_type=mip.BINARY, name=f"x{g}_{c}") for c in range(group.choices)]
-            self.lp.add_columns(len(xs), upper=1.0)
+            xs = self._add_columns([f"x{g}_{c}" for c in range(group.choices)], binary=True)
             self._equation({v: 1.0 for v in xs}, 1.0, f"one{g}")
             self.x.append(xs)
 
-    def _equation(self, terms: dict[mip.Var, float], rhs: float, name: str) -> None:
+    def _equation(self, terms: dict[int, float], rhs: float, name: str) -> None:
         """Σ terms = rhs (expressions built as dicts: python-mip's operators are slow at this size)."""
         self._add_row(terms, -rhs, "=", name)
 
-    def _add_row(self, terms: dict[mip.Var, float], const: float, sense: str, name: str) -> None:
-        """``Σ terms + const`` ``=`` or ``<`` (≤) 0, in the model and in :attr:`lp`."""
-        self.model.add_constr(mip.LinExpr(expr=terms, const=const, sense=sense), name)
-        self.lp.add_row(((v.idx, c) for v, c in terms.items()), -const if sense == "=" else -np.inf, -const)
+    def _add_row(self, terms: dict[int, float], const: float, sense: str, name: str) -> None:
+        """``Σ terms + const`` ``=`` or ``<`` (≤) 0, in :attr:`lp` (and the python-mip model once built)."""
+        self.lp.add_row(terms.items(), -const if sense == "=" else -np.inf, -const)
+        self._row_names.append(name)
+        if self._mip is not None:
+            self._add_constr({i: c for i, c in terms.items() if c}, const, sense, name)
 
-    def _add_column(self, name: str) -> mip.Var:
-        """A continuous ``v ≥ 0``, in the model and in :attr:`lp`."""
-        self.lp.add_columns(1)
-        return self.model.add_var(lb=0.0, name=name)
+    def _add_columns(self, names: list[str], *, binary: bool = False) -> list[int]:
+        """Columns ``≥ 0`` (binary: in ``{0, 1}``), in :attr:`lp` (and the python-mip model once built)."""
+        first = self.lp.columns
+        self.lp.add_columns(len(names), upper=1.0 if binary else np.inf)
+        self._names.extend(names)
+        columns = list(range(first, first + len(names)))
+        if binary:
+            self._binary.extend(columns)
+        if self._mip is not None:
+            for name in names:
+                self._mip.add_var(var_type=mip.BINARY if binary else mip.CONTINUOUS, lb=0.0, name=name)
+        return columns
 
-    def _indicator(self, g: int, choices: list[int], sign: float, terms: dict[mip.Var, float]) -> float:
+    def _add_column(self, name: str) -> int:
+        """A continuous ``v ≥ 0``, in :attr:`lp` (and the python-mip model once built)."""
+        return self._add_columns([name])[0]
+
+    def _indicator(self, g: int, choices: list[int], sign: float, terms: dict[int, float]) -> float:
         """Add ``sign·Σ x[g,c]`` over ``choices`` to ``terms``; returns the constant part (single-choice groups)."""
         xs = self.x[g]
         if xs is None:
@@ -204,10 +246,9 @@ class IlpModel:
             return
         e = len(self.transport) + len(self.flows)
         graph = self.problem.state_graph(cls.meta)
-        add_var = self.model.add_var
         if len(cls.rows) * len(cls.cols) <= len(graph.arcs):
-            ys = [[add_var(lb=0.0, name=f"y{e}_{a}_{b}") for b in range(len(cls.cols))] for a in range(len(cls.rows))]
-            self.lp.add_columns(len(cls.rows) * len(cls.cols))
+            flat = self._add_columns([f"y{e}_{a}_{b}" for a in range(len(cls.rows)) for b in range(len(cls.cols))])
+            ys = [flat[a * len(cls.cols):(a + 1) * len(cls.cols)] for a in range(len(cls.rows))]
             for a, (_, block) in enumerate(cls.rows):
                 terms = {y: 1.0 for y in ys[a]}
                 constant = self._indicator(cls.producer_group, block, -1.0, terms)
@@ -218,9 +259,8 @@ class IlpModel:
                 self._equation(terms, -constant, f"need{e}_{b}")
             self.transport.append((cls, ys))
             return
-        fs = [add_var(lb=0.0, name=f"f{e}_{a}") for a in range(len(graph.arcs))]
-        self.lp.add_columns(len(fs))
-        balance: list[dict[mip.Var, float]] = [{} for _ in graph.states]
+        fs = self._add_columns([f"f{e}_{a}" for a in range(len(graph.arcs))])
+        balance: list[dict[int, float]] = [{} for _ in graph.states]
         constant = [0.0] * len(graph.states)
         for a, (i, j, _, _) in enumerate(graph.arcs):
             balance[i][fs[a]] = 1.0
@@ -246,7 +286,7 @@ class IlpModel:
         any was added. A solved plan over the budget always adds one (its peak step's
         constraint, exact for it, cuts it off)."""
         timeline = self.problem.peak_memory(choices).timeline
-        limit = self.memory_budget if self._peak is None else self._peak.x * self.memory_budget  # type: ignore[operator]
+        limit = self.memory_budget if self._peak is None else self.model.vars[self._peak].x * self.memory_budget  # type: ignore[operator]
         added = False
         for k in range(timeline.shape[1]):
             for step in np.argsort(-timeline[:, k], kind="stable")[:per_point].tolist():
@@ -270,7 +310,7 @@ class IlpModel:
         budget = self.memory_budget
         assert budget is not None
         fixed = -1.0 if self._peak is None else 0.0
-        terms: dict[mip.Var, float] = {}
+        terms: dict[int, float] = {}
         for live, xs in zip(self.problem.live_memory(step), self.x):
             column = live[:, k] / budget
             if xs is None:
@@ -289,7 +329,7 @@ class IlpModel:
             terms[self._peak] = -1.0
         self._add_row(terms, fixed, "<", f"memory{k}_{step}")
 
-    def _buffer(self, span: tuple[str, int, int, int, bool]) -> list[tuple[mip.Var | None, np.ndarray]]:
+    def _buffer(self, span: tuple[str, int, int, int, bool]) -> list[tuple[int | None, np.ndarray]]:
         """What the redistribution of ``span`` holds, as terms ``(v, bytes per point)`` whose sum
         ``Σ bytes·v`` at every one-hot ``x`` is its buffer (``v`` None: always held).
 
@@ -320,7 +360,7 @@ class IlpModel:
         else:
             sign = -1.0 if source else 1.0
             for b in dict.fromkeys(gives if source else needs):
-                terms: dict[mip.Var, float] = {}
+                terms: dict[int, float] = {}
                 constant = self._indicator(gc, [c for c, p in enumerate(needs) if p == b], sign, terms)
                 constant += self._indicator(gp, [c for c, p in enumerate(gives) if p == b], -sign, terms)
                 terms = {v: c for v, c in terms.items() if c}
@@ -335,7 +375,7 @@ class IlpModel:
         self._buffers[span[:2] + span[4:]] = found
         return found
 
-    def _optimize(self, time_limit: float, start: Callable[[], dict[mip.Var, float]] | None = None) -> mip.OptimizationStatus:
+    def _optimize(self, time_limit: float, start: Callable[[], dict[int, float]] | None = None) -> mip.OptimizationStatus:
         """Solve the MIP, from ``start()`` (every variable's value in a plan that fits, asked
         again each round: a round's constraints add variables) when given; under a memory
         budget, re-solve with the chosen plan's peak step constrained until its exact peak fits
@@ -345,14 +385,15 @@ class IlpModel:
         deadline = time.perf_counter() + time_limit
         while True:  # each round adds a constraint not in the model: there are finitely many
             if start is not None:
-                self.model.start = list(start().items())
+                columns = self.model.vars
+                self.model.start = [(columns[i], value) for i, value in start().items()]
             status = self.model.optimize(max_seconds=max(deadline - time.perf_counter(), _LAST_ROUND_SECONDS))
             if self.memory_budget is None or status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 return status
             if not self._add_memory_cuts(self._chosen()):
                 return status
 
-    def _greedy_start(self, weights: np.ndarray) -> Callable[[], dict[mip.Var, float]] | None:
+    def _greedy_start(self, weights: np.ndarray) -> Callable[[], dict[int, float]] | None:
         """Under a memory budget, the greedy plan (:class:`~planner.greedy.GreedyModel`, memory
         priced at the steps over the budget) when it fits, as :meth:`_optimize`'s start: a plan
         the MIP starts from, so that a solve stopped by its time limit still has one. None
@@ -365,7 +406,8 @@ class IlpModel:
         return functools.partial(self._values, greedy.choices, weights) if greedy.status == "greedy" else None
 
     def _chosen(self) -> list[int]:
-        return [0 if xs is None else int(np.argmax([v.x for v in xs])) for xs in self.x]
+        columns = self.model.vars
+        return [0 if xs is None else int(np.argmax([columns[v].x for v in xs])) for xs in self.x]
 
     # -- objective ------------------------------------------------------------------------------
 
@@ -389,11 +431,11 @@ class IlpModel:
             if xs is None:
                 constant += costs[g][0]
             else:
-                matrix[[v.idx for v in xs]] = costs[g]
+                matrix[xs] = costs[g]
         for cls, ys in self.transport:
             for a, (src, _) in enumerate(cls.rows):
                 for b, (dst, _) in enumerate(cls.cols):
-                    matrix[ys[a][b].idx] = cls.count * self._dist(cls, src, dst, route)
+                    matrix[ys[a][b]] = cls.count * self._dist(cls, src, dst, route)
         columns, flow_costs = self._flow_costs()
         matrix[columns] = flow_costs
         return matrix, constant
@@ -401,7 +443,7 @@ class IlpModel:
     def _flow_costs(self) -> tuple[np.ndarray, np.ndarray]:
         """The flow columns and their costs per point (arc costs times edges: no route to choose)."""
         if self._flows is None:
-            columns = [v.idx for _, fs in self.flows for v in fs]
+            columns = [v for _, fs in self.flows for v in fs]
             costs = [self.problem.state_graph(cls.meta).costs * cls.count for cls, _ in self.flows]
             self._flows = (np.array(columns, dtype=np.int64),
                            np.concatenate(costs) if costs else np.zeros((0, len(self.problem.points))))
@@ -445,9 +487,9 @@ class IlpModel:
             if choices is not None:
                 objective = bound.value / _SCALE + constant
                 return Solution(choices=choices, status="optimal", objective=objective, bound=objective, gap=0.0,
-                                variables=self.model.num_cols, constraints=self.model.num_rows,
+                                variables=self.lp.columns, constraints=len(self.lp.row_lower),
                                 build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
-        if not self.model.num_cols:  # every decision has one choice (python-mip refuses a model without a column)
+        if not self.lp.columns:  # every decision has one choice (python-mip refuses a model without a column)
             return self._only_plan(constant, start, time_limit)
         self.model.objective = self._linear(costs)
         status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), self._greedy_start(weights))
@@ -475,7 +517,7 @@ class IlpModel:
         if self.memory_budget is not None and peak > self.memory_budget * (1 + _MEMORY_TOLERANCE):
             raise self._over_budget(time_limit)
         return Solution(choices=choices, status="optimal", objective=cost, bound=cost, gap=0.0, variables=0,
-                        constraints=self.model.num_rows, build_seconds=self.build_seconds,
+                        constraints=len(self.lp.row_lower), build_seconds=self.build_seconds,
                         solve_seconds=time.perf_counter() - start)
 
     def lower_bound(self, weights: np.ndarray, *, time_limit: float = 60.0) -> Optimum:
@@ -491,7 +533,7 @@ class IlpModel:
         """
         costs, constant = self._objective(weights)
         if self._relaxation is None:
-            transport = np.array([v.idx for _, ys in self.transport for row in ys for v in row], dtype=np.int64)
+            transport = np.array([v for _, ys in self.transport for row in ys for v in row], dtype=np.int64)
             self._relaxation = LpRelaxation(self.lp, unit_columns=np.concatenate([transport, self._flow_costs()[0]]))
         bound, choices = self._relaxed(costs, time_limit)
         if bound.finished:
@@ -517,7 +559,7 @@ class IlpModel:
             if xs is None:
                 choices.append(0)
                 continue
-            values = bound.values[[v.idx for v in xs]]
+            values = bound.values[xs]
             if np.abs(values - np.round(values)).max() > _INTEGRAL:
                 return bound, None
             choices.append(int(np.argmax(values)))
@@ -535,7 +577,7 @@ class IlpModel:
         costs, constant = self._objective(weights)
         incoming: dict[int, list[tuple[EdgeClass, list[float]]]] = {}
         for cls, ys in self.transport:
-            cheapest = [min(float(costs[row[b].idx]) for row in ys) for b in range(len(cls.cols))]
+            cheapest = [min(float(costs[row[b]]) for row in ys) for b in range(len(cls.cols))]
             incoming.setdefault(cls.consumer_group, []).append((cls, cheapest))
         for cls, _ in self.flows:
             given = [src for src, _ in cls.rows]
@@ -547,16 +589,16 @@ class IlpModel:
         for g, xs in enumerate(self.x):
             if xs is None:
                 continue
-            best = costs[[v.idx for v in xs]]
+            best = costs[xs]
             for cls, cheapest in incoming.get(g, ()):
                 for (_, block), cost in zip(cls.cols, cheapest):
                     best[block] += cost
             total += float(best.min())
         return total / _SCALE + constant
 
-    def _values(self, choices: list[int], weights: np.ndarray) -> dict[mip.Var, float]:
+    def _values(self, choices: list[int], weights: np.ndarray) -> dict[int, float]:
         """Every variable's value in the solution that takes ``choices`` (redistributions routed for ``weights``)."""
-        values: dict[mip.Var, float] = {}
+        values: dict[int, float] = {}
         for g, xs in enumerate(self.x):
             if xs is not None:
                 values.update((v, float(c == choices[g])) for c, v in enumerate(xs))
@@ -579,27 +621,27 @@ class IlpModel:
         First the expected ratio is minimized (:func:`solve_mean_regret`, whose plan seeds the next one);
         then ``t`` and ``cost_k(x) ≤ t · optimum_k`` for every point ``k`` are added
         (redistributions that are not flows routed for ``weights``), solved to within 1% of the
-        bound or the time limit, and removed again. The returned ``gap`` is the worst ratio's.
+        bound or the time limit, and the rows removed again (``t`` stays, a column no later
+        objective or row reads). The returned ``gap`` is the worst ratio's.
         """
         start = time.perf_counter()
         seed = solve_mean_regret(self, weights, optima, time_limit=time_limit).choices
         costs, constant = self._cost_matrix(weights)
-        used = np.flatnonzero(costs.any(axis=1))
-        columns = self.model.vars
-        variables = [columns[i] for i in used.tolist()]
+        used = np.flatnonzero(costs.any(axis=1)).tolist()
         costs = costs[used]
         matrix = costs / optima
-        t = self.model.add_var(lb=0.0, name="worst_regret")  # removed below, so kept out of self.lp
+        t = self._add_column("worst_regret")
         rows = []
         for k in range(len(optima)):
-            terms = {v: c for v, c in zip(variables, matrix[:, k].tolist()) if c}
+            terms = {v: c for v, c in zip(used, matrix[:, k].tolist()) if c}
             terms[t] = -1.0
-            rows.append(self.model.add_constr(mip.LinExpr(expr=terms, const=float(constant[k] / optima[k]), sense="<"), f"regret{k}"))
-        tie_break = {v: c * _TIE_BREAK for v, c in zip(variables, (matrix @ weights).tolist()) if c}
+            rows.append(self._add_constr(terms, float(constant[k] / optima[k]), "<", f"regret{k}"))
+        tie_break = {v: c * _TIE_BREAK for v, c in zip(used, (matrix @ weights).tolist()) if c}
         tie_break[t] = 1.0
-        self.model.objective = mip.LinExpr(expr=tie_break)
+        columns = self.model.vars
+        self.model.objective = mip.LinExpr(expr={columns[i]: c for i, c in tie_break.items()})
         seeded = self._values(seed, weights)
-        worst_seeded = float(max(((sum(matrix[i, k] * seeded[v] for i, v in enumerate(variables)) + constant[k] / optima[k])
+        worst_seeded = float(max(((sum(matrix[i, k] * seeded[v] for i, v in enumerate(used)) + constant[k] / optima[k])
                                   for k in range(len(optima)))))
         gap = self.model.max_mip_gap
         self.model.max_mip_gap = _REGRET_GAP
@@ -608,20 +650,19 @@ class IlpModel:
             if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
                 raise self._failure(status, time_limit)
             choices = self._chosen()
-            values = np.array([v.x for v in variables])
+            values = np.array([columns[i].x for i in used])
             objective = float((values @ costs + constant) @ weights)
             worst, bound = float(self.model.objective_value), float(self.model.objective_bound)
         finally:
             self.model.max_mip_gap = gap
             self.model.remove(rows)
-            self.model.remove(t)
         return Solution(
             choices=choices,
             status="optimal" if status == mip.OptimizationStatus.OPTIMAL else "feasible (time limit)",
             objective=objective,
             bound=None,
             gap=max(0.0, (worst - bound) / worst) if worst > 0 else 0.0,
-            variables=self.model.num_cols + 1,
+            variables=self.model.num_cols,
             constraints=self.model.num_rows + len(rows),
             build_seconds=self.build_seconds,
             solve_seconds=time.perf_counter() - start,
@@ -649,9 +690,10 @@ class IlpModel:
         least = self.least_memory_choices()
         model = IlpModel(problem, solver=self.solver)
         model.memory_budget = float(problem.peak_memory(least).total.max()) or 1.0  # the unit of the memory constraints
-        model._peak = peak = model._add_column("peak")
+        model._peak = model._add_column("peak")
         model._set_objective(weights)
         cost = float(problem.evaluate(least, weights).total @ weights) * _SCALE
+        peak = model.model.vars[model._peak]
         model.model.objective = model.model.objective + _PEAK_PRICE * max(cost, 1.0) * peak
         for k, step in enumerate(problem.peak_memory(least).steps.tolist()):
             model._add_memory_constraint(k, step)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from torch.distributed.tensor import Replicate, Shard
@@ -12,6 +13,7 @@ from torch.export import Dim
 import planner
 from planner import Mesh
 from planner.api import prepare
+from planner.ilp import IlpModel
 from shapecore.torch import trace_for_planning
 from tests.planner.models import MLP, Decoder, on_meta
 
@@ -81,8 +83,25 @@ def test_progress_names_each_phase_and_each_batch_point(mlp_trace):
     lines: list[str] = []
     _plan(mlp_trace, batch_sizes=[8, 64], progress=lines.append)
     assert lines[0].startswith("reading the graph") and lines[1].startswith("building the ILP")
-    assert lines[2:4] == ["bounding the optimum at batch=8 alone (1/2)", "bounding the optimum at batch=64 alone (2/2)"]
+    assert lines[2:4] == ["bounding the optimum at batch=64 alone (1/2)", "bounding the optimum at batch=8 alone (2/2)"]
     assert lines[4:] == ["solving for the expected objective (highs)", "assembling the plan"]
+
+
+@pytest.mark.parametrize("regret", ["bound", "exact"])
+def test_each_points_optimum_is_found_costliest_first_and_reported_at_its_own_point(mlp_trace, regret):
+    """The bounds are found from the costliest point to the cheapest (the regret solve then starts
+    nearest its optimum); each is reported at its point, equal to that point's bound found alone."""
+    options = dict(constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[64, 8, 4096, 512])
+    lines: list[str] = []
+    plan = _plan(mlp_trace, regret=regret, objective="regret", progress=lines.append, **options)
+    order = [line.split("=")[1].split()[0] for line in lines if line.startswith(("bounding", "solving the optimum"))]
+    assert order == ["4096", "512", "64", "8"]
+    problem = prepare(mlp_trace.exported, Mesh((4,)), shape_env=mlp_trace.env, dims=mlp_trace.dim_exprs, **options).problem
+    for k, batch in enumerate(plan.batch_costs):
+        alone = IlpModel(problem)
+        weights = np.eye(len(problem.points))[k]
+        expected = alone.lower_bound(weights).value if regret == "bound" else alone.solve(weights).objective
+        assert batch.values == problem.points.labels[k] and batch.optimum == pytest.approx(expected, rel=1e-6)
 
 
 def test_shape_env_must_be_shapecore(mlp_trace):

@@ -97,10 +97,10 @@ def test_every_memory_constraint_at_a_plans_values_is_its_memory_at_that_step(tr
     for row in model.model.constrs:
         if row.name.startswith("memory"):
             k, step = map(int, row.name[len("memory"):].split("_"))
-            held = sum(c * values[v] for v, c in row.expr.expr.items()) + row.expr.const
+            held = sum(c * values[v.idx] for v, c in row.expr.expr.items()) + row.expr.const
             assert held == pytest.approx(timeline[step, k] / budget - 1.0, abs=1e-9), (k, step)
         elif row.name.startswith("buffer"):  # the least values meet the buffers' own rows
-            assert sum(c * values[v] for v, c in row.expr.expr.items()) + row.expr.const <= 1e-12
+            assert sum(c * values[v.idx] for v, c in row.expr.expr.items()) + row.expr.const <= 1e-12
 
 
 def test_a_solve_out_of_time_under_a_budget_returns_the_greedy_plan_it_started_from(training_mlp, monkeypatch):
@@ -305,6 +305,23 @@ def test_a_one_hot_relaxation_is_the_plan_without_the_mip_and_a_fractional_one_f
     fallback = model.solve(weights, time_limit=30.0)
     assert len(runs) == 1 and 15.0 <= runs[0] <= 30.0  # the MIP gets what the relaxation left of the limit
     assert fallback.objective == pytest.approx(expected.objective, rel=1e-6)
+
+
+def test_a_plan_its_one_hot_relaxation_finds_builds_no_python_mip_model(mlp_traces):
+    """The python-mip model is built from the rows when first asked for: a plan the warm LP
+    relaxation finds (one-hot) needs none; asked for later, it is the model of the same rows."""
+    problem = prepare(mlp_traces[1].graph_module, Mesh((2, 2)), shape_env=mlp_traces[1].env, dims=mlp_traces[1].dim_exprs,
+                      constraints=["Eq(Mod(batch, 4), 0)"], batch_sizes=[8, 64, 512]).problem
+    weights = problem.points.weights
+    model = IlpModel(problem)
+    model.lower_bound(weights)
+    found = model.solve(weights)
+    assert found.status == "optimal" and model._mip is None
+    assert (model.model.num_cols, model.model.num_rows) == (model.lp.columns, len(model.lp.row_lower))
+    integral = {v.name for v in model.model.vars if v.var_type == mip.INTEGER and v.ub == 1.0}  # HiGHS's binaries
+    assert integral == {model._names[c] for xs in model.x if xs for c in xs}
+    again = IlpModel(problem).solve(weights)  # the MIP, on the model built at once
+    assert again.objective == pytest.approx(found.objective, rel=1e-6)
 
 
 def test_a_relaxation_out_of_time_weakens_the_regret_report_instead_of_failing_the_plan(mlp_traces, monkeypatch):

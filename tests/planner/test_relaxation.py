@@ -9,7 +9,7 @@ import highspy
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch.export import Dim
 
@@ -31,7 +31,7 @@ def model():
 
 
 def _relaxation(model: IlpModel) -> LpRelaxation:
-    return LpRelaxation(model.lp, unit_columns=np.array([v.idx for _, fs in model.flows for v in fs], dtype=np.int64))
+    return LpRelaxation(model.lp, unit_columns=np.array([v for _, fs in model.flows for v in fs], dtype=np.int64))
 
 
 def _costs(model: IlpModel, weights: np.ndarray) -> np.ndarray:
@@ -76,6 +76,37 @@ def test_warm_started_minima_equal_cold_ones(model):
         hot, cold = warm.minimize(costs, time_limit=60), _relaxation(model).minimize(costs, time_limit=60)
         assert hot.finished and cold.finished
         assert hot.value == pytest.approx(cold.value, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(sequence=st.lists(st.lists(st.integers(0, 4), min_size=3, max_size=3).filter(any), min_size=2, max_size=6),
+       cut_short=st.integers(0, 5))
+def test_minima_from_any_earlier_basis_equal_cold_ones(model, sequence, cut_short):
+    """Each solve starts from the earlier optimum that costs least under its objective (or, after
+    a solve stopped early, from that one's); none changes the minimum found."""
+    warm = _relaxation(model)
+    for i, weights in enumerate(sequence):
+        costs = _costs(model, np.array(weights) / sum(weights))
+        cold = _relaxation(model).minimize(costs, time_limit=60)
+        if i == cut_short:
+            warm.minimize(costs, time_limit=0.0)  # leaves HiGHS at a basis that is no start
+        hot = warm.minimize(costs, time_limit=60)
+        assert hot.finished and cold.finished and hot.value == pytest.approx(cold.value, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_solve_starts_from_the_earlier_optimum_that_costs_least_under_its_objective(model, seed):
+    """Asked again for an objective it met before, after another one, the relaxation starts at
+    that objective's optimum: no pivot to make (random costs: each has its own optimum)."""
+    relaxation = _relaxation(model)
+    first, second = np.random.default_rng(seed).uniform(0.0, 1.0, (2, relaxation.columns))
+    relaxation.minimize(first, time_limit=60)
+    relaxation.minimize(second, time_limit=60)
+    (mine, _), (other, _) = relaxation.starts
+    assume(first @ other > first @ mine * (1 + 1e-6))  # the second optimum is no optimum of the first objective
+    assert relaxation.minimize(first, time_limit=60).finished
+    assert relaxation.highs.getInfo().simplex_iteration_count == 0
 
 
 @settings(max_examples=30, deadline=None)
