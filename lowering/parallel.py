@@ -661,7 +661,7 @@ class ParallelModule(nn.Module):
         from shapecore.torch.private import dtensor_local, tree_leaves
 
         sized = self._at(self.entry.check(inputs))
-        pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
+        pieces = [self._piece(x, s) for x, s in zip(inputs if self.entry.flat else tree_leaves(inputs), self.entry.specs)]
         trainable: dict[str, Any] = {}
         tensors = []
         with torch.no_grad():
