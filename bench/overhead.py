@@ -8,8 +8,8 @@ and 2 gloo processes, in three modes:
 * ``backward``: forward, next-token cross-entropy, backward and ``zero_grad`` (a training
   ``ParallelModule``): what the module's call and its backward cost;
 * ``step``: the same and AdamW's step (:data:`bench.training.OPTIMIZER`) between them: a
-  training step, where DTensor parameters (shapecore) pay DTensor's dispatch in every
-  optimizer op.
+  training step, where DTensor parameters (shapecore on more than one device; on one its
+  parameters are plain tensors) pay DTensor's dispatch in every optimizer op.
 
 Variants, each rank calling its own (and the peers each on its part of the batch, as a data
 parallel program does):

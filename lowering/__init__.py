@@ -3,9 +3,9 @@
 Public API:
 
 * :func:`parallelize` / :class:`ParallelModule` — trace, plan, lower and compile a model on
-  this rank: a ``torch.nn.Module`` with DTensor parameters, called with the global inputs (or
-  DTensors of them), returning DTensors; with ``training=True`` a loss computed from its
-  outputs backpropagates into its parameters;
+  this rank: a ``torch.nn.Module`` with DTensor parameters (plain ones on a mesh of one device),
+  called with the global inputs (or DTensors of them), returning DTensors; with
+  ``training=True`` a loss computed from its outputs backpropagates into its parameters;
 * :func:`lower` → :class:`LocalProgram` — a plan's per-rank FX graph, with the collectives it
   emitted; :func:`compile_program` → :class:`CompiledProgram`;
 * :func:`launch` — run ``fn(rank)`` on local processes with the default group initialized;

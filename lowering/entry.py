@@ -7,7 +7,8 @@ every call of a parallel program, before any of its collectives, and before anyt
 1. **Fit** (local): the call's pytree structure against the traced one, then each tensor input
    against its spec (a tensor, its number of dims, its dtype; a DTensor's mesh, placements and
    local piece). Each problem is a sentence naming the input, what the program expects and what
-   was given.
+   was given. Positional plain tensors or DTensors whose signature (every property this step
+   reads) is that of one of the last 64 calls that fit are not checked again.
 2. **Agreement** (the only communication): each rank encodes "fits or not" and its inputs'
    global sizes as one fixed-length int64 vector (its length is fixed by the trace, so even a
    rank with malformed inputs takes part), and one ``all_gather_single`` shares them. When some
@@ -147,6 +148,9 @@ class EntryCheck:
         self.specs = tuple(specs)
         self.mesh = Mesh(tuple(mesh_shape))
         self.structure = structure if structure is not None else tree_structure(tuple(range(len(self.specs))))
+        self.flat = self.structure == tree_structure(tuple(range(len(self.specs))))
+        """Whether the traced inputs are positional leaves (no nested structure): a call's inputs that fit
+        are then its leaves as given."""
         self.arguments = tuple(arguments) if arguments is not None else tuple(s.name for s in self.specs)
         self.device_mesh = device_mesh
         self.replacements = dict(env.replacements)
@@ -158,6 +162,9 @@ class EntryCheck:
         self.device = device
         self.group = group
         self._world = dist.get_world_size(group) if dist.is_initialized() else 1
+        self._fitting: dict[tuple[Any, ...], list[int]] = {}
+        """The signatures of the last positional tensor inputs that fit (:meth:`_signature`) -> their row
+        of the agreement table: inputs of a kept signature fit without being checked again."""
         self._passed: dict[tuple[int, ...], dict[str, int]] = {}
         """Agreed sizes -> the symbol values they bound, for the last sizes that passed steps 3 to 5."""
 
@@ -194,6 +201,27 @@ class EntryCheck:
             return "a non-tensor value"
         shape = ", ".join(self._show(e) for e in spec.global_shape)
         return f"a tensor of dtype {spec.dtype} and global shape ({shape})"
+
+    def _signature(self, inputs: Sequence[Any]) -> tuple[Any, ...] | None:
+        """Everything step 1 reads of ``inputs`` when they are positional plain tensors or DTensors (each
+        one's shape, dtype and device; a DTensor's mesh, placements and piece's shape), else None."""
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        from shapecore.torch.private import dtensor_local
+
+        if not self.flat or len(inputs) != len(self.specs):
+            return None
+        signature: list[Any] = []
+        for x in inputs:
+            kind = type(x)
+            if kind is torch.Tensor:
+                signature.append((x.shape, x.dtype, x.device))
+            elif kind is DTensor:
+                signature.append((x.shape, x.dtype, x.device, x.device_mesh, x.placements, dtensor_local(x).shape))
+            else:
+                return None
+        return tuple(signature)
 
     def _problem(self, spec: InputSpec, value: Any) -> str | None:
         import torch
@@ -243,11 +271,19 @@ class EntryCheck:
 
         from shapecore.torch.private import dist_all_gather_single
 
-        problems, flat = self._fit(inputs)
-        if problems:
-            row = [1] + [0] * (self._length - 1)
-        else:
-            row = [0] + [n for spec, x in zip(self.specs, flat) if spec.placements is not None for n in x.shape]
+        signature = self._signature(inputs)
+        row = self._fitting.get(signature) if signature is not None else None
+        problems: list[str] = []
+        if row is None:
+            problems, flat = self._fit(inputs)
+            if problems:
+                row = [1] + [0] * (self._length - 1)
+            else:
+                row = [0] + [n for spec, x in zip(self.specs, flat) if spec.placements is not None for n in x.shape]
+                if signature is not None:
+                    if len(self._fitting) == _KEPT_SIZES:
+                        del self._fitting[next(iter(self._fitting))]  # the oldest
+                    self._fitting[signature] = row
         world = self._world
         if world > 1:
             table = torch.empty(world * self._length, dtype=torch.int64)

@@ -22,8 +22,9 @@ CUDA model on gloo or a CPU model on NCCL, is refused first, naming both devices
 2. plan on rank 0 and broadcast the plan's JSON, so every rank runs the same plan (a planning
    error is raised as itself on every rank); ``plan=`` skips planning;
 3. :func:`~lowering.lower.lower` the plan, and register the model's parameters and buffers
-   (:mod:`lowering.state`) as DTensors on the plan's mesh, placed as the plan places them,
-   under the model's own names: ``parameters()``, ``named_parameters()`` and ``state_dict()``
+   (:mod:`lowering.state`) as DTensors on the plan's mesh, placed as the plan places them
+   (plain tensors on a mesh of one device, where a DTensor would only add DTensor's dispatch to
+   every optimizer op and gradient), under the model's own names: ``parameters()``, ``named_parameters()`` and ``state_dict()``
    are what an optimizer and ``torch.distributed.checkpoint`` take; a tied parameter
    (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) is one parameter with one
    gradient. A training program is split (:mod:`lowering.partition`) into a forward and a
@@ -49,7 +50,8 @@ so "one compile for every batch size" is observable.
 Training (``training=True``): in training mode with grad enabled, a call runs the forward
 program inside an autograd function whose backward runs the backward program on the
 gradients of the outputs, so any loss computed from the outputs backpropagates; parameter
-gradients arrive as DTensors placed like their parameters, and accumulate over calls.
+gradients arrive as DTensors placed like their parameters (plain tensors on one device, as the
+parameters are), and accumulate over calls.
 Buffers the traced forward updates in place (a BatchNorm's running statistics and batch count,
 traced in training mode) are updated in this module's buffers by every call, as the model's
 forward updates its own.
@@ -78,7 +80,7 @@ from lowering.errors import LoweringError
 from lowering.lower import LocalProgram, lower
 from lowering.mesh_groups import mesh_groups
 from lowering.partition import Partitioned, partition
-from lowering.state import contiguous_strides, init_weights, register_state
+from lowering.state import contiguous_strides, init_weights, is_whole, register_state
 from planner import DimNames, Plan, PlanOptions, as_mesh, options_from, trace_module
 from shapecore.torch.private import tensor_tables
 
@@ -241,8 +243,8 @@ class _Call:
 class _Step(torch.autograd.Function):
     """A training call: the forward program now, the backward program when autograd reaches the
     outputs with the gradients of whatever loss was computed from them. Its arguments are the
-    module and the call, then the DTensor parameters whose gradients it returns; it returns the
-    user outputs as DTensors (their gradients arrive as DTensors)."""
+    module and the call, then the parameters whose gradients it returns; it returns the user
+    outputs as DTensors (their gradients arrive as DTensors)."""
 
     @staticmethod
     def forward(ctx: Any, module: ParallelModule, call: _Call, *parameters: Any) -> Any:
@@ -267,7 +269,7 @@ class _Step(torch.autograd.Function):
 
 class ParallelModule(nn.Module):
     """A model planned, lowered and compiled for this rank, as a module whose parameters and buffers
-    are DTensors (see the module docstring).
+    are DTensors, plain tensors on a mesh of one device (see the module docstring).
 
     ``training=True`` traces the joint forward+backward graph, so a loss computed from the
     outputs backpropagates into the parameters; ``global_outputs=True`` returns plain global
@@ -409,10 +411,10 @@ class ParallelModule(nn.Module):
             if output is None or output.role != "buffer_mutation" or output.fqn is None:
                 continue
             own = state[output.fqn][0] if output.fqn in state else output.fqn
-            placed, kept = tuple(self.plan.output_placements[k]), tuple(self.get_buffer(own).placements)
-            if placed != kept:
+            buffer, placed = self.get_buffer(own), tuple(self.plan.output_placements[k])
+            if isinstance(buffer, DTensor) and placed != tuple(buffer.placements):  # one device: any placement is whole
                 raise LoweringError(f"the plan delivers the new value of buffer {own} as {placed} but places the buffer "
-                                    f"as {kept}; was it made by this planner?")
+                                    f"as {tuple(buffer.placements)}; was it made by this planner?")
             updates.append((k, own))
         return updates
 
@@ -563,10 +565,13 @@ class ParallelModule(nn.Module):
     def _update_buffers(self, outputs: Sequence[Any]) -> list[Any]:
         """Write the buffers' new values among the program's ``outputs`` into this rank's pieces of
         the buffers (as the model's own forward updates them in place); return the user outputs."""
+        from shapecore.torch.private import dtensor_local
+
         with torch.no_grad():
             for k, name in self._buffer_updates:
                 table, attribute = self._owners[name]
-                table[attribute].to_local().copy_(outputs[k])
+                buffer = table[attribute]
+                (dtensor_local(buffer) if isinstance(buffer, DTensor) else buffer).copy_(outputs[k])
         return [outputs[k] for k in self._outputs]
 
     def _placed(self, local: Sequence[Any], sized: _Sized) -> list[Any]:
@@ -619,11 +624,14 @@ class ParallelModule(nn.Module):
 
     def _parameter_grads(self, outputs: Sequence[Any], trainable: Mapping[str, Any]) -> list[Any]:
         """The gradients of the ``trainable`` parameters (name -> parameter) as DTensors placed like
-        them, from the backward program's outputs (the joint program's outputs after the user outputs)."""
+        them (plain tensors on a mesh of one device, as the parameters are), from the backward
+        program's outputs (the joint program's outputs after the user outputs)."""
         from shapecore.torch.private import dtensor_placed_like
 
         assert self.partitioned is not None
         offset = self.partitioned.user_outputs
+        if is_whole(self.groups):  # every piece is the whole gradient (autograd casts one of another dtype)
+            return [outputs[self._grad_positions[name] - offset] for name in trainable]
         grads = []
         for name, parameter in trainable.items():
             k = self._grad_positions[name]
@@ -661,7 +669,7 @@ class ParallelModule(nn.Module):
         from shapecore.torch.private import dtensor_local, tree_leaves
 
         sized = self._at(self.entry.check(inputs))
-        pieces = [self._piece(x, s) for x, s in zip(tree_leaves(inputs), self.entry.specs)]
+        pieces = [self._piece(x, s) for x, s in zip(inputs if self.entry.flat else tree_leaves(inputs), self.entry.specs)]
         trainable: dict[str, Any] = {}
         tensors = []
         with torch.no_grad():
@@ -671,7 +679,7 @@ class ParallelModule(nn.Module):
                 elif kind != "tangent":
                     table, attribute = self._owners[what]
                     tensor = table[attribute]
-                    tensors.append(dtensor_local(tensor))
+                    tensors.append(dtensor_local(tensor) if isinstance(tensor, DTensor) else tensor)
                     if kind == "parameter" and tensor.requires_grad and what in self._grad_positions:
                         trainable[what] = tensor
         if self.partitioned is not None and self.training and torch.is_grad_enabled() and trainable:

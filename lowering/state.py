@@ -7,7 +7,10 @@ it): ``named_parameters()`` and ``state_dict()`` list the model's names, a tied 
 one ``Parameter`` under each of its names, a non-persistent buffer stays out of
 ``state_dict()``. Only this rank's pieces are allocated: a meta tensor's piece is left
 uninitialized (:func:`init_weights` or a checkpoint fills it), a real tensor's piece is
-copied.
+copied. On a mesh of one device every piece is the whole tensor, and the tensors are
+registered as plain tensors (:func:`is_whole`): a DTensor there adds nothing but DTensor's
+dispatch to every op on it (each optimizer op, each gradient's accumulation), which on the
+tiny decoder of ``bench/overhead.py`` costs more than its whole optimizer step.
 
 :func:`init_weights` runs a user init the way ``model.apply(fn)`` does on one device (each
 module, children first, sees its own parameters and buffers as whole tensors), one module's
@@ -30,7 +33,7 @@ from lowering.collectives import local_shard
 from lowering.errors import LoweringError
 from lowering.mesh_groups import MeshGroups
 
-__all__ = ["contiguous_strides", "init_weights", "register_state"]
+__all__ = ["contiguous_strides", "init_weights", "is_whole", "register_state"]
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -42,11 +45,19 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _dtensor(tensor: torch.Tensor, placements: tuple[Any, ...], groups: MeshGroups) -> DTensor:
-    """This rank's piece of ``tensor`` (uninitialized when it is a meta tensor) as a DTensor."""
+def is_whole(groups: MeshGroups) -> bool:
+    """Whether the mesh has one device, where parameters and buffers are plain tensors."""
+    return groups.mesh.size == 1
+
+
+def _placed(tensor: torch.Tensor, placements: tuple[Any, ...], groups: MeshGroups) -> torch.Tensor:
+    """This rank's piece of ``tensor`` (uninitialized when it is a meta tensor) as a DTensor (a plain
+    tensor on a mesh of one device)."""
     with torch.no_grad():
         piece = local_shard(tensor.detach(), placements, groups)
         piece = torch.empty_like(piece, device="cpu") if piece.is_meta else piece.clone()
+    if is_whole(groups):
+        return piece
     return DTensor.from_local(piece, groups.device_mesh, placements, run_check=False, shape=tensor.shape,
                               stride=contiguous_strides(tensor.shape))
 
@@ -67,8 +78,8 @@ def _container(root: nn.Module, path: str) -> nn.Module:
 
 def register_state(root: nn.Module, model: nn.Module, placements: Mapping[str, tuple[Any, ...]],
                    groups: MeshGroups) -> None:
-    """Register ``model``'s parameters and buffers on ``root`` as DTensors (``placements``: by name;
-    any name of a tied tensor may carry them)."""
+    """Register ``model``'s parameters and buffers on ``root`` as DTensors, plain tensors on a mesh of
+    one device (``placements``: by name; any name of a tied tensor may carry them)."""
     persistent = set(model.state_dict(keep_vars=True))
     made: dict[int, Any] = {}
     every = [(name, t, True) for name, t in model.named_parameters(remove_duplicate=False)] + [
@@ -83,7 +94,7 @@ def register_state(root: nn.Module, model: nn.Module, placements: Mapping[str, t
             if is_parameter and any(isinstance(p, Partial) for p in placed):
                 raise LoweringError(f"the plan places parameter {name} as {placed}: a parameter must be sharded or "
                                     "replicated for an optimizer to update it")
-            value = _dtensor(tensor, placed, groups)
+            value = _placed(tensor, placed, groups)
             made[id(tensor)] = nn.Parameter(value, requires_grad=tensor.requires_grad) if is_parameter else value
         path, _, leaf = name.rpartition(".")
         owner = _container(root, path)
@@ -133,7 +144,10 @@ def init_weights(root: nn.Module, model: nn.Module, fn: Callable[[nn.Module], No
         for _, t, value in done:
             target = root.get_parameter(named[id(t)]) if isinstance(t, nn.Parameter) else root.get_buffer(named[id(t)])
             with torch.no_grad():
-                target.to_local().copy_(local_shard(value.detach(), target.placements, groups))
+                if isinstance(target, DTensor):
+                    target.to_local().copy_(local_shard(value.detach(), target.placements, groups))
+                else:
+                    target.copy_(value)
             owners[id(t)] -= 1
             if owners[id(t)] == 0:
                 whole.pop(id(t), None)

@@ -5,6 +5,8 @@ the process group cannot reach."""
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.distributed.tensor import Replicate, Shard
 
 from lowering.entry import EntryCheck, InputSpec, agreement_group, device_problem
@@ -106,6 +108,33 @@ def test_sizes_that_passed_are_bound_again_without_binding_and_misfits_are_still
     assert check.check([torch.ones(8, 7)]) == {"s0": 8, "s1": 3}
     with pytest.raises(InputError, match="expected dtype torch.float32"):
         check.check([torch.ones(8, 7, dtype=torch.int64)])
+
+
+def _outcome(check, inputs):
+    try:
+        return check.check(inputs)
+    except (InputError, GuardViolation) as error:
+        return f"{type(error).__name__}: {error}"
+
+
+_SIZES = st.sampled_from([1, 2, 3, 4, 8, 9])  # few, so that calls repeat what an earlier call passed
+_INPUTS = st.one_of(
+    st.builds(lambda b, w, dtype: [torch.ones(b, w, dtype=dtype)], _SIZES, _SIZES,
+              st.sampled_from([torch.float32, torch.int64])),
+    st.builds(lambda b, w: [torch.ones(b, w, 1)], _SIZES, _SIZES),
+    st.builds(lambda b, w: [torch.ones(b, w)] * 2, _SIZES, _SIZES),
+    st.just([None]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_INPUTS, min_size=1, max_size=8), st.sampled_from(list(LAYOUTS)))
+def test_a_check_that_has_seen_calls_answers_each_call_as_a_new_check_does(calls, layout):
+    # what passed is kept (fitting signatures, bound sizes): a later call is answered from it only when
+    # a fresh check would answer the same
+    kept = _check(layout)
+    for inputs in calls:
+        assert _outcome(kept, inputs) == _outcome(_check(layout), inputs)
 
 
 def _agree_on_a_side_group(rank):

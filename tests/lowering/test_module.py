@@ -215,24 +215,39 @@ def test_gradients_accumulate_init_weights_is_the_one_device_init_and_meta_model
         assert r["meta"]["pieces"] and all(r["meta"]["weights"].values()) and r["meta"]["output"], r["meta"]
 
 
-def _save(path, budget, rank):
-    model, pm = _mlp((2, 2), budget)
+def _weights(pm):
+    """Each parameter's placements (None: a plain tensor, on one device) and global value."""
+    return ({n: list(p.placements) if isinstance(p, DTensor) else None for n, p in pm.named_parameters()},
+            {n: p.full_tensor() if isinstance(p, DTensor) else p.detach() for n, p in pm.named_parameters()})
+
+
+def _save(mesh, path, budget, rank):
+    model, pm = _mlp(mesh, budget)
     pm.init_weights(_init, seed=5)
     dcp.save(pm.state_dict(), checkpoint_id=path)
-    return {n: [list(p.placements)] for n, p in pm.named_parameters()}, {n: p.full_tensor() for n, p in pm.named_parameters()}
+    return _weights(pm)
 
 
-def _load(path, rank):
-    model, pm = _mlp((2,), None)
+def _load(mesh, path, rank):
+    model, pm = _mlp(mesh, None)
     state = pm.state_dict()
     dcp.load(state, checkpoint_id=path)
-    return {n: [list(p.placements)] for n, p in pm.named_parameters()}, {n: p.full_tensor() for n, p in pm.named_parameters()}
+    return _weights(pm)
 
 
 def test_a_checkpoint_saved_on_one_mesh_loads_on_another(tmp_path, mlp_budget):
-    saved = launch(functools.partial(_save, str(tmp_path), mlp_budget), 4, timeout=600)
-    loaded = launch(functools.partial(_load, str(tmp_path)), 2, timeout=600)
+    saved = launch(functools.partial(_save, (2, 2), str(tmp_path), mlp_budget), 4, timeout=600)
+    loaded = launch(functools.partial(_load, (2,), str(tmp_path)), 2, timeout=600)
+    loaded += launch(functools.partial(_load, (1,), str(tmp_path)), 1, timeout=600)  # plain tensors on one device
     assert saved[0][0] != loaded[0][0]  # the placements differ: the load reshards
     for _, values in loaded:
         for name, value in values.items():
             assert torch.equal(value, saved[0][1][name]), name
+
+
+def test_a_checkpoint_saved_on_one_device_loads_on_a_mesh(tmp_path):
+    [saved] = launch(functools.partial(_save, (1,), str(tmp_path), None), 1, timeout=600)
+    assert set(saved[0].values()) == {None}  # plain tensors
+    for _, values in launch(functools.partial(_load, (2,), str(tmp_path)), 2, timeout=600):
+        for name, value in values.items():
+            assert torch.equal(value, saved[1][name]), name

@@ -514,7 +514,21 @@ def test_a_training_call_backpropagates_through_the_step_and_any_call_places_its
     assert type(first.grad_fn).__name__ == "_StepBackward" and first._spec is second._spec
     (first.full_tensor().sum() + second.full_tensor().sum()).backward()  # the backward takes the weights as inputs
     model(x).sum().mul(2).backward()
-    for name, parameter in pm.named_parameters():
-        assert _relative_error(parameter.grad.full_tensor(), dict(model.named_parameters())[name].grad) < 1e-4
+    for name, parameter in pm.named_parameters():  # one device: plain parameters and gradients
+        assert type(parameter) is torch.nn.Parameter and type(parameter.grad) is torch.Tensor
+        assert _relative_error(parameter.grad, dict(model.named_parameters())[name].grad) < 1e-4
     pm.eval()  # the forward program alone, grad enabled: the spec made once for these sizes, no from_local
     assert torch.is_grad_enabled() and pm(x)._spec is pm(x)._spec is first._spec
+
+
+def test_on_one_device_a_training_call_updates_the_plain_buffers_as_the_models_forward_does(one_rank):
+    model, reference = (torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)) for _ in range(2))
+    reference.load_state_dict(model.state_dict())
+    pm = ParallelModule(model, (torch.randn(4, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=(1,), training=True)
+    for batch in (4, 6):
+        x = torch.randn(batch, 8)
+        pm(x).full_tensor().sum().backward()
+        reference(x).sum().backward()
+    for name, expected in reference.named_buffers():
+        buffer = pm.get_buffer(name)
+        assert type(buffer) is torch.Tensor and torch.allclose(buffer.float(), expected.float(), rtol=1e-4), name

@@ -1,5 +1,5 @@
-"""A model's parameters and buffers as DTensors of this rank's pieces, under the model's names;
-init_weights equal to one-device init. Every rank of a mesh is played in this process
+"""A model's parameters and buffers as DTensors of this rank's pieces (plain tensors on one device),
+under the model's names; init_weights equal to one-device init. Every rank of a mesh is played in this process
 (:func:`tests.lowering.handmade.rank_view`): registering and filling pieces needs no communication."""
 
 from __future__ import annotations
@@ -138,6 +138,28 @@ def test_init_weights_gives_every_rank_its_piece_of_what_one_device_init_gives(m
     reference.apply(_init)
     for name, expected in reference.state_dict().items():
         assert torch.equal(_whole({c: p[name] for c, p in pieces.items()}, _placed(name)), expected), name
+
+
+@pytest.mark.parametrize("meta", [False, True], ids=["real", "meta"])
+def test_on_a_mesh_of_one_device_the_models_tensors_are_plain_copies_tied_as_the_models(meta):
+    # a DTensor on one device is its own piece: it would add DTensor's dispatch to every optimizer op and gradient
+    with torch.device("meta" if meta else "cpu"):
+        model = _Model()
+    one = rank_view(Mesh((1, 1)), (0, 0))
+    root = nn.Module()
+    register_state(root, model, {name: (Shard(0), Replicate()) for name in PLACEMENTS}, one)
+    state = root.state_dict(keep_vars=True)
+    assert list(state) == list(model.state_dict()) and "scratch" in dict(root.named_buffers())
+    assert all(type(t) in (nn.Parameter, torch.Tensor) and t.device.type == "cpu" for t in state.values())
+    assert type(root.block.fc.weight) is nn.Parameter and root.head.weight is root.embed.weight
+    assert not any(t is original for t, original in zip(state.values(), model.state_dict(keep_vars=True).values()))
+    torch.manual_seed(3)
+    init_weights(root, model, _init, one)
+    reference = _Model()
+    torch.manual_seed(3)
+    reference.apply(_init)
+    for name, expected in reference.state_dict().items():
+        assert torch.equal(root.state_dict()[name], expected), name
 
 
 @given(st.lists(st.integers(1, 5), max_size=4))
