@@ -326,12 +326,19 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...], model: str = "8b")
 
 def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool | None = None,
                dims: dict | None = None) -> dict:
-    """One ``plan_module(training=True, objective="regret", share_layers=...)`` call on ``Llama(layers, **dims)``:
-    wall and CPU seconds per phase (trace, build, bounds, solve, assemble, whole), the worst regret it
-    reports, its objective, which blocks it shared, and the peak resident memory of the process so far."""
+    """:func:`timed_plan` on ``Llama(layers, **dims)`` (on the meta device)."""
     with torch.device("meta"):
         model = Llama(layers, **(dims or {})).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
+    return timed_plan(model, tokens, mesh, options, share_layers)
+
+
+def timed_plan(model: nn.Module, tokens: torch.Tensor, mesh: Mesh, options: PlanOptions,
+               share_layers: bool | None = None) -> dict:
+    """One ``plan_module(training=True, objective="regret", share_layers=...)`` call on ``model(tokens)``, its
+    batch (dim 0 of ``tokens``) dynamic: wall and CPU seconds per phase (trace, build, bounds, solve, assemble,
+    whole), the worst regret it reports, its objective, which blocks it shared, and the peak resident memory
+    of the process so far."""
     marks: list[tuple[float, float, str]] = []
 
     def progress(line: str) -> None:
@@ -340,7 +347,7 @@ def whole_call(layers: int, mesh: Mesh, options: PlanOptions, share_layers: bool
     start = (time.perf_counter(), _cpu())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan = planner.plan_module(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, mesh=mesh,
+        plan = planner.plan_module(model, (tokens,), dynamic_shapes=({0: Dim("batch")},), mesh=mesh,
                                    training=True, options=dataclasses.replace(options, objective="regret"),
                                    progress=progress, share_layers=share_layers)
     marks.append((time.perf_counter(), _cpu(), "end"))

@@ -5,7 +5,8 @@ One decoder (:class:`lowering.examples.Decoder`, seeded: the same weights everyw
 
 (a) ``shapecore``: ``lowering.parallelize(..., training=True)`` planned for the ``cpu-gloo``
     hardware (one forward and one backward program, compiled once with the batch dynamic), the
-    loss computed by DTensor on the output's pieces, with the labels placed like the output;
+    loss computed by DTensor on the output's pieces, with the labels placed like the output (on the
+    whole output when it is split on the vocabulary or partial);
     ``shapecore-dp``: the same with a data-parallel plan forced (``RequireShard("batch", 0)``:
     every tensor of the batch split on the mesh), which tells the runtime's cost apart from the
     plan's choice;
@@ -186,14 +187,17 @@ class _Shapecore(_Variant):
         return self.model.compile_count
 
     def step(self, tokens: Any, labels: Any) -> float:
-        from torch.distributed.tensor import distribute_tensor
+        from torch.distributed.tensor import DTensor, distribute_tensor
 
         logits = self.model(tokens)  # a DTensor: the labels placed alike (each rank keeps its piece, no communication)
-        loss = _loss(logits, distribute_tensor(labels, logits.device_mesh, logits.placements, src_data_rank=None))
+        if all(p.is_replicate() or (p.is_shard() and p.dim < labels.dim()) for p in logits.placements):
+            loss = _loss(logits, distribute_tensor(labels, logits.device_mesh, logits.placements, src_data_rank=None))
+        else:  # split on the vocabulary, or partial: the loss on the whole logits
+            loss = _loss(logits.full_tensor(), labels)
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad()
-        return loss.full_tensor().item()
+        return (loss.full_tensor() if isinstance(loss, DTensor) else loss).item()
 
 
 def _plan_summary(plan: Any) -> str:
