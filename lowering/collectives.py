@@ -51,7 +51,7 @@ from lowering.mesh_groups import MeshGroups
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Step", "StepLike", "all_reduce_over", "apply_step", "apply_steps", "gather_steps", "local_shard"]
+__all__ = ["Step", "StepLike", "all_reduce_over", "apply_step", "apply_steps", "gather_steps", "local_shard", "waited"]
 
 Placements = tuple[Placement, ...]
 
@@ -85,7 +85,9 @@ _KINDS = {
 }
 
 
-def _ready(t: torch.Tensor) -> torch.Tensor:
+def waited(t: torch.Tensor) -> torch.Tensor:
+    """``t``, a functional collective's result, once the collective is done (its
+    ``AsyncCollectiveTensor`` waited on; any other tensor as it is)."""
     from shapecore.torch.private import functional_collectives as funcol
 
     return t.wait() if isinstance(t, funcol.AsyncCollectiveTensor) else t
@@ -167,7 +169,7 @@ def _all_to_all(x: torch.Tensor, gather_dim: int, split_dim: int, pieces: int, g
     size = _piece_size(x, split_dim, pieces)
     # (pieces, ...rest) where rest is x with split_dim shrunk: piece j goes to rank j.
     outgoing = x.unflatten(split_dim, (pieces, size)).movedim(split_dim, 0).contiguous()
-    incoming = _ready(funcol.all_to_all_single(outgoing, None, None, group))
+    incoming = waited(funcol.all_to_all_single(outgoing, None, None, group))
     # Piece j came from rank j, which holds the j-th split of gather_dim: put it in place.
     return incoming.movedim(0, gather_dim).flatten(gather_dim, gather_dim + 1)
 
@@ -220,14 +222,14 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
     elif moved:  # chunk
         y = pieces_of.chunk(x, step.dst.dim, pieces, index)
     elif step.kind == "all_gather":
-        y = _ready(all_gather_single(x, step.src.dim, group))
+        y = waited(all_gather_single(x, step.src.dim, group))
     elif step.kind == "all_reduce":
         op, divide = _reduce_op(step.src)
-        y = _ready(funcol.all_reduce(x, op, group))
+        y = waited(funcol.all_reduce(x, op, group))
         y = y / pieces if divide else y
     elif step.kind == "reduce_scatter":
         op, divide = _reduce_op(step.src)
-        y = _ready(reduce_scatter_single(x, op, step.dst.dim, group))
+        y = waited(reduce_scatter_single(x, op, step.dst.dim, group))
         y = y / pieces if divide else y
     elif step.kind == "all_to_all":
         y = _all_to_all(x, step.src.dim, step.dst.dim, pieces, group)
@@ -255,7 +257,7 @@ def all_reduce_over(x: torch.Tensor, axes: Sequence[int], groups: MeshGroups) ->
 
     for axis in axes:
         if groups.axis_size(axis) > 1:
-            x = _ready(funcol.all_reduce(x, "sum", groups.group_name(axis)))
+            x = waited(funcol.all_reduce(x, "sum", groups.group_name(axis)))
     return x
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from lowering.collectives import _ready
+from lowering.collectives import waited
 
 __all__ = ["Dispatched", "combine", "dispatch"]
 
@@ -81,7 +81,7 @@ def _exchange_counts(counts: torch.Tensor, rows: Any, ranks: int, group: str) ->
     sizes = counts.view(ranks, local)
     verdict = ((counts >= 0).all() & (counts.sum() == rows)).to(counts.dtype)
     outgoing = torch.cat([sizes, verdict.expand(ranks, 1)], 1)
-    incoming = _ready(funcol.all_to_all_single(outgoing.flatten(), None, None, group)).view(ranks, local + 1)
+    incoming = waited(funcol.all_to_all_single(outgoing.flatten(), None, None, group)).view(ranks, local + 1)
     valid = _all_counts_valid(incoming[:, local])
     return sizes.sum(1) * valid, incoming[:, :local] * valid
 
@@ -103,7 +103,7 @@ def dispatch(tokens: torch.Tensor, counts: torch.Tensor, ranks: int, group: str)
     # the last rank's rows as what the others leave (the same number, checked on every rank): the
     # rows combine returns then number tokens.size(0) in the traced program too, not a sum of counts
     sent[-1] = tokens.size(0) - sum(sent[:-1])
-    rows = _ready(funcol.all_to_all_single_autograd(tokens.contiguous(), received, sent, group))
+    rows = waited(funcol.all_to_all_single_autograd(tokens.contiguous(), received, sent, group))
     # received by source rank, then local expert: group the rows by local expert, stably
     expert = torch.arange(local, device=counts.device).repeat(ranks)
     order = torch.repeat_interleave(expert, incoming.flatten(), output_size=rows.size(0)).argsort(stable=True)
@@ -119,5 +119,5 @@ def combine(results: torch.Tensor, dispatched: Dispatched) -> torch.Tensor:
     from shapecore.torch.private import functional_collectives as funcol
 
     as_received = results.new_empty(results.shape).index_copy(0, dispatched.order, results)
-    return _ready(funcol.all_to_all_single_autograd(as_received, dispatched.sent, dispatched.received,
+    return waited(funcol.all_to_all_single_autograd(as_received, dispatched.sent, dispatched.received,
                                                     dispatched.group))
