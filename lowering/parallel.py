@@ -260,9 +260,9 @@ class _Step(torch.autograd.Function):
         partitioned, backward = module.partitioned, call.sized.variant.backward
         assert partitioned is not None and backward is not None
         tangents = module._tangents(grads, call.sized.values)
-        given = {"saved": ctx.saved, "tangent": tangents, "input": [*call.sized.symbol_values, *call.tensors]}
-        inputs = [given[kind][k] if k < len(given[kind]) else module.program.coordinate  # the forward's last input
-                  for kind, k in partitioned.backward_inputs]
+        forward_inputs = [*call.sized.symbol_values, *call.tensors, module.program.coordinate]  # its order
+        given = {"saved": ctx.saved, "tangent": tangents, "input": forward_inputs}
+        inputs = [given[kind][k] for kind, k in partitioned.backward_inputs]
         ctx.saved = None
         return (None, None, *module._parameter_grads(backward(inputs), dict(zip(call.trainable, ctx.parameters))))
 
