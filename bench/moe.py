@@ -162,7 +162,7 @@ class PaddedExperts(nn.Module):
         self.act_fn = experts.act_fn
 
     def forward(self, hidden: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
-        from torch.distributed._functional_collectives import all_to_all_single_autograd as all_to_all
+        from shapecore.torch.private import functional_collectives as funcol
 
         tokens, width = hidden.shape
         k, world, local = top_k_index.shape[1], self.world, self.local
@@ -178,12 +178,13 @@ class PaddedExperts(nn.Module):
         slot = (sorted_expert * cap + position)[keep]
         row = (order // k)[keep]
         send = hidden.new_zeros(self.experts * cap, width).index_add(0, slot, hidden[row])
-        received = all_to_all(send, None, None, dist.group.WORLD)  # [source rank, local expert, cap]
+        # [source rank, local expert, cap]
+        received = funcol.all_to_all_single_autograd(send, None, None, dist.group.WORLD)
         x = received.view(world, local, cap, width).transpose(0, 1).reshape(local, world * cap, width)
         gate, up = torch.bmm(x, self.gate_up_proj.transpose(1, 2)).chunk(2, dim=-1)
         y = torch.bmm(self.act_fn(gate) * up, self.down_proj.transpose(1, 2))
         y = y.view(local, world, cap, width).transpose(0, 1).reshape(self.experts * cap, width)
-        back = all_to_all(y, None, None, dist.group.WORLD)
+        back = funcol.all_to_all_single_autograd(y, None, None, dist.group.WORLD)
         weight = top_k_weights.reshape(-1)[order][keep, None]
         return hidden.new_zeros(tokens, width).index_add(0, row, back[slot] * weight)
 
