@@ -23,7 +23,10 @@ decoder).
 An unbacked symbol that a saved value's size or stride is an expression of (a routed piece's
 ``Max(0, Min(u0, …) - …)`` rows) is returned by the forward as a value of its own when no
 input of the backward is that symbol: Inductor binds a program's symbols from its inputs and,
-from torch 2.14, refuses an input whose size reads a symbol bound by none.
+from torch 2.14, refuses an input whose size reads a symbol bound by none. AOTAutograd's
+partitioner saves such a symbol itself when the joint graph has a node whose value it is
+(``find_symbol_binding_fx_nodes``); a lowered program re-traced by ``make_fx`` may have none (the
+routed rows' count lives only in a tensor's size), and a ``sym_size`` of that tensor is saved.
 """
 
 from __future__ import annotations
