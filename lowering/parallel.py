@@ -215,6 +215,14 @@ _KEPT_SIZES = 64
 """How many sets of global sizes a ParallelModule keeps what a call at them needs for."""
 
 
+def _held_piece(tensor: Any) -> Any:
+    """This rank's piece of a parameter or buffer: a DTensor's local tensor, or the tensor itself
+    (on a one-device mesh the module holds plain tensors)."""
+    from shapecore.torch.private import dtensor_local
+
+    return dtensor_local(tensor) if isinstance(tensor, DTensor) else tensor
+
+
 @dataclass
 class _Sized:
     """What every call at one set of global sizes shares: the local symbol values, the compiled
@@ -565,13 +573,11 @@ class ParallelModule(nn.Module):
     def _update_buffers(self, outputs: Sequence[Any]) -> list[Any]:
         """Write the buffers' new values among the program's ``outputs`` into this rank's pieces of
         the buffers (as the model's own forward updates them in place); return the user outputs."""
-        from shapecore.torch.private import dtensor_local
-
         with torch.no_grad():
             for k, name in self._buffer_updates:
                 table, attribute = self._owners[name]
                 buffer = table[attribute]
-                (dtensor_local(buffer) if isinstance(buffer, DTensor) else buffer).copy_(outputs[k])
+                _held_piece(buffer).copy_(outputs[k])
         return [outputs[k] for k in self._outputs]
 
     def _placed(self, local: Sequence[Any], sized: _Sized) -> list[Any]:
@@ -666,7 +672,7 @@ class ParallelModule(nn.Module):
         the plan places the outputs (global tensors with ``global_outputs=True``). Built for
         training, in training mode and with grad enabled, the outputs carry autograd: a loss's
         ``backward()`` runs the backward program and accumulates the parameters' gradients."""
-        from shapecore.torch.private import dtensor_local, tree_leaves
+        from shapecore.torch.private import tree_leaves
 
         sized = self._at(self.entry.check(inputs))
         pieces = [self._piece(x, s) for x, s in zip(inputs if self.entry.flat else tree_leaves(inputs), self.entry.specs)]
@@ -679,7 +685,7 @@ class ParallelModule(nn.Module):
                 elif kind != "tangent":
                     table, attribute = self._owners[what]
                     tensor = table[attribute]
-                    tensors.append(dtensor_local(tensor) if isinstance(tensor, DTensor) else tensor)
+                    tensors.append(_held_piece(tensor))
                     if kind == "parameter" and tensor.requires_grad and what in self._grad_positions:
                         trainable[what] = tensor
         if self.partitioned is not None and self.training and torch.is_grad_enabled() and trainable:
