@@ -6,9 +6,10 @@ A decoder's blocks (an ``nn.ModuleList`` whose children have one structure: the 
 parameter and buffer shapes) trace to the same region of the joint graph, each reading the
 previous one's output: tracing all of them costs one block's trace per block (about 1 CPU s for a
 LLaMA-3 block), which is most of a planning call. :func:`repeated_blocks` finds such a run: the
-whole list, or the blocks that end it after some of other structures (DeepSeek-V3's 29 MoE
-layers after its 3 dense ones), which are traced as they are and count as outside the run (a
-list whose run of alike blocks does not end it, or several runs, is traced whole: not done yet).
+whole list, or its longest run of consecutive alike blocks among blocks of other structures
+(DeepSeek-V3's 29 MoE layers after its 3 dense ones), which are traced as they are and count as
+outside the run, those after it renamed to stand where the whole model has them (only the
+longest run of the longest list is shared: the other runs are traced as they are).
 :func:`truncated` leaves the run's first :data:`TRACED_BLOCKS` blocks in the model while it is traced,
 and :func:`replicate` builds the joint graph of all the blocks from that trace: the first and the
 last block as traced, the two middle ones checked alike node for node (ops, shapes, module paths,
@@ -79,17 +80,19 @@ class _NotRepeating(Exception):
 
 
 class _Place(NamedTuple):
-    """Where a run's blocks are named: the list at ``path``, the run's block ``k`` at index ``start + k``."""
+    """Where a run's blocks are named: the list at ``path``, the run's block ``k`` at index ``start + k``;
+    the blocks after the run's traced ones stand ``moved`` further on in the whole model."""
 
     path: str
     start: int = 0
+    moved: int = 0
 
 
 @dataclass(frozen=True)
 class RepeatedBlocks:
-    """A run of ``count`` blocks of one structure ending the ``nn.ModuleList`` ``blocks`` at ``path``
-    in the model, from its block ``start`` (the blocks before it, of other structures, are traced
-    as they are: DeepSeek-V3's dense layers before its MoE ones).
+    """A run of ``count`` blocks of one structure in the ``nn.ModuleList`` ``blocks`` at ``path`` in
+    the model, from its block ``start`` (the blocks before and after it, of other structures, are
+    traced as they are: DeepSeek-V3's dense layers before its MoE ones).
 
     ``varying`` names the attributes (``(submodule path in the block, attribute)``) whose values
     are not the same in every block of the run after its first: the forward must not read them
@@ -108,13 +111,14 @@ class RepeatedBlocks:
 
     @property
     def place(self) -> _Place:
-        return _Place(self.path, self.start)
+        return _Place(self.path, self.start, self.count - TRACED_BLOCKS)
 
     def shared(self) -> str:
         """Which blocks a trace of this run copies: a line for the plan."""
         middle, last = self.start + _MIDDLE, self.start + self.count - 1  # at least TRACED_BLOCKS + 2: two or more copied
-        return (f"{self.path}: blocks 0-{middle} and {last} traced, {middle + 1}-{last - 1} copied from block {middle} "
-                f"(each checked to compute as block {middle} does)")
+        end = len(self.blocks) - 1
+        return (f"{self.path}: blocks 0-{middle} and {last}{f'-{end}' if end > last else ''} traced, {middle + 1}-{last - 1} "
+                f"copied from block {middle} (each checked to compute as block {middle} does)")
 
 
 _MODULE_STATE = frozenset({"_parameters", "_buffers", "_modules"})  # compared as structure
@@ -163,10 +167,10 @@ def _same(first: Any, other: Any) -> bool:
 
 
 def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2) -> RepeatedBlocks | None:
-    """The longest run of at least ``at_least`` blocks of one structure (module classes, parameter
-    and buffer shapes) that ends an ``nn.ModuleList`` in ``model`` (the whole list, or its blocks
-    after some of other structures), none of whose parameters or buffers is used anywhere else;
-    None when there is none. Their attributes may differ (``RepeatedBlocks.varying``)."""
+    """The longest run of at least ``at_least`` consecutive blocks of one structure (module classes,
+    parameter and buffer shapes) in an ``nn.ModuleList`` in ``model`` (the whole list, or some of
+    its blocks between blocks of other structures), none of whose parameters or buffers is used
+    anywhere else; None when there is none. Their attributes may differ (``RepeatedBlocks.varying``)."""
     import torch
 
     uses: dict[int, int] = {}
@@ -179,11 +183,10 @@ def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2
         if best is not None and len(module) <= best.count:
             continue
         blocks = list(module)
-        structure = _structure(blocks[-1])
-        start = len(blocks) - 1
-        while start > 0 and _structure(blocks[start - 1]) == structure:
-            start -= 1
-        blocks = blocks[start:]
+        structures = [_structure(b) for b in blocks]
+        starts = [k for k in range(len(blocks)) if k == 0 or structures[k] != structures[k - 1]]
+        start, end = max(zip(starts, [*starts[1:], len(blocks)]), key=lambda run: run[1] - run[0])
+        blocks = blocks[start:end]
         if len(blocks) < at_least or (best is not None and len(blocks) <= best.count):
             continue
         owned = [t for b in blocks for _, t in (*b.named_parameters(remove_duplicate=False), *b.named_buffers(remove_duplicate=False))]
@@ -289,8 +292,8 @@ def _renamed_value(value: Any, place: _Place, layer: int | None, calls: Callable
     if isinstance(value, tuple) and value:
         if value[0] == "out" and len(value) == 3:
             return ("out", calls(value[1]), value[2])
-        if value[0] == "param" and layer is not None and _layer(place, value[1]) is not None:
-            return ("param", _renamed(place, value[1], layer))
+        if value[0] == "param" and len(value) == 2 and isinstance(value[1], str):
+            return ("param", _after(place, value[1]) if layer is None else _renamed(place, value[1], layer))
         return tuple(_renamed_value(v, place, layer, calls) for v in value)
     return value
 
@@ -424,8 +427,9 @@ def _replayed(recorder: _Recorder, run: RepeatedBlocks) -> Iterator[None]:
 def _recorded(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlocks, *,
               replay: bool, watched: dict[int, frozenset[str]]) -> tuple[list[tuple[Any, ...]], list[tuple[int, str]]]:
     """The records of ``model``'s forward over ``args`` on the meta device (:class:`_Recorder`),
-    ``run``'s blocks labelled by their index (``replay``: those between the traced ones replayed,
-    :func:`_replayed`), and the reads of ``watched`` attributes."""
+    ``run``'s blocks labelled by their index (``replay``: the whole model, those between the traced
+    ones replayed, :func:`_replayed`; else the model :func:`truncated`), and the reads of ``watched``
+    attributes."""
     import torch
 
     from shapecore.torch.private import compiling_state_context
@@ -453,7 +457,7 @@ def _recorded(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlocks, 
                 recorder.called(func, args, kwargs or {}, out)
             return out
 
-    blocks = run.members
+    blocks = run.members if replay else run.members[:TRACED_BLOCKS]  # truncated: the blocks after the run follow
     hooks = []
     for k, block in enumerate(blocks):
         hooks.append(block.register_forward_pre_hook(lambda m, a, kw, k=k: recorder.enter(k, a, kw), with_kwargs=True))
@@ -511,33 +515,40 @@ def check_blocks(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlock
             what = {"call": "the arguments it is called with", "return": "what it returns"}.get(
                 theirs[1], f"a call of {getattr(theirs[1], '__name__', theirs[1])}")
             if where is None:
-                return (f"the forward outside the blocks is not the same with {run.start + run.count} blocks as with "
-                        f"{run.start + TRACED_BLOCKS} ({what})")
+                return (f"the forward outside the blocks is not the same with {len(run.blocks)} blocks as with "
+                        f"{len(run.blocks) - run.place.moved} ({what})")
             return f"block {run.start + where} is not called or computed as block {run.start + _MIDDLE} is ({what})"
     if len(expected) != len(full):
-        return f"the forward with {run.start + run.count} blocks does not end as with {run.start + TRACED_BLOCKS}"
+        return f"the forward with {len(run.blocks)} blocks does not end as with {len(run.blocks) - run.place.moved}"
     return None
 
 
 @contextlib.contextmanager
 def truncated(run: RepeatedBlocks, count: int = TRACED_BLOCKS) -> Iterator[None]:
-    """``run``'s list holds the blocks before the run and the run's first ``count`` only, under
-    their own names, inside the context."""
-    tail = list(run.blocks)[run.start + count:]
-    del run.blocks[run.start + count:]
+    """``run``'s list holds the run's first ``count`` blocks only, with the blocks before and after
+    the run, inside the context (the blocks after it numbered on from the run's last one held)."""
+    every = list(run.blocks)
+    del run.blocks[run.start + count:run.start + run.count]
     try:
         yield
     finally:
-        run.blocks.extend(tail)
+        del run.blocks[:]
+        run.blocks.extend(every)
 
 
-def _layer(place: _Place, name: str) -> int | None:
-    """The run's block (counted from its first) of a dotted name under ``place`` (``layers.3.attention``
-    -> 3 for a run from block 0, 1 for a run from block 2), else None (a block before the run too)."""
+def _index(place: _Place, name: str) -> int | None:
+    """The block index in a dotted name under ``place`` (``layers.3.attention`` -> 3), else None."""
     if not name.startswith(place.path + "."):
         return None
     head = name[len(place.path) + 1:].split(".", 1)[0]
-    return int(head) - place.start if head.isdigit() and int(head) >= place.start else None
+    return int(head) if head.isdigit() else None
+
+
+def _layer(place: _Place, name: str) -> int | None:
+    """The traced run's block (counted from its first) of a dotted name under ``place``: ``layers.3.attention``
+    -> 3 for a run from block 0, 1 for a run from block 2; None for a block before or after them."""
+    index = _index(place, name)
+    return index - place.start if index is not None and 0 <= index - place.start < TRACED_BLOCKS else None
 
 
 def _stack_layer(place: _Place, stack: Any) -> int | None:
@@ -548,29 +559,40 @@ def _stack_layer(place: _Place, stack: Any) -> int | None:
     return None
 
 
-def _renamed(place: _Place, name: str, layer: int) -> str:
+def _reindexed(place: _Place, name: str, index: int) -> str:
     head, _, rest = name[len(place.path) + 1:].partition(".")
-    return f"{place.path}.{place.start + layer}" + (f".{rest}" if rest else "")
+    return f"{place.path}.{index}" + (f".{rest}" if rest else "")
 
 
-def _renamed_stack(place: _Place, stack: dict[str, Any], layer: int) -> dict[str, Any]:
+def _renamed(place: _Place, name: str, layer: int) -> str:
+    """A name of one of the traced run's blocks as the run's block ``layer`` has it; any other name as it is."""
+    return name if _layer(place, name) is None else _reindexed(place, name, place.start + layer)
+
+
+def _after(place: _Place, name: str) -> str:
+    """A name of a block after the traced run's as the whole model has it (``place.moved`` on); any other as it is."""
+    index = _index(place, name)
+    return name if index is None or index < place.start + TRACED_BLOCKS else _reindexed(place, name, index + place.moved)
+
+
+def _renamed_stack(stack: dict[str, Any], rename: Callable[[str], str]) -> dict[str, Any]:
     out = {}
     for key, (name, cls) in stack.items():
-        if _layer(place, name) is not None:
-            new = _renamed(place, name, layer)
+        new = rename(name)
+        if new != name:
             key = key[: len(key) - len(name)] + new if key.endswith(name) else key
             name = new
         out[key] = (name, cls)
     return out
 
 
-def _renamed_desc(place: _Place, desc: Any, layer: int) -> Any:
-    """A parameter's or buffer's descriptor (or a gradient's, through ``grad_of``) for the run's block ``layer``."""
-    if desc is None:
-        return None
+def _renamed_desc(desc: Any, rename: Callable[[str], str]) -> Any:
+    """A parameter's or buffer's descriptor (or a gradient's, through ``grad_of``) renamed; any other as it is."""
     if hasattr(desc, "grad_of"):
-        return dataclasses.replace(desc, grad_of=_renamed_desc(place, desc.grad_of, layer))
-    return dataclasses.replace(desc, target=_renamed(place, desc.target, layer))
+        return dataclasses.replace(desc, grad_of=_renamed_desc(desc.grad_of, rename))
+    if not isinstance(getattr(desc, "target", None), str):
+        return desc
+    return dataclasses.replace(desc, target=rename(desc.target))
 
 
 def _desc_layer(place: _Place, desc: Any) -> int | None:
@@ -668,7 +690,7 @@ class _Regions:
         out = []
         for node in self.blocks[block]:
             args = map_arg((node.args, node.kwargs), lambda a: self.reference(block, a))  # type: ignore[arg-type,return-value]
-            stacks = tuple(str(_renamed_stack(self.place, node.meta.get(k) or {}, 0))
+            stacks = tuple(str(_renamed_stack(node.meta.get(k) or {}, functools.partial(_renamed, self.place, layer=0)))
                            for k in ("nn_module_stack", "fwd_nn_module_stack"))
             out.append((node.op, node.target, str(args), _val_key(node.meta.get("val")), stacks,
                         node.meta.get("partitioner_tag"), node.meta.get("autograd_backward")))
@@ -685,7 +707,7 @@ def replicate(gm: GraphModule, path: str, count: int, codegen: Callable[[Any, in
     import torch
 
     try:
-        regions = _Regions(gm, _Place(path, start))
+        regions = _Regions(gm, _Place(path, start, count - TRACED_BLOCKS))
         for block in (0, TRACED_BLOCKS - 1):
             regions.signature(block)  # reads only its own block, its neighbours and outside
         if regions.signature(1) != regions.signature(2):
@@ -759,13 +781,17 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
                                 *map_arg((node.args, node.kwargs), lambda a: resolve(layer, block, a)),  # type: ignore[misc]
                                 name=name(node, forwards, backwards))
         new.meta = dict(node.meta)
+        if block is None and place.moved:  # a block's after the run stands further on
+            for key in ("nn_module_stack", "fwd_nn_module_stack"):
+                if key in new.meta:
+                    new.meta[key] = _renamed_stack(new.meta[key], functools.partial(_after, place))
         if block is None or node in regions.shared:
             outside[node] = new
             return
         if layer != block:
             for key in ("nn_module_stack", "fwd_nn_module_stack"):
                 if key in new.meta:
-                    new.meta[key] = _renamed_stack(place, new.meta[key], layer)  # type: ignore[arg-type]
+                    new.meta[key] = _renamed_stack(new.meta[key], functools.partial(_renamed, place, layer=layer))  # type: ignore[arg-type]
         blocks.setdefault(layer, [None] * len(regions.blocks[block]))[regions.index[block][node]] = new  # type: ignore[arg-type]
 
     numbers = {"primals": 0, "tangents": 0}
@@ -776,9 +802,11 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
         new = graph.placeholder(f"{kind}_{numbers[kind]}")
         new.meta = dict(node.meta)
         if layer is None:
+            if "desc" in new.meta:
+                new.meta["desc"] = _renamed_desc(new.meta["desc"], functools.partial(_after, place))
             outside[node] = new
             return
-        new.meta["desc"] = _renamed_desc(place, node.meta["desc"], layer)
+        new.meta["desc"] = _renamed_desc(node.meta["desc"], functools.partial(_renamed, place, layer=layer))
         params.setdefault(layer, {})[regions.params[regions.block_of[node]][node]] = new
 
     def ends_middle_run(items: list[Any], k: int, block_of: Callable[[Any], int | None]) -> bool:
@@ -821,14 +849,15 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
         block = of.get(k)
         layer = None if block is None else final(block)
         new_values.append(value if not isinstance(value, torch.fx.Node) else resolve(layer, block, value))
-        new_descs.append(descs[k] if block is None or layer == block else _renamed_desc(place, descs[k], layer))  # type: ignore[arg-type]
+        new_descs.append(_renamed_desc(descs[k], functools.partial(_after, place)) if block is None
+                         else descs[k] if layer == block else _renamed_desc(descs[k], functools.partial(_renamed, place, layer=layer)))
         if ends_middle_run(list(range(len(values))), k, of.get):
             run = _trailing_run(list(range(k + 1)), lambda j: of.get(j) == middle)
             for layer in copies:
                 for j in run:
                     value = values[j]
                     new_values.append(value if not isinstance(value, torch.fx.Node) else resolve(layer, middle, value))
-                    new_descs.append(_renamed_desc(place, descs[j], layer))
+                    new_descs.append(_renamed_desc(descs[j], functools.partial(_renamed, place, layer=layer)))
     result = graph.output(new_values)
     result.meta = dict(regions.output.meta)
     result.meta["desc"] = new_descs

@@ -409,8 +409,8 @@ def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
     run = repeated_blocks(model) if share_layers is not False else None
     shared = ""
     if run is None and share_layers:
-        warnings.warn(f"share_layers: traced whole: {type(model).__name__} has no nn.ModuleList ending in {TRACED_BLOCKS + 2} "
-                      f"or more blocks of one structure, none of whose parameters is used elsewhere", stacklevel=3)
+        warnings.warn(f"share_layers: traced whole: {type(model).__name__} has no nn.ModuleList with {TRACED_BLOCKS + 2} "
+                      f"or more consecutive blocks of one structure, none of whose parameters is used elsewhere", stacklevel=3)
     elif run is not None:
         why = check_blocks(model, args, run)
         if why is None:

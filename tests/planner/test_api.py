@@ -273,12 +273,12 @@ def test_a_decoder_plans_alike_with_its_layers_shared_by_default_or_traced_whole
     assert planner.Plan.from_json(shared.to_json()).shared_layers == shared.shared_layers
 
 
-def test_a_decoder_whose_first_layer_is_of_another_kind_plans_alike_with_its_other_layers_shared():
+def test_a_decoder_whose_first_and_last_layers_are_of_another_kind_plans_alike_with_its_other_layers_shared():
     tokens = torch.randint(0, 256, (8, 32), device="meta")
-    model = on_meta(Decoder, 7)
-    model.layers[0] = on_meta(Decoder, 1, hidden=192).layers[0]  # a wider block first, as DeepSeek-V3's dense layers
+    model = on_meta(Decoder, 8)
+    model.layers[0], model.layers[7] = on_meta(Decoder, 2, hidden=192).layers  # wider, as DeepSeek-V3's dense layers
     shared, whole = _shared_and_whole(model, tokens, {"tokens": {0: Dim("batch")}})
-    assert shared.shared_layers == ("layers: blocks 0-3 and 6 traced, 4-5 copied from block 3 "
+    assert shared.shared_layers == ("layers: blocks 0-3 and 6-7 traced, 4-5 copied from block 3 "
                                     "(each checked to compute as block 3 does)")
     assert _without_sharing(shared) == _without_sharing(whole)
 
