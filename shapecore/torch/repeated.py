@@ -111,6 +111,7 @@ class RepeatedBlocks:
 
     @property
     def place(self) -> _Place:
+        """Where the run's blocks are named, traced and in the whole model."""
         return _Place(self.path, self.start, self.count - TRACED_BLOCKS)
 
     def shared(self) -> str:
