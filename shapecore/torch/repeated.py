@@ -5,8 +5,12 @@ every other block as it computes the one copied.
 A decoder's blocks (an ``nn.ModuleList`` whose children have one structure: the same classes,
 parameter and buffer shapes) trace to the same region of the joint graph, each reading the
 previous one's output: tracing all of them costs one block's trace per block (about 1 CPU s for a
-LLaMA-3 block), which is most of a planning call. :func:`repeated_blocks` finds such a run,
-:func:`truncated` leaves its first :data:`TRACED_BLOCKS` blocks in the model while it is traced,
+LLaMA-3 block), which is most of a planning call. :func:`repeated_blocks` finds such a run: the
+whole list, or its longest run of consecutive alike blocks among blocks of other structures
+(DeepSeek-V3's 29 MoE layers after its 3 dense ones), which are traced as they are and count as
+outside the run, those after it renamed to stand where the whole model has them (only the
+longest run of the longest list is shared: the other runs are traced as they are).
+:func:`truncated` leaves the run's first :data:`TRACED_BLOCKS` blocks in the model while it is traced,
 and :func:`replicate` builds the joint graph of all the blocks from that trace: the first and the
 last block as traced, the two middle ones checked alike node for node (ops, shapes, module paths,
 and what each node reads: its own block's nodes and parameters, the neighbouring blocks' nodes at
@@ -54,7 +58,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -75,24 +79,47 @@ class _NotRepeating(Exception):
     pass
 
 
+class _Place(NamedTuple):
+    """Where a run's blocks are named: the list at ``path``, the run's block ``k`` at index ``start + k``;
+    the blocks after the run's traced ones stand ``moved`` further on in the whole model."""
+
+    path: str
+    start: int = 0
+    moved: int = 0
+
+
 @dataclass(frozen=True)
 class RepeatedBlocks:
-    """A run of ``count`` blocks of one structure: the ``nn.ModuleList`` at ``path`` in the model.
+    """A run of ``count`` blocks of one structure in the ``nn.ModuleList`` ``blocks`` at ``path`` in
+    the model, from its block ``start`` (the blocks before and after it, of other structures, are
+    traced as they are: DeepSeek-V3's dense layers before its MoE ones).
 
     ``varying`` names the attributes (``(submodule path in the block, attribute)``) whose values
-    are not the same in every block after the first: the forward must not read them
+    are not the same in every block of the run after its first: the forward must not read them
     (:func:`check_blocks`)."""
 
     path: str
     blocks: Any
     count: int
     varying: tuple[tuple[str, str], ...] = ()
+    start: int = 0
+
+    @property
+    def members(self) -> list[Any]:
+        """The run's blocks."""
+        return list(self.blocks)[self.start:self.start + self.count]
+
+    @property
+    def place(self) -> _Place:
+        """Where the run's blocks are named, traced and in the whole model."""
+        return _Place(self.path, self.start, self.count - TRACED_BLOCKS)
 
     def shared(self) -> str:
         """Which blocks a trace of this run copies: a line for the plan."""
-        last = self.count - 1  # at least TRACED_BLOCKS + 2 blocks: two or more copied
-        return (f"{self.path}: blocks 0-{_MIDDLE} and {last} traced, {_MIDDLE + 1}-{last - 1} copied from block {_MIDDLE} "
-                f"(each checked to compute as block {_MIDDLE} does)")
+        middle, last = self.start + _MIDDLE, self.start + self.count - 1  # at least TRACED_BLOCKS + 2: two or more copied
+        end = len(self.blocks) - 1
+        return (f"{self.path}: blocks 0-{middle} and {last}{f'-{end}' if end > last else ''} traced, {middle + 1}-{last - 1} "
+                f"copied from block {middle} (each checked to compute as block {middle} does)")
 
 
 _MODULE_STATE = frozenset({"_parameters", "_buffers", "_modules"})  # compared as structure
@@ -141,8 +168,9 @@ def _same(first: Any, other: Any) -> bool:
 
 
 def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2) -> RepeatedBlocks | None:
-    """The longest ``nn.ModuleList`` in ``model`` of at least ``at_least`` blocks of one structure
-    (module classes, parameter and buffer shapes), none of whose parameters or buffers is used
+    """The longest run of at least ``at_least`` consecutive blocks of one structure (module classes,
+    parameter and buffer shapes) in an ``nn.ModuleList`` in ``model`` (the whole list, or some of
+    its blocks between blocks of other structures), none of whose parameters or buffers is used
     anywhere else; None when there is none. Their attributes may differ (``RepeatedBlocks.varying``)."""
     import torch
 
@@ -156,17 +184,20 @@ def repeated_blocks(model: torch.nn.Module, *, at_least: int = TRACED_BLOCKS + 2
         if best is not None and len(module) <= best.count:
             continue
         blocks = list(module)
+        structures = [_structure(b) for b in blocks]
+        starts = [k for k in range(len(blocks)) if k == 0 or structures[k] != structures[k - 1]]
+        start, end = max(zip(starts, [*starts[1:], len(blocks)]), key=lambda run: run[1] - run[0])
+        blocks = blocks[start:end]
+        if len(blocks) < at_least or (best is not None and len(blocks) <= best.count):
+            continue
         owned = [t for b in blocks for _, t in (*b.named_parameters(remove_duplicate=False), *b.named_buffers(remove_duplicate=False))]
         if any(uses.get(id(t), 0) != 1 for t in owned) or len({id(b) for b in blocks}) != len(blocks):
-            continue
-        structure = _structure(blocks[0])
-        if any(_structure(b) != structure for b in blocks[1:]):
             continue
         attributes = [_attributes(b) for b in blocks[1:]]
         keys = dict.fromkeys(key for a in attributes for key in a)
         varying = sorted(key for key in keys if key not in attributes[0]
                          or any(key not in other or not _same(attributes[0][key], other[key]) for other in attributes[1:]))
-        best = RepeatedBlocks(path, module, len(blocks), tuple(varying))
+        best = RepeatedBlocks(path, module, len(blocks), tuple(varying), start)
     return best
 
 
@@ -256,15 +287,15 @@ def _spans(records: list[tuple[Any, ...]]) -> dict[int, tuple[int, int]]:
     return {block: span for block, span in spans.items() if pieces[block] == 1}
 
 
-def _renamed_value(value: Any, path: str, layer: int | None, calls: Callable[[int], int]) -> Any:
+def _renamed_value(value: Any, place: _Place, layer: int | None, calls: Callable[[int], int]) -> Any:
     """A recorded value as block ``layer`` has it: parameters renamed to that block's, a call's
     output at ``calls(index)``."""
     if isinstance(value, tuple) and value:
         if value[0] == "out" and len(value) == 3:
             return ("out", calls(value[1]), value[2])
-        if value[0] == "param" and layer is not None and _layer(path, value[1]) is not None:
-            return ("param", _renamed(path, value[1], layer))
-        return tuple(_renamed_value(v, path, layer, calls) for v in value)
+        if value[0] == "param" and len(value) == 2 and isinstance(value[1], str):
+            return ("param", _after(place, value[1]) if layer is None else _renamed(place, value[1], layer))
+        return tuple(_renamed_value(v, place, layer, calls) for v in value)
     return value
 
 
@@ -283,7 +314,7 @@ def _copied(start: int, end: int, before: int, c: int) -> Callable[[int], int]:
     return calls
 
 
-def _expected(records: list[tuple[Any, ...]], path: str, count: int) -> list[tuple[Any, ...]] | str:
+def _expected(records: list[tuple[Any, ...]], place: _Place, count: int) -> list[tuple[Any, ...]] | str:
     """The records of the run with ``count`` blocks that the traced run's records (``TRACED_BLOCKS``
     blocks) stand for: block :data:`_MIDDLE`'s repeated after it for every block in between, the last
     block renumbered; or why the traced run has no such form."""
@@ -300,10 +331,10 @@ def _expected(records: list[tuple[Any, ...]], path: str, count: int) -> list[tup
     expected = records[:end]
     for c in range(1, extra + 1):
         calls = _copied(start, end, before, c)
-        expected += [(_MIDDLE + c, r[1], _renamed_value(r[2], path, _MIDDLE + c, calls), r[3]) for r in records[start:end]]
+        expected += [(_MIDDLE + c, r[1], _renamed_value(r[2], place, _MIDDLE + c, calls), r[3]) for r in records[start:end]]
     for block, what, args, outputs in records[end:]:
         layer = None if block is None else count - 1
-        args = _renamed_value(args, path, layer, functools.partial(after, last=block is not None))
+        args = _renamed_value(args, place, layer, functools.partial(after, last=block is not None))
         expected.append((layer, what, args, outputs))
     return expected
 
@@ -347,7 +378,7 @@ def _replayed(recorder: _Recorder, run: RepeatedBlocks) -> Iterator[None]:
     are what the check reads."""
     from shapecore.torch.private import tree_map
 
-    blocks = list(run.blocks)
+    blocks = run.members
 
     def stub(c: int) -> Callable[..., Any]:
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -355,18 +386,19 @@ def _replayed(recorder: _Recorder, run: RepeatedBlocks) -> Iterator[None]:
 
             spans = _spans(recorder.records)
             if _MIDDLE not in spans or _MIDDLE - 1 not in spans:
-                raise _NotRepeating(f"blocks {_MIDDLE - 1} and {_MIDDLE} do not each run once before block {_MIDDLE + c}")
+                raise _NotRepeating(f"blocks {run.start + _MIDDLE - 1} and {run.start + _MIDDLE} do not each run once "
+                                    f"before block {run.start + _MIDDLE + c}")
             (start, end), before = spans[_MIDDLE], spans[_MIDDLE - 1][0]
             calls = _copied(start, end, before, c)
             layer = _MIDDLE + c
-            recorder.records += [(layer, r[1], _renamed_value(r[2], run.path, layer, calls), r[3])
+            recorder.records += [(layer, r[1], _renamed_value(r[2], run.place, layer, calls), r[3])
                                  for r in recorder.records[start + 1:end - 1]]
 
             def output(value: Any) -> Any:
                 if not isinstance(value, torch.Tensor):
                     return value
                 name = recorder.names[id(value)]
-                renamed = _renamed_value(name, run.path, layer, calls)
+                renamed = _renamed_value(name, run.place, layer, calls)
                 if renamed == name or renamed in recorder.made:
                     return recorder.made.get(renamed, value)
                 made = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta",
@@ -396,8 +428,9 @@ def _replayed(recorder: _Recorder, run: RepeatedBlocks) -> Iterator[None]:
 def _recorded(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlocks, *,
               replay: bool, watched: dict[int, frozenset[str]]) -> tuple[list[tuple[Any, ...]], list[tuple[int, str]]]:
     """The records of ``model``'s forward over ``args`` on the meta device (:class:`_Recorder`),
-    ``run``'s blocks labelled by their index (``replay``: those between the traced ones replayed,
-    :func:`_replayed`), and the reads of ``watched`` attributes."""
+    ``run``'s blocks labelled by their index (``replay``: the whole model, those between the traced
+    ones replayed, :func:`_replayed`; else the model :func:`truncated`), and the reads of ``watched``
+    attributes."""
     import torch
 
     from shapecore.torch.private import compiling_state_context
@@ -425,7 +458,7 @@ def _recorded(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlocks, 
                 recorder.called(func, args, kwargs or {}, out)
             return out
 
-    blocks = list(run.blocks)
+    blocks = run.members if replay else run.members[:TRACED_BLOCKS]  # truncated: the blocks after the run follow
     hooks = []
     for k, block in enumerate(blocks):
         hooks.append(block.register_forward_pre_hook(lambda m, a, kw, k=k: recorder.enter(k, a, kw), with_kwargs=True))
@@ -450,7 +483,7 @@ def check_blocks(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlock
     """None when ``model``'s forward over ``args`` computes every block of ``run`` as a trace of its
     first :data:`TRACED_BLOCKS` blocks, replicated, stands for them (see the module docstring);
     else why not, naming the first block that differs."""
-    blocks = list(run.blocks)
+    blocks = run.members
     watched: dict[int, set[str]] = {}
     owner: dict[int, tuple[int, str]] = {}
     for k, block in enumerate(blocks[1:], start=1):
@@ -473,8 +506,8 @@ def check_blocks(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlock
         values = [_attributes(block).get((prefix, name), _MISSING) for block in blocks[1:]]
         odd = next(k for k, value in enumerate(values, start=1) if not _same(value, values[0]))
         attribute = f"{prefix}.{name}" if prefix else name
-        return f"block {odd}'s {attribute!r} differs from block 1's, and the forward reads it"
-    expected = _expected(traced, run.path, run.count)
+        return f"block {run.start + odd}'s {attribute!r} differs from block {run.start + 1}'s, and the forward reads it"
+    expected = _expected(traced, run.place, run.count)
     if isinstance(expected, str):
         return expected
     for ours, theirs in zip(expected, full):
@@ -483,69 +516,90 @@ def check_blocks(model: torch.nn.Module, args: Sequence[Any], run: RepeatedBlock
             what = {"call": "the arguments it is called with", "return": "what it returns"}.get(
                 theirs[1], f"a call of {getattr(theirs[1], '__name__', theirs[1])}")
             if where is None:
-                return f"the forward outside the blocks is not the same with {run.count} blocks as with {TRACED_BLOCKS} ({what})"
-            return f"block {where} is not called or computed as block {_MIDDLE} is ({what})"
+                return (f"the forward outside the blocks is not the same with {len(run.blocks)} blocks as with "
+                        f"{len(run.blocks) - run.place.moved} ({what})")
+            return f"block {run.start + where} is not called or computed as block {run.start + _MIDDLE} is ({what})"
     if len(expected) != len(full):
-        return f"the forward with {run.count} blocks does not end as with {TRACED_BLOCKS}"
+        return f"the forward with {len(run.blocks)} blocks does not end as with {len(run.blocks) - run.place.moved}"
     return None
 
 
 @contextlib.contextmanager
 def truncated(run: RepeatedBlocks, count: int = TRACED_BLOCKS) -> Iterator[None]:
-    """``run``'s list holds its first ``count`` blocks only, under their own names, inside the context."""
-    tail = list(run.blocks)[count:]
-    del run.blocks[count:]
+    """``run``'s list holds the run's first ``count`` blocks only, with the blocks before and after
+    the run, inside the context (the blocks after it numbered on from the run's last one held)."""
+    every = list(run.blocks)
+    del run.blocks[run.start + count:run.start + run.count]
     try:
         yield
     finally:
-        run.blocks.extend(tail)
+        del run.blocks[:]
+        run.blocks.extend(every)
 
 
-def _layer(path: str, name: str) -> int | None:
-    """The block index in a dotted name under ``path`` (``layers.3.attention`` -> 3), else None."""
-    if not name.startswith(path + "."):
+def _index(place: _Place, name: str) -> int | None:
+    """The block index in a dotted name under ``place`` (``layers.3.attention`` -> 3), else None."""
+    if not name.startswith(place.path + "."):
         return None
-    head = name[len(path) + 1:].split(".", 1)[0]
+    head = name[len(place.path) + 1:].split(".", 1)[0]
     return int(head) if head.isdigit() else None
 
 
-def _stack_layer(path: str, stack: Any) -> int | None:
+def _layer(place: _Place, name: str) -> int | None:
+    """The traced run's block (counted from its first) of a dotted name under ``place``: ``layers.3.attention``
+    -> 3 for a run from block 0, 1 for a run from block 2; None for a block before or after them."""
+    index = _index(place, name)
+    return index - place.start if index is not None and 0 <= index - place.start < TRACED_BLOCKS else None
+
+
+def _stack_layer(place: _Place, stack: Any) -> int | None:
     for name, _ in (stack or {}).values():
-        found = _layer(path, name)
+        found = _layer(place, name)
         if found is not None:
             return found
     return None
 
 
-def _renamed(path: str, name: str, layer: int) -> str:
-    head, _, rest = name[len(path) + 1:].partition(".")
-    return f"{path}.{layer}" + (f".{rest}" if rest else "")
+def _reindexed(place: _Place, name: str, index: int) -> str:
+    head, _, rest = name[len(place.path) + 1:].partition(".")
+    return f"{place.path}.{index}" + (f".{rest}" if rest else "")
 
 
-def _renamed_stack(path: str, stack: dict[str, Any], layer: int) -> dict[str, Any]:
+def _renamed(place: _Place, name: str, layer: int) -> str:
+    """A name of one of the traced run's blocks as the run's block ``layer`` has it; any other name as it is."""
+    return name if _layer(place, name) is None else _reindexed(place, name, place.start + layer)
+
+
+def _after(place: _Place, name: str) -> str:
+    """A name of a block after the traced run's as the whole model has it (``place.moved`` on); any other as it is."""
+    index = _index(place, name)
+    return name if index is None or index < place.start + TRACED_BLOCKS else _reindexed(place, name, index + place.moved)
+
+
+def _renamed_stack(stack: dict[str, Any], rename: Callable[[str], str]) -> dict[str, Any]:
     out = {}
     for key, (name, cls) in stack.items():
-        if _layer(path, name) is not None:
-            new = _renamed(path, name, layer)
+        new = rename(name)
+        if new != name:
             key = key[: len(key) - len(name)] + new if key.endswith(name) else key
             name = new
         out[key] = (name, cls)
     return out
 
 
-def _renamed_desc(path: str, desc: Any, layer: int) -> Any:
-    """A parameter's or buffer's descriptor (or a gradient's, through ``grad_of``) for block ``layer``."""
-    if desc is None:
-        return None
+def _renamed_desc(desc: Any, rename: Callable[[str], str]) -> Any:
+    """A parameter's or buffer's descriptor (or a gradient's, through ``grad_of``) renamed; any other as it is."""
     if hasattr(desc, "grad_of"):
-        return dataclasses.replace(desc, grad_of=_renamed_desc(path, desc.grad_of, layer))
-    return dataclasses.replace(desc, target=_renamed(path, desc.target, layer))
+        return dataclasses.replace(desc, grad_of=_renamed_desc(desc.grad_of, rename))
+    if not isinstance(getattr(desc, "target", None), str):
+        return desc
+    return dataclasses.replace(desc, target=rename(desc.target))
 
 
-def _desc_layer(path: str, desc: Any) -> int | None:
+def _desc_layer(place: _Place, desc: Any) -> int | None:
     desc = getattr(desc, "grad_of", desc)
     target = getattr(desc, "target", None)
-    return _layer(path, target) if isinstance(target, str) else None
+    return _layer(place, target) if isinstance(target, str) else None
 
 
 def _val_key(val: Any) -> Any:
@@ -558,8 +612,8 @@ def _val_key(val: Any) -> Any:
 class _Regions:
     """The traced graph cut into blocks: each block's forward and backward nodes, its parameters."""
 
-    def __init__(self, gm: GraphModule, path: str) -> None:
-        self.path = path
+    def __init__(self, gm: GraphModule, place: _Place) -> None:
+        self.place = place
         self.nodes = list(gm.graph.nodes)
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         self.output = gm.graph.output_node()
@@ -570,10 +624,10 @@ class _Regions:
             if node.op in ("placeholder", "output"):
                 continue
             if "fwd_nn_module_stack" in node.meta:
-                layer, part = _stack_layer(path, node.meta["fwd_nn_module_stack"]), "backward"
+                layer, part = _stack_layer(place, node.meta["fwd_nn_module_stack"]), "backward"
                 label = None if layer is None else (layer, part)
             elif "nn_module_stack" in node.meta:
-                layer = _stack_layer(path, node.meta["nn_module_stack"])
+                layer = _stack_layer(place, node.meta["nn_module_stack"])
                 label = None if layer is None else (layer, "forward")
             else:  # made by autograd between modules (a gradient's accumulation): where it stands
                 label = previous
@@ -592,9 +646,9 @@ class _Regions:
         self.block_of = {n: k for k, nodes in enumerate(self.blocks) for n in nodes}
         self.params: list[dict[Node, str]] = [{} for _ in range(TRACED_BLOCKS)]
         for node in self.placeholders:
-            layer = _desc_layer(path, node.meta.get("desc"))
+            layer = _desc_layer(place, node.meta.get("desc"))
             if layer is not None:
-                self.params[layer][node] = node.meta["desc"].target.split(".", 2 + path.count("."))[-1]
+                self.params[layer][node] = node.meta["desc"].target.split(".", 2 + place.path.count("."))[-1]
                 self.block_of[node] = layer
         if len({tuple(p.values()) for p in self.params}) != 1:
             raise _NotRepeating("the traced blocks' parameters differ")
@@ -625,10 +679,10 @@ class _Regions:
             return ("outside", arg)
         if arg in self.params[owner]:
             if owner != block:
-                raise _NotRepeating(f"block {block} reads another block's parameter ({arg.name})")
+                raise _NotRepeating(f"block {self.place.start + block} reads another block's parameter ({arg.name})")
             return ("param", self.params[owner][arg])
         if owner - block not in (-1, 0, 1):
-            raise _NotRepeating(f"block {block} reads block {owner}'s {arg.name}")
+            raise _NotRepeating(f"block {self.place.start + block} reads block {self.place.start + owner}'s {arg.name}")
         return ({-1: "previous", 0: "own", 1: "next"}[owner - block], self.index[owner][arg])
 
     def signature(self, block: int) -> list[Any]:
@@ -637,22 +691,24 @@ class _Regions:
         out = []
         for node in self.blocks[block]:
             args = map_arg((node.args, node.kwargs), lambda a: self.reference(block, a))  # type: ignore[arg-type,return-value]
-            stacks = tuple(str(_renamed_stack(self.path, node.meta.get(k) or {}, 0))
+            stacks = tuple(str(_renamed_stack(node.meta.get(k) or {}, functools.partial(_renamed, self.place, layer=0)))
                            for k in ("nn_module_stack", "fwd_nn_module_stack"))
             out.append((node.op, node.target, str(args), _val_key(node.meta.get("val")), stacks,
                         node.meta.get("partitioner_tag"), node.meta.get("autograd_backward")))
         return out
 
 
-def replicate(gm: GraphModule, path: str, count: int, codegen: Callable[[Any, int, int, int], None]) -> GraphModule | str:
-    """The joint graph of ``count`` blocks at ``path`` from ``gm``, a joint trace of the first
-    :data:`TRACED_BLOCKS` (see the module docstring); or, when that trace's blocks do not repeat
-    as required, a sentence saying why. ``codegen(graph, primals, tangents, outputs)`` gives the
+def replicate(gm: GraphModule, path: str, count: int, codegen: Callable[[Any, int, int, int], None], *,
+              start: int = 0) -> GraphModule | str:
+    """The joint graph of a run of ``count`` blocks ending the list at ``path`` from its block
+    ``start`` (those before it are traced as they are) from ``gm``, a joint trace of the run's
+    first :data:`TRACED_BLOCKS` (see the module docstring); or, when that trace's blocks do not
+    repeat as required, a sentence saying why. ``codegen(graph, primals, tangents, outputs)`` gives the
     new graph ``gm``'s calling convention for its numbers of inputs and outputs."""
     import torch
 
     try:
-        regions = _Regions(gm, path)
+        regions = _Regions(gm, _Place(path, start, count - TRACED_BLOCKS))
         for block in (0, TRACED_BLOCKS - 1):
             regions.signature(block)  # reads only its own block, its neighbours and outside
         if regions.signature(1) != regions.signature(2):
@@ -675,7 +731,7 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
     import torch
     from torch.fx.node import map_arg
 
-    path, last, middle = regions.path, TRACED_BLOCKS - 1, 2
+    place, last, middle = regions.place, TRACED_BLOCKS - 1, 2
     extra = count - TRACED_BLOCKS  # blocks made by copying the second middle one: 3 .. count - 2
     copies = range(middle + 1, middle + 1 + extra)
 
@@ -726,13 +782,17 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
                                 *map_arg((node.args, node.kwargs), lambda a: resolve(layer, block, a)),  # type: ignore[misc]
                                 name=name(node, forwards, backwards))
         new.meta = dict(node.meta)
+        if block is None and place.moved:  # a block's after the run stands further on
+            for key in ("nn_module_stack", "fwd_nn_module_stack"):
+                if key in new.meta:
+                    new.meta[key] = _renamed_stack(new.meta[key], functools.partial(_after, place))
         if block is None or node in regions.shared:
             outside[node] = new
             return
         if layer != block:
             for key in ("nn_module_stack", "fwd_nn_module_stack"):
                 if key in new.meta:
-                    new.meta[key] = _renamed_stack(path, new.meta[key], layer)  # type: ignore[arg-type]
+                    new.meta[key] = _renamed_stack(new.meta[key], functools.partial(_renamed, place, layer=layer))  # type: ignore[arg-type]
         blocks.setdefault(layer, [None] * len(regions.blocks[block]))[regions.index[block][node]] = new  # type: ignore[arg-type]
 
     numbers = {"primals": 0, "tangents": 0}
@@ -743,9 +803,11 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
         new = graph.placeholder(f"{kind}_{numbers[kind]}")
         new.meta = dict(node.meta)
         if layer is None:
+            if "desc" in new.meta:
+                new.meta["desc"] = _renamed_desc(new.meta["desc"], functools.partial(_after, place))
             outside[node] = new
             return
-        new.meta["desc"] = _renamed_desc(path, node.meta["desc"], layer)
+        new.meta["desc"] = _renamed_desc(node.meta["desc"], functools.partial(_renamed, place, layer=layer))
         params.setdefault(layer, {})[regions.params[regions.block_of[node]][node]] = new
 
     def ends_middle_run(items: list[Any], k: int, block_of: Callable[[Any], int | None]) -> bool:
@@ -788,14 +850,15 @@ def _build(gm: GraphModule, regions: _Regions, count: int, codegen: Callable[[An
         block = of.get(k)
         layer = None if block is None else final(block)
         new_values.append(value if not isinstance(value, torch.fx.Node) else resolve(layer, block, value))
-        new_descs.append(descs[k] if block is None or layer == block else _renamed_desc(path, descs[k], layer))  # type: ignore[arg-type]
+        new_descs.append(_renamed_desc(descs[k], functools.partial(_after, place)) if block is None
+                         else descs[k] if layer == block else _renamed_desc(descs[k], functools.partial(_renamed, place, layer=layer)))
         if ends_middle_run(list(range(len(values))), k, of.get):
             run = _trailing_run(list(range(k + 1)), lambda j: of.get(j) == middle)
             for layer in copies:
                 for j in run:
                     value = values[j]
                     new_values.append(value if not isinstance(value, torch.fx.Node) else resolve(layer, middle, value))
-                    new_descs.append(_renamed_desc(path, descs[j], layer))
+                    new_descs.append(_renamed_desc(descs[j], functools.partial(_renamed, place, layer=layer)))
     result = graph.output(new_values)
     result.meta = dict(regions.output.meta)
     result.meta["desc"] = new_descs

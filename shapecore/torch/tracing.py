@@ -409,14 +409,15 @@ def _joint(model: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any,
     run = repeated_blocks(model) if share_layers is not False else None
     shared = ""
     if run is None and share_layers:
-        warnings.warn(f"share_layers: traced whole: {type(model).__name__} has no nn.ModuleList of {TRACED_BLOCKS + 2} "
-                      f"or more blocks of one structure, none of whose parameters is used elsewhere", stacklevel=3)
+        warnings.warn(f"share_layers: traced whole: {type(model).__name__} has no nn.ModuleList with {TRACED_BLOCKS + 2} "
+                      f"or more consecutive blocks of one structure, none of whose parameters is used elsewhere", stacklevel=3)
     elif run is not None:
         why = check_blocks(model, args, run)
         if why is None:
             with truncated(run), _recording_module_stack(model):
                 gm, shape_env = joint_graph_with_export_shapes(model, args, {}, dynamic_shapes)
-            made = replicate(gm, run.path, run.count, functools.partial(set_joint_calling_convention, like=gm.graph))
+            made = replicate(gm, run.path, run.count, functools.partial(set_joint_calling_convention, like=gm.graph),
+                             start=run.start)
             if not isinstance(made, str):
                 return made, shape_env, run.shared()
             why = made

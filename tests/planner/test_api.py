@@ -273,6 +273,16 @@ def test_a_decoder_plans_alike_with_its_layers_shared_by_default_or_traced_whole
     assert planner.Plan.from_json(shared.to_json()).shared_layers == shared.shared_layers
 
 
+def test_a_decoder_whose_first_and_last_layers_are_of_another_kind_plans_alike_with_its_other_layers_shared():
+    tokens = torch.randint(0, 256, (8, 32), device="meta")
+    model = on_meta(Decoder, 8)
+    model.layers[0], model.layers[7] = on_meta(Decoder, 2, hidden=192).layers  # wider, as DeepSeek-V3's dense layers
+    shared, whole = _shared_and_whole(model, tokens, {"tokens": {0: Dim("batch")}})
+    assert shared.shared_layers == ("layers: blocks 0-3 and 6-7 traced, 4-5 copied from block 3 "
+                                    "(each checked to compute as block 3 does)")
+    assert _without_sharing(shared) == _without_sharing(whole)
+
+
 @pytest.mark.slow  # two joint traces of a transformers model: tens of CPU seconds (the shared trace of
 # LLaMA and four more decoders is their whole graph: tests/shapecore/torch/test_repeated.py)
 @pytest.mark.parametrize("name", ["gpt2"])

@@ -44,10 +44,12 @@ class _Decoder(nn.Module):
     """Blocks between an embedding and a head, all reading one buffer, as RoPE tables are read."""
 
     def __init__(self, layers: int, odd_block: int | None = None, doubled_after: int | None = None,
-                 every_hidden_state: bool = False, index_passed: bool = False) -> None:
+                 every_hidden_state: bool = False, index_passed: bool = False, wide_first: int = 0,
+                 wide_last: int = 0) -> None:
         super().__init__()
-        self.embed = nn.Embedding(32, 16)
-        self.layers = nn.ModuleList([_Block(hidden=48 if k == odd_block else 32, index=k) for k in range(layers)])
+        self.embed = nn.Embedding(32, 16)  # the first and last blocks of another kind, as DeepSeek-V3's dense ones
+        wide = {odd_block, *range(wide_first), *range(layers - wide_last, layers)}
+        self.layers = nn.ModuleList([_Block(hidden=48 if k in wide else 32, index=k) for k in range(layers)])
         self.norm = nn.RMSNorm(16)
         self.head = nn.Linear(16, 32, bias=False)
         self.register_buffer("scale", torch.ones(8, 1), persistent=False)
@@ -100,18 +102,22 @@ def _shared_silently(model: nn.Module, spec=SPEC):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         traced = _traced(model, spec=spec)
-    assert "copied from block 2" in traced.shared_layers, traced.shared_layers
+    assert "copied from block" in traced.shared_layers, traced.shared_layers
     return traced
 
 
-@pytest.mark.parametrize("layers", [TRACED_BLOCKS + 2, TRACED_BLOCKS + 5])
-def test_a_run_of_alike_blocks_traced_once_is_the_graph_of_the_whole_model(layers):
+@pytest.mark.parametrize(("layers", "wide_first", "wide_last"),
+                         [(TRACED_BLOCKS + 2, 0, 0), (TRACED_BLOCKS + 5, 0, 0), (TRACED_BLOCKS + 5, 2, 1)],
+                         ids=["6-alike", "9-alike", "2-wide-6-alike-1-wide"])
+def test_a_run_of_alike_blocks_traced_once_is_the_graph_of_the_whole_model(layers, wide_first, wide_last):
     torch.manual_seed(0)
-    model = _Decoder(layers)
+    model = _Decoder(layers, wide_first=wide_first, wide_last=wide_last)  # blocks of another kind: traced as they are
     traced = _shared_silently(model)
     shared, whole = traced.graph_module, _trace(model, share_layers=False)
-    assert traced.shared_layers == (f"layers: blocks 0-2 and {layers - 1} traced, 3-{layers - 2} copied from block 2 "
-                                    f"(each checked to compute as block 2 does)")
+    middle, last = wide_first + 2, layers - wide_last - 1
+    after = f"-{layers - 1}" if wide_last else ""
+    assert traced.shared_layers == (f"layers: blocks 0-{middle} and {last}{after} traced, {middle + 1}-{last - 1} copied "
+                                    f"from block {middle} (each checked to compute as block {middle} does)")
     assert _described(shared) == _described(whole)
     assert shared.code == whole.code
     assert len(list(model.layers)) == layers and [n for n, _ in model.layers.named_children()] == [str(k) for k in range(layers)]
@@ -153,15 +159,36 @@ def test_blocks_of_one_structure_are_a_run_whatever_their_attributes():
     assert repeated_blocks(_Decoder(8)).varying == (("", "index"),)  # differs from block 1 on; never read
     assert repeated_blocks(_odd(6, extra=1)).varying == (("", "extra"), ("", "index"))  # one block's own attribute
     assert repeated_blocks(_odd(0, gated=True)).varying == (("", "index"),)  # the first block is traced as it is
-    assert repeated_blocks(_Decoder(8, odd_block=6)) is None  # a block of another width
+    assert repeated_blocks(_Decoder(8, odd_block=3)) is None  # a block of another width: runs of 3 and 4
     assert repeated_blocks(_Decoder(TRACED_BLOCKS + 1)) is None  # too few to gain from sharing
     tied = _Decoder(8)
     tied.layers[5].up.weight = tied.layers[4].up.weight
     assert repeated_blocks(tied) is None
 
 
+def test_the_longest_run_of_consecutive_alike_blocks_among_blocks_of_another_kind_is_a_run():
+    run = repeated_blocks(_Decoder(9, wide_first=3))
+    assert (run.start, run.count, len(run.members)) == (3, 6, 6) and run.members[0] is run.blocks[3]
+    assert run.varying == (("", "index"),)  # the run's own blocks only
+    for model, start, count in [(_Decoder(8, odd_block=1), 2, 6), (_Decoder(8, odd_block=6), 0, 6),
+                                (_Decoder(16, odd_block=6), 7, 9), (_Decoder(10, wide_first=1, wide_last=2), 1, 7)]:
+        run = repeated_blocks(model)
+        assert (run.start, run.count) == (start, count)
+    assert repeated_blocks(_Decoder(8, wide_first=3)) is None  # five alike: too few
+    tied = _Decoder(9, wide_first=3)
+    tied.layers[0].attention.weight = tied.layers[4].attention.weight  # a traced block reads a run's parameter
+    assert repeated_blocks(tied) is None
+
+
 def _odd(block: int, **attributes) -> _Decoder:
     model = _Decoder(8)
+    for name, value in attributes.items():
+        setattr(model.layers[block], name, value)
+    return model
+
+
+def _wide_first_odd(block: int, **attributes) -> _Decoder:
+    model = _Decoder(11, wide_first=3)  # the run: blocks 3-10
     for name, value in attributes.items():
         setattr(model.layers[block], name, value)
     return model
@@ -184,8 +211,15 @@ def _hooked(block: int) -> _Decoder:
     (lambda: _Decoder(8, every_hidden_state=True),
      "the forward outside the blocks is not the same with 8 blocks as with 4 (what it returns)"),
     (lambda: _Twice(8), "blocks 1 and 2 do not each run once before block 3"),
+    (lambda: _wide_first_odd(8, gated=True), "block 8's 'gated' differs from block 4's, and the forward reads it"),
+    (lambda: _Decoder(11, wide_first=3, doubled_after=8), "block 9 is not called or computed as block 5 is (a call of mul)"),
+    (lambda: _Decoder(12, wide_first=3, wide_last=1, every_hidden_state=True),
+     "the forward outside the blocks is not the same with 12 blocks as with 8 (what it returns)"),
+    (lambda: _Decoder(12, wide_first=3, wide_last=1, doubled_after=10),
+     "the forward outside the blocks is not the same with 12 blocks as with 8 (a call of mul)"),
 ], ids=["gated", "guard-only", "hooked", "treated-apart", "treated-apart-among-traced", "index-passed",
-        "output-per-block", "run-twice"])
+        "output-per-block", "run-twice", "after-others-gated", "after-others-treated-apart", "among-others-output-per-block",
+        "among-others-treated-apart-after"])
 def test_blocks_the_model_computes_apart_fail_the_check_which_says_why(build, why):
     model = build()
     run = repeated_blocks(model)
@@ -211,7 +245,7 @@ def test_a_guard_only_an_odd_block_records_is_not_lost():
 
 
 def test_asked_to_share_blocks_it_cannot_it_warns_why():
-    with pytest.warns(UserWarning, match="share_layers: traced whole: _Decoder has no nn.ModuleList of 6 or more"):
+    with pytest.warns(UserWarning, match="share_layers: traced whole: _Decoder has no nn.ModuleList with 6 or more consecutive"):
         traced = _traced(_Decoder(2), share_layers=True)
     assert traced.shared_layers == ""  # nothing repeated: nothing to say
     with warnings.catch_warnings():
@@ -231,15 +265,16 @@ def test_the_check_leaves_the_model_as_it_was():
     assert state() == before
 
 
-def test_truncation_restores_the_blocks_under_their_names():
-    model = _Decoder(8)
-    before = list(model.state_dict())
+@pytest.mark.parametrize(("wide_first", "wide_last"), [(0, 0), (1, 2)])
+def test_truncation_restores_the_blocks_under_their_names(wide_first, wide_last):
+    model = _Decoder(8 + wide_first + wide_last, wide_first=wide_first, wide_last=wide_last)
+    before, blocks = list(model.state_dict()), list(model.layers)
     run = repeated_blocks(model)
     with pytest.raises(RuntimeError, match="inside"):
-        with truncated(run):
-            assert len(model.layers) == TRACED_BLOCKS
+        with truncated(run):  # the run's first blocks, with those before and after it
+            assert list(model.layers) == blocks[:wide_first + TRACED_BLOCKS] + blocks[len(blocks) - wide_last:]
             raise RuntimeError("inside")
-    assert list(model.state_dict()) == before
+    assert list(model.state_dict()) == before and list(model.layers) == blocks
 
 
 def test_replicate_says_why_when_the_trace_has_no_such_blocks():
@@ -286,3 +321,29 @@ def test_a_transformers_decoder_s_shared_trace_is_its_whole_graph(name, extra):
     model = transformers_decoder(name, TRACED_BLOCKS + 2, **extra)
     shared = _shared_silently(model, IDS).graph_module
     assert _described(shared) == _described(_traced(model, False, IDS).graph_module)
+
+
+def tiny_deepseek_v3(layers: int, dense: int):
+    """transformers' DeepSeek-V3, tiny: ``dense`` dense layers, then MoE ones (4 routed experts, 2 per token)."""
+    import transformers
+
+    from tests.models.zoo import FirstOutput
+
+    config = transformers.DeepseekV3Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, moe_intermediate_size=8, num_hidden_layers=layers,
+        first_k_dense_replace=dense, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+        num_attention_heads=2, num_key_value_heads=2, q_lora_rank=8, kv_lora_rank=8, qk_rope_head_dim=4,
+        qk_nope_head_dim=4, v_head_dim=4, max_position_embeddings=16, use_cache=False, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0)
+    torch.manual_seed(0)
+    return FirstOutput(transformers.DeepseekV3ForCausalLM(config)).eval()
+
+
+@pytest.mark.slow  # two joint traces of a transformers model: about 30 CPU s (the hand-written decoder whose first
+# blocks are of another kind is the fast case: test_a_run_of_alike_blocks_traced_once_is_the_graph_of_the_whole_model)
+def test_deepseek_v3_s_moe_layers_after_its_dense_one_are_shared_and_their_trace_is_its_whole_graph():
+    model = tiny_deepseek_v3(TRACED_BLOCKS + 3, dense=1)
+    shared = _shared_silently(model, IDS)
+    assert shared.shared_layers == ("m.model.layers: blocks 0-3 and 6 traced, 4-5 copied from block 3 "
+                                    "(each checked to compute as block 3 does)")
+    assert _described(shared.graph_module) == _described(_traced(model, False, IDS).graph_module)
