@@ -111,7 +111,9 @@ def test_sharing_a_decision_is_a_restriction_whose_plan_is_priced_at_its_true_co
         return
     assert False in solutions, "a plan of the clustered problem is a plan of the flat one"
     plan, best = solutions[True], solutions[False]
-    assert best.objective <= plan.objective * (1 + 1e-9)
+    # the flat problem's bound, not its plan: the solver stops within its gap tolerance, or at its
+    # wall-clock limit on a busy machine, with a plan above its optimum; the bound is below it always
+    assert best.bound <= plan.objective * (1 + 1e-9)
     assert plan.objective == pytest.approx(float(clustered.evaluate(plan.choices, weights).total @ weights), rel=1e-9)
     for name, representative in clustered.shared.items():
         assert clustered.chosen(plan.choices, name).strategy == clustered.chosen(plan.choices, representative).strategy
