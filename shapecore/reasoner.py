@@ -467,22 +467,22 @@ def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: obje
     of exact ints or None, and ``timeout_ms`` an exact int: ``True == 1`` and ``1.0 == 1``
     would otherwise share the answer of arguments that :func:`prove` accepts, where it refuses
     theirs. For the same reason only answers to a claim and facts of text or sympy are kept.
+    Every repeated query passes here, so it is written for speed.
     """
     if type(timeout_ms) is not int or not (type(facts) is tuple or type(facts) is list):
         return None
     if ranges is None:
-        spans = None
-    elif type(ranges) is dict:
-        spans = tuple(ranges.items())
-        for _, span in spans:  # other names or spans never equal valid ones, or are unhashable
-            if type(span) is not tuple or len(span) != 2:
-                return None
-            lo, hi = span
-            if not (lo is None or type(lo) is int) or not (hi is None or type(hi) is int):
-                return None
-    else:
+        return (claim, tuple(facts), None, timeout_ms)  # type: ignore[arg-type]
+    if type(ranges) is not dict:
         return None
-    return (claim, tuple(facts), spans, timeout_ms)
+    spans = tuple(ranges.items())  # type: ignore[attr-defined]
+    try:
+        for _, (lo, hi) in spans:  # a list (unhashable) or a tuple of other values never equals a valid span
+            if (lo is not None and type(lo) is not int) or (hi is not None and type(hi) is not int):
+                return None
+    except (TypeError, ValueError):  # not a pair
+        return None
+    return (claim, tuple(facts), spans, timeout_ms)  # type: ignore[arg-type]
 
 
 def bound(

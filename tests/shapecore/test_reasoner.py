@@ -418,6 +418,13 @@ def test_arguments_equal_to_accepted_ones_are_still_refused(arguments):
         prove("s0 >= 1", **{**accepted, **arguments})
 
 
+@pytest.mark.parametrize("span", [(1, None, None), (1,), "ab", 1])
+def test_a_span_that_is_no_pair_is_refused_after_a_kept_answer(span):
+    prove("s0 >= 1", ranges={"s0": (1, None)})
+    with pytest.raises(ArgumentError):
+        prove("s0 >= 1", ranges={"s0": span})
+
+
 def test_prove_takes_unhashable_and_one_shot_arguments():
     assert prove("s0 >= 1", facts=(f for f in ["s0 >= 1"]), ranges={"s0": [0, None]}).proved
     assert prove("s0 >= 1", facts=["s0 >= 1"], ranges={"s0": [0, None]}).proved
