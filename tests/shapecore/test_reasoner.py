@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import shapecore.functions as F
 from shapecore import ArgumentError, ModularSet, ParseError, Proof, Reasoner, ValueRange, bound, evaluate, holds, parse, prove, residue
 from shapecore.modular import tighten
+from shapecore.proof import DeferredProof
 from shapecore.parsing import named_symbols
 from shapecore.testing import claims, fact_sets, int_exprs
 from shapecore.z3backend import Translator
@@ -87,6 +88,19 @@ def test_methods_name_the_layer_that_decided():
     assert prove("s0 + 1 > s0").method == "rewrite"
     assert prove("s0 >= 3", ranges={"s0": (4, None)}).method == "ranges"
     assert prove("Ne(36*u0, 36)", facts=["u0*u1 > u1", "u1 >= 1"]).method == "z3"
+
+
+@pytest.mark.parametrize("claim", ["s0 < s2", "s0 + 2 <= s2", "Ne(s0, s2)"])
+def test_a_query_answered_before_sympy_is_the_proof_the_scope_gives(claim):
+    ranges, facts = {"s0": (2, None), "s1": (2, None), "s2": (2, None)}, ["s0 < s1", "s1 < s2"]
+    proof = prove(claim, facts=facts, ranges=ranges)
+    assert isinstance(proof, DeferredProof)  # quick_proving answered: its sympy parts are the scope's
+    reasoner = Reasoner()
+    for name, (lo, hi) in ranges.items():
+        reasoner.set_range(name, lo, hi)
+    for fact in facts:
+        reasoner.add_fact(fact)
+    assert proof == reasoner.prove(claim) and proof.facts == reasoner.facts
 
 
 def test_a_claim_false_along_a_chain_of_facts_is_refuted_by_search():
