@@ -5,17 +5,19 @@ Most queries :func:`shapecore.prove` is asked are short: a linear relation betwe
 from ``Eq(Mod(b, 4), 0)``), a bound through a floor division. Parsing them into sympy and
 digesting them costs several times what answering does. :func:`decide` reads the claim and
 the facts straight into integer polynomials over names and the atoms ``Mod(e, k)`` and
-``FloorDiv(e, k)`` (``e % k``, ``e // k``) for an integer ``k > 0``, and decides with the
-reasoner's cheap layers in small:
+``FloorDiv(e, k)`` (``e % k``, ``e // k``) for an integer ``k > 0`` (``e`` reduced modulo ``k``:
+``(x + 8) // 8`` is ``x // 8 + 1``; ``(x // 2) // 8`` is ``x // 16``) and ``Max(a, b)``,
+``Min(a, b)``, and decides with the reasoner's cheap layers in small:
 
 * a residue class (:class:`~shapecore.modular.ModularSet`) per name, from facts
   ``Eq(Mod(a*x + b, m), r)`` and linear equalities (``Eq(s1, 4*s0)``: ``s1 ≡ 0 mod 4``);
 * an interval per name, from its range and facts ``a*x + b <rel> 0``, tightened to its class
   and by difference bounds ``x - y <= c`` (shortest paths over the few names of a query);
-* for the claim's ``d = lhs - rhs``: ``Eq``/``Ne`` by ``d``'s residue class alone, then
-  the interval of ``d`` from its monomials', and, where ``d`` is linear, the bound that pairs
-  names through their paths, each ``FloorDiv(e, k)`` read as ``(e - r)/k`` with ``r`` in
-  ``[0, k - 1]``; the bounds tightened to ``d``'s class.
+* for the claim's ``d = lhs - rhs``: ``Eq``/``Ne`` by ``d``'s residue class alone, then,
+  where ``d`` is linear, the bound that pairs names through their paths, each
+  ``FloorDiv(e, k)`` read as ``(e - r)/k`` with ``r`` in ``[0, k - 1]`` and ``Max``/``Min``
+  split by cases, and the interval of ``d`` from its monomials'; the bounds tightened to
+  ``d``'s class.
 
 Facts the digest cannot read are left out (proving from fewer facts is sound). A claim that
 is not proved is tried at a few points, each name at the lowest value its bounds and class
@@ -23,9 +25,10 @@ allow, then a step higher: a point where every fact holds and the claim does not
 evaluation, refutes it.
 
 The grammar is a part of :mod:`shapecore.quick_parsing`'s: integers, names, ``+ - * // %``,
-parentheses, ``Mod`` and ``FloorDiv`` calls, and one comparison (``< <= > >= == !=``, or
-``Eq``/``Ne``). Whatever is outside it, facts that contradict each other, and every query
-not decided here get None: the reasoner decides those (and reports errors) as before.
+parentheses, calls of ``Mod`` and ``FloorDiv`` and of ``Max``/``Min`` (``max``/``min``) on two
+arguments, and one comparison (``< <= > >= == !=``, or ``Eq``/``Ne``). Whatever is outside
+it, facts that contradict each other, and every query not decided here get None: the
+reasoner decides those (and reports errors) as before.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ _RELATIONS = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge, "=="
               "Eq": sympy.Eq, "Ne": sympy.Ne}
 _INFIX = frozenset(("<", "<=", ">", ">=", "==", "!="))
 _ATOM_CALLS = {"Mod": "%", "FloorDiv": "//"}
+_EXTREMES = {"Max": "max", "max": "max", "Min": "min", "min": "min"}
+_SPLITS = 4  # Max/Min atoms split by cases per bound; past that the interval bounds them
 _SENSES = {sympy.Le: ((1, 0),), sympy.Lt: ((1, 1),), sympy.Ge: ((-1, 0),), sympy.Gt: ((-1, 1),),
            sympy.Eq: ((1, 0), (-1, 0)), sympy.Ne: ()}
 """Per relation of ``d`` to 0, each ``(sign, strict)`` with ``sign*d <= -strict`` (integers)."""
@@ -172,6 +177,13 @@ class _Reader:
             self.expect(")")
         elif type(token) is not str or not (token[0].isalpha() or token[0] == "_"):
             raise _Outside
+        elif token in _EXTREMES and tokens[self.at] == "(":
+            self.at += 1
+            first = self.sum()
+            self.expect(",")
+            second = self.sum()
+            self.expect(")")
+            value = _extreme(_EXTREMES[token], first, second)
         elif token in _ATOM_CALLS and tokens[self.at] == "(":
             self.at += 1
             inner = self.sum()
@@ -230,15 +242,44 @@ def _multiply(p: Polynomial, q: Polynomial) -> Polynomial:
 
 
 def _atom(operator: str, value: Polynomial, divisor: Polynomial) -> Polynomial:
-    """``value % divisor`` or ``value // divisor`` for a constant divisor ``k > 0``."""
+    """``value % divisor`` or ``value // divisor`` for a constant divisor ``k > 0``, with each
+    coefficient ``q*k + r`` of ``value`` reduced (``(k*A + B) // k == A + B // k`` and
+    ``(k*A + B) % k == B % k`` for an integer ``A``), ``(e // j) // k`` as ``e // (j*k)`` and
+    ``(e % j) % k`` as ``e % k`` where ``k`` divides ``j``."""
     if len(divisor) != 1 or () not in divisor or divisor[()] <= 0:
         raise _Outside  # a symbolic, zero or negative divisor: the reasoner decides
     k = divisor[()]
-    if len(value) <= 1 and () in value or not value:  # a constant: Python's own answer
-        n = value.get((), 0)
-        result = n % k if operator == "%" else n // k
-        return {(): result} if result else {}
-    return {((operator, tuple(sorted(value.items())), k),): 1}
+    quotient: Polynomial = {}
+    remainder: Polynomial = {}
+    for monomial, c in value.items():
+        q, r = divmod(c, k)
+        if q:
+            quotient[monomial] = q
+        if r:
+            remainder[monomial] = r
+    if not remainder or len(remainder) == 1 and () in remainder:  # a number n in [0, k - 1]
+        n = remainder.get((), 0)
+        return ({(): n} if n else {}) if operator == "%" else quotient
+    if len(remainder) == 1:
+        ((monomial, c),) = remainder.items()
+        if c == 1 and len(monomial) == 1 and monomial[0][0] == operator:
+            _, nested, j = monomial[0]
+            if operator == "//":
+                return _plus(_atom("//", dict(nested), {(): j * k}), tuple(quotient.items()), 1)
+            if j % k == 0:
+                return _atom("%", dict(nested), divisor)
+    atom = ((operator, tuple(sorted(remainder.items())), k),)
+    return {atom: 1} if operator == "%" else _plus(quotient, ((atom, 1),), 1)
+
+
+def _extreme(kind: str, first: Polynomial, second: Polynomial) -> Polynomial:
+    """``Max(first, second)`` or ``Min``, of two integers."""
+    if first == second:
+        return first
+    if all(not monomial for monomial in (*first, *second)):  # two numbers
+        value = (max if kind == "max" else min)(first.get((), 0), second.get((), 0))
+        return {(): value} if value else {}
+    return {((kind, (tuple(sorted(first.items())), tuple(sorted(second.items()))), 0),): 1}
 
 
 # -- evaluation ---------------------------------------------------------------------------------
@@ -254,8 +295,10 @@ def _value(p: Polynomial | tuple, point: Mapping[str, int]) -> int:
                 c *= point[inner]
             elif kind == "%":
                 c *= _value(inner, point) % k
-            else:
+            elif kind == "//":
                 c *= _value(inner, point) // k
+            else:
+                c *= (max if kind == "max" else min)(_value(inner[0], point), _value(inner[1], point))
         total += c
     return total
 
@@ -401,8 +444,10 @@ class _Digest:
                 elif kind == "%":
                     r = self.residue(inner)  # e % k ≡ e (mod k), and e ≡ base (mod coeff): one number if k | coeff
                     term = term * (ModularSet(0, r.base % k) if r.coeff % k == 0 else ModularSet.of(math.gcd(r.coeff, k), r.base))
-                else:
+                elif kind == "//":
                     term = term * ANY
+                else:  # one of the two
+                    term = term * self.residue(inner[0]).union(self.residue(inner[1]))
             total = total + term
         return total
 
@@ -415,16 +460,34 @@ class _Digest:
                     term = term * ValueRange(self.lo[inner], self.hi[inner])
                 elif kind == "%":
                     term = term * ValueRange(0, k - 1)
-                else:
+                elif kind == "//":
                     r = self.interval(inner)
                     term = term * ValueRange(r.lo if r.lo == -INF else r.lo // k, r.hi if r.hi == INF else r.hi // k)
+                else:
+                    a, b = self.interval(inner[0]), self.interval(inner[1])
+                    pick = max if kind == "max" else min
+                    term = term * ValueRange(pick(a.lo, b.lo), pick(a.hi, b.hi))
             total = total + term
         return total
 
     def upper(self, p: Polynomial) -> Fraction | float | None:
         """An upper bound of a linear ``p`` pairing names through their paths (:attr:`paired`: how
-        many pairs); None if not linear."""
+        many pairs), ``Max``/``Min`` split by cases; None if not linear."""
         self.paired = 0
+        return self._upper(p, _SPLITS)
+
+    def _upper(self, p: Polynomial, splits: int) -> Fraction | float | None:
+        for monomial, c in p.items():
+            if len(monomial) == 1 and monomial[0][0] in ("max", "min"):
+                if not splits:
+                    return None
+                kind, (first, second), _ = monomial[0]
+                rest = {m: v for m, v in p.items() if m != monomial}
+                # c*Max(a, b) is c*a or c*b (c > 0), or at most both (c < 0); Min the other way round
+                bounds = [self._upper(_plus(rest, arg, c), splits - 1) for arg in (first, second)]
+                if None in bounds:
+                    return None
+                return max(bounds) if (kind == "max") == (c > 0) else min(bounds)
         terms: dict[str, Fraction | int] = {}
         remainders: Fraction | int = 0  # the upper bound of the remainders' part
         constant: Fraction | int = 0
@@ -475,6 +538,18 @@ class _Digest:
         for y, a in negative.items():
             total -= a * self.lo[y] if a else 0
         return total
+
+
+def _plus(p: Polynomial, items: tuple, c: int) -> Polynomial:
+    """``p + c*q``, ``q`` given as its sorted items."""
+    total = dict(p)
+    for monomial, a in items:
+        a = total.get(monomial, 0) + c * a
+        if a:
+            total[monomial] = a
+        else:
+            del total[monomial]
+    return total
 
 
 def _linear(p: Polynomial | dict) -> tuple[dict[str, int] | None, int]:

@@ -442,7 +442,26 @@ def prove(
     >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
     'proved'
     """
-    key = _answer_key(claim, facts, ranges, timeout_ms)
+    # The answer cache's key: the arguments as given, by value, copied (a list or dict mutated
+    # since cannot reach a stale answer). None (no caching) unless facts is a list or tuple,
+    # ranges a dict (or None) of pairs of exact ints or None, and timeout_ms an exact int:
+    # True == 1 and 1.0 == 1 would otherwise share the answer of arguments that prove accepts,
+    # where it refuses theirs; for the same reason only answers to text or sympy are kept.
+    # Every repeated query passes here, so it is written for speed (no call).
+    key = None
+    if type(timeout_ms) is int and (type(facts) is list or type(facts) is tuple):
+        if ranges is None:
+            key = (claim, tuple(facts), None, timeout_ms)
+        elif type(ranges) is dict:
+            spans = tuple(ranges.items())
+            key = (claim, tuple(facts), spans, timeout_ms)
+            try:
+                for _, (lo, hi) in spans:  # a list (unhashable) or a tuple of other values never equals a valid span
+                    if (lo is not None and type(lo) is not int) or (hi is not None and type(hi) is not int):
+                        key = None
+                        break
+            except (TypeError, ValueError):  # not a pair
+                key = None
     if key is None:
         return _scope(facts, ranges, timeout_ms).prove(claim)
     try:
@@ -459,6 +478,10 @@ def prove(
         if len(_ANSWERS) > _ANSWERS_KEPT:
             del _ANSWERS[next(iter(_ANSWERS))]
     return found
+
+
+_ANSWERS: dict[tuple, Proof] = {}
+_ANSWERS_KEPT = 4096
 
 
 def _quick_proof(claim: ExprLike, facts: tuple, spans: tuple | None, timeout_ms: int) -> Proof | None:
@@ -482,36 +505,6 @@ def _quick_proof(claim: ExprLike, facts: tuple, spans: tuple | None, timeout_ms:
         return parsed, reasoner.facts, used
 
     return DeferredProof(answer.status, answer.method, build, answer.counterexample)
-
-
-_ANSWERS: dict[tuple, Proof] = {}
-_ANSWERS_KEPT = 4096
-
-
-def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: object) -> tuple | None:
-    """The key of :func:`prove`'s answer cache: the arguments as given, by value.
-
-    A copy, so that mutating a list or dict passed before cannot reach a stale answer. None
-    (no caching) unless ``facts`` is a list or tuple, ``ranges`` a dict (or None) of pairs
-    of exact ints or None, and ``timeout_ms`` an exact int: ``True == 1`` and ``1.0 == 1``
-    would otherwise share the answer of arguments that :func:`prove` accepts, where it refuses
-    theirs. For the same reason only answers to a claim and facts of text or sympy are kept.
-    Every repeated query passes here, so it is written for speed.
-    """
-    if type(timeout_ms) is not int or not (type(facts) is tuple or type(facts) is list):
-        return None
-    if ranges is None:
-        return (claim, tuple(facts), None, timeout_ms)  # type: ignore[arg-type]
-    if type(ranges) is not dict:
-        return None
-    spans = tuple(ranges.items())  # type: ignore[attr-defined]
-    try:
-        for _, (lo, hi) in spans:  # a list (unhashable) or a tuple of other values never equals a valid span
-            if (lo is not None and type(lo) is not int) or (hi is not None and type(hi) is not int):
-                return None
-    except (TypeError, ValueError):  # not a pair
-        return None
-    return (claim, tuple(facts), spans, timeout_ms)  # type: ignore[arg-type]
 
 
 def bound(

@@ -26,6 +26,9 @@ def _expressions(names=NAMES) -> st.SearchStrategy[str]:
             st.tuples(children, st.sampled_from([" + ", " - ", "*"]), children).map(lambda t: f"({t[0]}{t[1]}{t[2]})"),
             st.tuples(children, st.sampled_from(["//", " % "]), divisor).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
             st.tuples(st.sampled_from(["Mod", "FloorDiv"]), children, divisor).map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+            st.tuples(st.sampled_from(["Max", "Min", "max", "min"]), children, children).map(
+                lambda t: f"{t[0]}({t[1]}, {t[2]})"
+            ),
             children.map(lambda c: f"-{c}"),
         )
 
@@ -123,6 +126,12 @@ def test_no_claim_is_less_decided_than_by_the_reasoner(query):
         ("FloorDiv(s0, 8) >= 1", ["s0 >= 8"], {}, "proved"),
         ("s0 >= 8", ["Eq(Mod(s0, 8), 0)", "s0 >= 1"], {}, "proved"),
         ("x % 8 == 0", ["x % 16 == 0"], {}, "proved"),
+        ("Max(s0, s1) <= s2", ["s0 <= s2", "s1 <= s2"], {}, "proved"),
+        ("Eq(Min(s0, s1), s1)", ["s1 < s0"], {}, "proved"),
+        ("Min(s0, s1) >= 2", [], {"s0": (2, None), "s1": (2, None)}, "proved"),
+        ("Eq(FloorDiv(x + 8, 8), FloorDiv(x, 8) + 1)", [], {}, "proved"),
+        ("Eq(FloorDiv(FloorDiv(x, 2), 8), FloorDiv(x, 16))", [], {"x": (2, None)}, "proved"),
+        ("Eq(Mod(Mod(s0, 16), 8), Mod(s0, 8))", [], {}, "proved"),
     ],
 )
 def test_the_common_queries_are_decided_here_as_the_reasoner_decides_them(claim, facts, ranges, status):
@@ -142,7 +151,8 @@ def test_the_common_queries_are_decided_here_as_the_reasoner_decides_them(claim,
         "s0 < s1 < s2",  # a chained comparison
         "x / 2 > 0",
         "x ** 2 >= 0",
-        "Max(x, y) >= x",  # another function
+        "CleanDiv(x, 2) >= 0",  # another function
+        "Max(x, y, 1) >= x",  # Max of three
         "Max >= 0",  # a function name alone
         "zf0 >= 0",  # a float symbol
         "007 > x",  # not Python's integer

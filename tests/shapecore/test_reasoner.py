@@ -84,7 +84,9 @@ def test_float_functions_parse_and_may_be_unknown():
 
 
 def test_methods_name_the_layer_that_decided():
-    assert prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "modular"
+    assert prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).method == "modular"
+    assert Reasoner().prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "modular"
+    assert prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "rewrite"  # quick_proving reads Mod(8*s0 + 4, 8) as 4
     assert prove("s0 + 1 > s0").method == "rewrite"
     assert prove("s0 >= 3", ranges={"s0": (4, None)}).method == "ranges"
     assert prove("Ne(36*u0, 36)", facts=["u0*u1 > u1", "u1 >= 1"]).method == "z3"
