@@ -607,12 +607,14 @@ def _prove(digest: _Digest, relation: type, d: Polynomial) -> str | None:
         if residue.coeff == 0 or residue.base != 0:  # d is one number, or never 0
             is_zero = residue.coeff == 0 and residue.base == 0
             return "modular" if is_zero == (relation is sympy.Eq) else None
-    upper = digest.upper(d)
-    if upper is None:  # not linear: the interval of each monomial
+    # A bound from above proves d < 0 or d <= 0, one from below d > 0 or d >= 0; Eq, Ne need both.
+    upper = digest.upper(d) if relation is not sympy.Gt and relation is not sympy.Ge else INF
+    paths = digest.paired
+    lower = digest.upper(_scale(d, -1)) if upper is not None and relation is not sympy.Lt and relation is not sympy.Le else INF
+    linear = upper is not None and lower is not None
+    if not linear:  # the interval of each monomial
         bounds, method = digest.interval(d), "ranges"
     else:
-        paths = digest.paired
-        lower = digest.upper(_scale(d, -1))
         paths += digest.paired
         bounds = ValueRange(-lower if lower == INF else math.ceil(-lower), upper if upper == INF else math.floor(upper))
         method = "differences" if paths else "ranges"
@@ -620,7 +622,7 @@ def _prove(digest: _Digest, relation: type, d: Polynomial) -> str | None:
         return None
     if decide_difference(relation, bounds) is True:
         return method
-    if upper is not None:  # a floor division's interval may be narrower than its linear reading
+    if linear:  # a floor division's interval may be narrower than its linear reading
         bounds &= digest.interval(d)
         if bounds.is_empty:
             return None
