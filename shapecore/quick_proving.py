@@ -102,11 +102,8 @@ class _Reader:
         tokens = self.tokens
         token = tokens[0]
         if (token == "Eq" or token == "Ne") and tokens[1] == "(":
-            self.at = 2
-            lhs = self.sum()
-            self.expect(",")
-            rhs = self.sum(-1)
-            self.expect(")")
+            self.at = 1
+            lhs, rhs = self.arguments(-1)
         else:
             lhs = self.sum()
             token = tokens[self.at]
@@ -123,6 +120,15 @@ class _Reader:
             else:
                 del lhs[monomial]
         return _RELATIONS[token], lhs
+
+    def arguments(self, sign: int = 1) -> tuple[Polynomial, Polynomial]:
+        """The two arguments of the call whose ``(`` is here (the second times ``sign``)."""
+        self.at += 1
+        first = self.sum()
+        self.expect(",")
+        second = self.sum(sign)
+        self.expect(")")
+        return first, second
 
     def expect(self, token: str) -> None:
         if self.tokens[self.at] != token:
@@ -178,19 +184,9 @@ class _Reader:
         elif type(token) is not str or not (token[0].isalpha() or token[0] == "_"):
             raise _Outside
         elif token in _EXTREMES and tokens[self.at] == "(":
-            self.at += 1
-            first = self.sum()
-            self.expect(",")
-            second = self.sum()
-            self.expect(")")
-            value = _extreme(_EXTREMES[token], first, second)
+            value = _extreme(_EXTREMES[token], *self.arguments())
         elif token in _ATOM_CALLS and tokens[self.at] == "(":
-            self.at += 1
-            inner = self.sum()
-            self.expect(",")
-            divisor = self.sum()
-            self.expect(")")
-            value = _atom(_ATOM_CALLS[token], inner, divisor)
+            value = _atom(_ATOM_CALLS[token], *self.arguments())
         elif _plain_name(token):
             self.names.add(token)
             value = {(("", token, 0),): 1}
