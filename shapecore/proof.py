@@ -74,9 +74,7 @@ class DeferredProof(Proof):
     """
 
     def __init__(self, status: Status, method: str, build: Callable[[], tuple], counterexample: Mapping[str, int] | None = None) -> None:
-        for name, value in (("status", status), ("method", method), ("counterexample", counterexample), ("reason", "")):
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_build", build)
+        self.__dict__.update(status=status, method=method, counterexample=counterexample, reason="", _build=build)
 
     @functools.cached_property
     def _parts(self) -> tuple:
