@@ -137,10 +137,14 @@ class _Reader:
 
     def sum(self, outer: int = 1) -> Polynomial:
         """The sum here, times ``outer`` (1 or -1)."""
-        total: Polynomial = {}
         tokens = self.tokens
-        sign = outer
-        while True:
+        total = self.product()  # a new dict, as every part read is
+        if outer != 1:
+            total = {monomial: -c for monomial, c in total.items()}
+        token = tokens[self.at]
+        while token == "+" or token == "-":
+            self.at += 1
+            sign = outer if token == "+" else -outer
             for monomial, c in self.product().items():
                 c = total.get(monomial, 0) + sign * c
                 if c:
@@ -148,13 +152,7 @@ class _Reader:
                 else:
                     del total[monomial]
             token = tokens[self.at]
-            if token == "+":
-                sign = outer
-            elif token == "-":
-                sign = -outer
-            else:
-                return total
-            self.at += 1
+        return total
 
     def product(self) -> Polynomial:
         value = self.factor()
