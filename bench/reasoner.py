@@ -13,8 +13,9 @@ first query (fresh scope, cold caches of that query; per query the median of ``-
 fresh scopes) and of a repeated query (the best trial's mean over ``--repeat`` calls).
 ``shapecore`` and ``torch`` get the claim as an expression, their scope built beforehand;
 ``shapecore.prove`` is the module function on the query's text as a user writes it
-(``prove(claim, facts=[...], ranges={...})``), its first call building the scope and parsing
-every text (the parser's caches are cleared before it).
+(``prove(claim, facts=[...], ranges={...})``), its first call reading every text: without
+sympy where :mod:`shapecore.quick_proving` decides, else building the scope and parsing (the
+parser's caches are cleared before it).
 
 The queries: :data:`REQUIRED`, :data:`CLAIMS` (45 claims in the style compilers ask:
 divisibility, chains of inequalities, min/max, floor division, with the ``>= 2`` ranges torch

@@ -16,15 +16,16 @@ every claim follows). A Proof is deliberately not usable as a bool: write ``proo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import sympy
 
 from shapecore.z3backend import smtlib_script
 
-__all__ = ["Proof", "Status"]
+__all__ = ["Proof", "DeferredProof", "Status"]
 
 Status = Literal["proved", "refuted", "unknown"]
 
@@ -64,3 +65,35 @@ class Proof:
         if self.reason:
             text += f"; {self.reason}"
         return text
+
+
+class DeferredProof(Proof):
+    """A :class:`Proof` whose sympy parts are built when first read: ``build()`` returns
+    ``(claim, facts, facts_used)``. An answer found without sympy (:mod:`shapecore.quick_proving`)
+    costs none until they are asked for. It equals, hashes and pickles as the Proof it stands for.
+    """
+
+    def __init__(self, status: Status, method: str, build: Callable[[], tuple], counterexample: Mapping[str, int] | None = None) -> None:
+        self.__dict__.update(status=status, method=method, counterexample=counterexample, reason="", _build=build)
+
+    @functools.cached_property
+    def _parts(self) -> tuple:
+        return self._build()
+
+    claim = property(lambda self: self._parts[0])  # type: ignore[assignment]
+    facts = property(lambda self: self._parts[1])  # type: ignore[assignment]
+    facts_used = property(lambda self: self._parts[2])  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Proof):
+            return NotImplemented
+        return _compared(self) == _compared(other)
+
+    __hash__ = Proof.__hash__
+
+    def __reduce__(self) -> tuple:
+        return Proof, tuple(getattr(self, f.name) for f in fields(self))
+
+
+def _compared(proof: Proof) -> tuple:
+    return (proof.claim, proof.status, proof.method, proof.counterexample, proof.facts_used, proof.reason)

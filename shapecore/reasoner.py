@@ -21,7 +21,9 @@ The cheap layers only ever *prove*; they run only when every divisor in the clai
 be nonzero (so the claim is defined wherever the facts hold). When they show the claim false
 everywhere, the counterexample still comes from search or z3 and is checked by exact
 evaluation. Answers are cached per claim; any new fact, or another ``timeout_ms``, starts a
-new cache. :func:`prove` also keeps answers by its arguments as given, before any parsing.
+new cache. :func:`prove` also keeps answers by its arguments as given, before any parsing, and
+asks :mod:`shapecore.quick_proving` about a query all in plain text before any sympy work: its
+answer's claim and facts are built by the scope when first read.
 
 Facts can be taken back: :meth:`Reasoner.checkpoint` and :meth:`Reasoner.rollback` restore
 the scope exactly (a fact rejected by a caller leaves no trace), :meth:`Reasoner.transaction`
@@ -49,13 +51,13 @@ from shapecore.functions import int_symbol
 from shapecore.knowledge import Checkpoint as KnowledgeCheckpoint
 from shapecore.knowledge import Knowledge
 from shapecore.parsing import named_symbols, parse
-from shapecore.proof import Proof
+from shapecore.proof import DeferredProof, Proof
 from shapecore.modular import ModularSet, tighten
 from shapecore.ranges import ValueRange
 from shapecore.rewrite import Simplifier, canonicalize, divisors, fold, needs_rewriting, substitute, symbols_of
 from shapecore.search import bind_all, find_counterexample, satisfies
 from shapecore.validation import check_bound, check_ranges, guard_list
-from shapecore import z3_threads
+from shapecore import quick_proving, z3_threads
 from shapecore.z3backend import Z3Session
 
 __all__ = ["Reasoner", "ReasonerCheckpoint", "prove", "bound", "residue", "as_expr", "as_claim", "is_claim"]
@@ -430,7 +432,9 @@ def prove(
 
     Free symbols are integers with no sign assumed unless a fact or range says so. Scopes are
     kept (the last 64), and so are answers by the arguments as given (the last 4096): repeating
-    a query is one dictionary lookup, before any parsing. ``timeout_ms`` bounds the whole
+    a query is one dictionary lookup, before any parsing. A query all in plain text (chains of
+    inequalities, bounds, divisibility by constants) is first decided without sympy, where it
+    can be (:mod:`shapecore.quick_proving`). ``timeout_ms`` bounds the whole
     call's z3 work: a deterministic budget of ``timeout_ms * RLIMIT_PER_MS`` z3 resource units,
     and a wall-clock backstop of ``timeout_ms`` that answers ``unknown`` if it fires
     (:mod:`shapecore.budget`); a call with another ``timeout_ms`` is a query of its own.
@@ -438,7 +442,26 @@ def prove(
     >>> prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).status
     'proved'
     """
-    key = _answer_key(claim, facts, ranges, timeout_ms)
+    # The answer cache's key: the arguments as given, by value, copied (a list or dict mutated
+    # since cannot reach a stale answer). None (no caching) unless facts is a list or tuple,
+    # ranges a dict (or None) of pairs of exact ints or None, and timeout_ms an exact int:
+    # True == 1 and 1.0 == 1 would otherwise share the answer of arguments that prove accepts,
+    # where it refuses theirs; for the same reason only answers to text or sympy are kept.
+    # Every repeated query passes here, so it is written for speed (no call).
+    key = None
+    if type(timeout_ms) is int and (type(facts) is list or type(facts) is tuple):
+        if ranges is None:
+            key = (claim, tuple(facts), None, timeout_ms)
+        elif type(ranges) is dict:
+            spans = tuple(ranges.items())
+            key = (claim, tuple(facts), spans, timeout_ms)
+            try:
+                for _, (lo, hi) in spans:  # a list (unhashable) or a tuple of other values never equals a valid span
+                    if (lo is not None and type(lo) is not int) or (hi is not None and type(hi) is not int):
+                        key = None
+                        break
+            except (TypeError, ValueError):  # not a pair
+                key = None
     if key is None:
         return _scope(facts, ranges, timeout_ms).prove(claim)
     try:
@@ -447,7 +470,9 @@ def prove(
         pass
     except TypeError:  # an unhashable claim or fact: the scope validates it
         return _scope(facts, ranges, timeout_ms).prove(claim)
-    found = _scope(key[1], ranges, timeout_ms).prove(claim)
+    found = _quick_proof(claim, key[1], key[2], timeout_ms)
+    if found is None:
+        found = _scope(key[1], ranges, timeout_ms).prove(claim)
     if all(isinstance(value, (str, sympy.Basic)) for value in (claim, *key[1])):  # not True, equal to 1
         _ANSWERS[key] = found
         if len(_ANSWERS) > _ANSWERS_KEPT:
@@ -459,30 +484,27 @@ _ANSWERS: dict[tuple, Proof] = {}
 _ANSWERS_KEPT = 4096
 
 
-def _answer_key(claim: ExprLike, facts: object, ranges: object, timeout_ms: object) -> tuple | None:
-    """The key of :func:`prove`'s answer cache: the arguments as given, by value.
+def _quick_proof(claim: ExprLike, facts: tuple, spans: tuple | None, timeout_ms: int) -> Proof | None:
+    """:mod:`shapecore.quick_proving`'s answer to a query all in text (``spans``: the ranges'
+    items, pairs of ints or None), its sympy parts built by the scope when first read; None where
+    the scope must decide (or report an error)."""
+    if type(claim) is not str or timeout_ms <= 0 or not all(type(fact) is str for fact in facts):
+        return None
+    ranges = dict(spans or ())
+    answer = quick_proving.decide(claim, list(facts), ranges)
+    if answer is None:
+        return None
 
-    A copy, so that mutating a list or dict passed before cannot reach a stale answer. None
-    (no caching) unless ``facts`` is a list or tuple, ``ranges`` a dict (or None) of pairs
-    of exact ints or None, and ``timeout_ms`` an exact int: ``True == 1`` and ``1.0 == 1``
-    would otherwise share the answer of arguments that :func:`prove` accepts, where it refuses
-    theirs. For the same reason only answers to a claim and facts of text or sympy are kept.
-    """
-    if type(timeout_ms) is not int or not (type(facts) is tuple or type(facts) is list):
-        return None
-    if ranges is None:
-        spans = None
-    elif type(ranges) is dict:
-        spans = tuple(ranges.items())
-        for _, span in spans:  # other names or spans never equal valid ones, or are unhashable
-            if type(span) is not tuple or len(span) != 2:
-                return None
-            lo, hi = span
-            if not (lo is None or type(lo) is int) or not (hi is None or type(hi) is int):
-                return None
-    else:
-        return None
-    return (claim, tuple(facts), spans, timeout_ms)
+    def build() -> tuple:
+        reasoner = _scope(facts, ranges, timeout_ms)
+        parsed = as_claim(claim)
+        used = None
+        if answer.status == "proved":  # the facts the scope's own proof uses, else all of them
+            proof = reasoner.prove(claim)
+            used = proof.facts_used if proof.proved else reasoner.facts
+        return parsed, reasoner.facts, used
+
+    return DeferredProof(answer.status, answer.method, build, answer.counterexample)
 
 
 def bound(

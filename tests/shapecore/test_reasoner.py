@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import shapecore.functions as F
 from shapecore import ArgumentError, ModularSet, ParseError, Proof, Reasoner, ValueRange, bound, evaluate, holds, parse, prove, residue
 from shapecore.modular import tighten
+from shapecore.proof import DeferredProof
 from shapecore.parsing import named_symbols
 from shapecore.testing import claims, fact_sets, int_exprs
 from shapecore.z3backend import Translator
@@ -83,10 +84,25 @@ def test_float_functions_parse_and_may_be_unknown():
 
 
 def test_methods_name_the_layer_that_decided():
-    assert prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "modular"
+    assert prove("Eq(Mod(s0*s1, 8), 0)", facts=["Eq(Mod(s0, 4), 0)", "Eq(Mod(s1, 2), 0)"]).method == "modular"
+    assert Reasoner().prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "modular"
+    assert prove("Eq(Mod(8*s0 + 4, 8), 4)").method == "rewrite"  # quick_proving reads Mod(8*s0 + 4, 8) as 4
     assert prove("s0 + 1 > s0").method == "rewrite"
     assert prove("s0 >= 3", ranges={"s0": (4, None)}).method == "ranges"
     assert prove("Ne(36*u0, 36)", facts=["u0*u1 > u1", "u1 >= 1"]).method == "z3"
+
+
+@pytest.mark.parametrize("claim", ["s0 < s2", "s0 + 2 <= s2", "Ne(s0, s2)"])
+def test_a_query_answered_before_sympy_is_the_proof_the_scope_gives(claim):
+    ranges, facts = {"s0": (2, None), "s1": (2, None), "s2": (2, None)}, ["s0 < s1", "s1 < s2"]
+    proof = prove(claim, facts=facts, ranges=ranges)
+    assert isinstance(proof, DeferredProof)  # quick_proving answered: its sympy parts are the scope's
+    reasoner = Reasoner()
+    for name, (lo, hi) in ranges.items():
+        reasoner.set_range(name, lo, hi)
+    for fact in facts:
+        reasoner.add_fact(fact)
+    assert proof == reasoner.prove(claim) and proof.facts == reasoner.facts
 
 
 def test_a_claim_false_along_a_chain_of_facts_is_refuted_by_search():
@@ -416,6 +432,13 @@ def test_arguments_equal_to_accepted_ones_are_still_refused(arguments):
     prove("s0 >= 1", **accepted)
     with pytest.raises(ArgumentError):
         prove("s0 >= 1", **{**accepted, **arguments})
+
+
+@pytest.mark.parametrize("span", [(1, None, None), (1,), "ab", 1])
+def test_a_span_that_is_no_pair_is_refused_after_a_kept_answer(span):
+    prove("s0 >= 1", ranges={"s0": (1, None)})
+    with pytest.raises(ArgumentError):
+        prove("s0 >= 1", ranges={"s0": span})
 
 
 def test_prove_takes_unhashable_and_one_shot_arguments():
