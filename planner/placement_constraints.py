@@ -257,6 +257,16 @@ class _DimOnAxis(PlacementConstraint):
         self._symbols = frozenset(s for s in expr.free_symbols)
         self._data_dependent = bool(self._symbols) and {s.name for s in self._symbols} <= data_dependent
 
+    @property
+    def symbols(self) -> frozenset[sympy.Symbol]:
+        """The symbols of the ``Dim`` (once bound to a graph's names)."""
+        return self._symbols
+
+    @property
+    def mesh_axis(self) -> int:
+        """The mesh axis as an index (once bound to a mesh)."""
+        return self._axis
+
     def _has_dim(self, meta: TensorMeta | None) -> bool:
         return meta is not None and any(size.free_symbols & self._symbols for size in meta.shape)
 

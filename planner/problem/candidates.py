@@ -28,6 +28,7 @@ import numpy as np
 from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.placements import R_CODE, Codes, canonical, decode, encode, format_codes, shard_code
 from planner.problem.model import Candidate
+from planner.problem.per_token import PerToken, per_token_proposal
 from planner.strategies.base import Strategy, StrategyProvider
 
 if TYPE_CHECKING:
@@ -40,8 +41,10 @@ Proposal = tuple[Strategy | None, tuple[Codes | None, ...], tuple[Codes, ...]]
 
 
 def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], signatures: Mapping[str, tuple], *,
-                   replicate_outputs: bool) -> None:
-    """Fill ``problem.candidates`` (and ``pruned``, ``uncovered``) for every node, in graph order."""
+                   replicate_outputs: bool, per_token: Mapping[str, PerToken] | None = None) -> None:
+    """Fill ``problem.candidates`` (and ``pruned``, ``uncovered``) for every node, in graph order;
+    a node of ``per_token`` takes its per-token placement on those axes in every proposal."""
+    per_token = per_token or {}
     cache: dict[tuple, tuple[list[Candidate], list[tuple[str, str]]]] = {}
     for node in problem.graph:
         key = signatures[node.name]
@@ -49,6 +52,8 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
             key = key + (id(problem.candidates[node.source]),)  # type: ignore[index]
         if key not in cache:
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
+            if node.name in per_token and node.role == "op":
+                proposals = [per_token_proposal(*p, per_token[node.name]) for p in proposals]
             if node.read_as_scalar:
                 r = (R_CODE,) * problem.mesh.ndim
                 proposals = [p for p in proposals if all(p[1][k] in (None, r) for k in node.read_as_scalar)]
