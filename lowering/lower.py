@@ -26,7 +26,12 @@ node goes through these steps, one class each:
 5. **Batch statistics**: a training batch norm whose input the plan splits on the batch
    computes its statistics across the ranks (:mod:`lowering.sync_norm`); **expert
    parallelism**: a grouped product of experts whose stacked experts the plan splits by the
-   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`).
+   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`);
+   **per-token regions**: on the mesh axes where the plan's rule for a node is
+   :data:`planner.PER_TOKEN` (a mixture of experts' routing chain, each rank on its own tokens:
+   :mod:`planner.problem.per_token`), its tensors are the rank's own program's, not pieces: no
+   dim is refused as split there, an ``arange`` gives the local positions, and expert
+   parallelism dispatches over the other axes.
 6. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
    are refused when the plan splits that dim, and every node's local shape is checked against
    its plan placement, so a plan the lowering cannot honour is a

@@ -313,7 +313,8 @@ class RequireShard(_DimOnAxis):
     where a data-dependent size is born whole): its output is exempt, and the tensors computed
     from it are split (taking a piece of a replicated tensor is local), a data-dependent size
     unevenly unless proved even (see :mod:`planner.divisibility`). The inputs, which no op
-    creates, are split."""
+    creates, are split. A mixture of experts' routing chain whose tokens it splits (evenly) runs
+    per token on its axis, each rank on its own tokens (:mod:`planner.problem.per_token`)."""
 
     def own_decision(self, node: GraphNode, graph: PlanGraph) -> bool:
         """A tensor of the dim may not follow the exempt one it is computed from (a data-dependent

@@ -7,7 +7,9 @@
    provider proposed that survive the divisibility policy (each ``Shard`` of every output
    and operand is an obligation), with their compute seconds and bytes per device at every
    batch point. Placeholders and outputs may take any non-partial placement; a ``getitem``
-   takes its element's placement.
+   takes its element's placement; the nodes of a mixture of experts' routing chain take the
+   per-token placement on the mesh axes a ``RequireShard`` splits its tokens over
+   (:mod:`planner.problem.per_token`).
 2. **groups** (:mod:`~planner.problem.groups`) — one one-hot decision each. A group's
    *choices* are its root unit's candidates; every node of the group picks one of its own
    candidates per choice (``pick[node][choice]``). Nodes join a group by being identical

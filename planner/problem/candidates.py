@@ -4,7 +4,9 @@ A node's proposals come from the first strategy provider that answers for it; a 
 or an output may take any non-partial placement (only ``Replicate`` for a user output under
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
 covers is replicated (and listed in ``Problem.uncovered``); a node read into Python numbers
-(``GraphNode.read_as_scalar``) keeps only its replicated proposals. Every proposal is first made
+(``GraphNode.read_as_scalar``) keeps only its replicated proposals; a node of a per-token region
+(:mod:`planner.problem.per_token`) takes its per-token placement on that region's axes in every
+proposal (rule ``per_token`` there). Every proposal is first made
 canonical (:func:`~planner.placements.canonical`): on a mesh axis of size 1 each placement is
 ``Replicate``, and the op's own collectives over such an axis are dropped, so a size-1 axis
 places nothing and no redistribution ever steps on it; proposals that become equal are one.
