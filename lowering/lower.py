@@ -31,7 +31,8 @@ node goes through these steps, one class each:
    :data:`planner.PER_TOKEN` (a mixture of experts' routing chain, each rank on its own tokens:
    :mod:`planner.problem.per_token`), its tensors are the rank's own program's, not pieces: no
    dim is refused as split there, an ``arange`` gives the local positions, and expert
-   parallelism dispatches over the other axes.
+   parallelism dispatches over the other axes, or over that axis all of each rank's own sorted
+   rows (``PER_TOKEN_EXPERTS``).
 6. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
    are refused when the plan splits that dim, and every node's local shape is checked against
    its plan placement, so a plan the lowering cannot honour is a
@@ -171,13 +172,15 @@ def _placements(plan: Plan, name: str) -> tuple[Any, ...]:
 
 
 def _per_token_axes(plan: Plan, name: str) -> frozenset[int]:
-    """The mesh axes on which the plan runs node ``name`` per token (rule ``PER_TOKEN`` there): each
-    rank runs the routing chain on its own tokens, its tensors its own program's, not pieces."""
+    """The mesh axes on which the plan runs node ``name`` per token (rule ``PER_TOKEN`` there, or
+    ``PER_TOKEN_EXPERTS``): each rank runs the routing chain on its own tokens, its tensors its own
+    program's, not pieces."""
     decision = plan.decisions.get(name)
     if decision is None or PER_TOKEN not in decision.rule:
         return frozenset()
     parts = decision.rule.split("/")
-    return frozenset(a for a, part in enumerate(parts * plan.mesh.ndim if len(parts) == 1 else parts) if part == PER_TOKEN)
+    parts = parts * plan.mesh.ndim if len(parts) == 1 else parts
+    return frozenset(a for a, part in enumerate(parts) if part.split("+")[0] == PER_TOKEN)
 
 
 def _is_program_input(plan: Plan, placeholder: Node) -> bool:
@@ -602,8 +605,10 @@ class _Replay:
         if axes:
             result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
         elif experts is not None:
+            # where each rank routes its own tokens, its sorted rows are all its own: the block at 0
+            block = coordinate[experts] * 0 if experts in _per_token_axes(self.plan, node.name) else coordinate[experts]
             result = EXPERT_PARALLEL[str(node.target)](args, self.groups.axis_size(experts),
-                                                        self.groups.group_name(experts), coordinate[experts])
+                                                        self.groups.group_name(experts), block)
         else:
             result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
@@ -665,10 +670,10 @@ class _Replay:
         rows = self.redistributor.placements(node.name, 0, operands[0]) or ()
         own = _per_token_axes(self.plan, node.name)  # the rows of each rank's own tokens there
         split = [a for a, p in enumerate(rows) if p == Shard(0) and a not in own]
-        if len(axes) > 1 or split != axes:
+        if len(axes) > 1 or split != [a for a in axes if a not in own]:
             raise LoweringError(f"{node.name} ({node.target}) splits its experts by the expert dim over mesh axes {axes} "
                                 f"and its rows over {split}; expert parallelism dispatches the rows over the one axis "
-                                "that splits both")
+                                "that splits both, or over an axis where each rank routes its own tokens")
         return axes[0]
 
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:

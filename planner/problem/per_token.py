@@ -44,6 +44,10 @@ the one-device result's piece. The weight gradient is a sum over routed rows per
 the ranks' sums add up to: ``Partial``. Inside the region the ranks' tensors are their own
 program's (a rank's sorted rows are not a piece of the sorted rows), so nothing inside is
 redistributed: every region node takes the per-token placement on such an axis, never another.
+A grouped product may also split its experts over that axis (:data:`PER_TOKEN_EXPERTS`): each
+rank dispatches all its own sorted rows to their expert's rank and combines the results back, a
+function of each row as before, and each expert's weight gradient sums every rank's rows on its
+owner.
 """
 
 from __future__ import annotations
@@ -57,12 +61,17 @@ import sympy
 from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.placements import P_CODE, R_CODE, decode, shard_code
 from planner.strategies.base import Strategy
-from planner.strategies.builtin import is_pointwise
+from planner.strategies.builtin import EXPERTS, is_pointwise
 
-__all__ = ["PER_TOKEN", "PerToken", "Region", "find_regions", "per_token_axes", "per_token_proposal"]
+__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "find_regions", "per_token_axes", "per_token_proposal"]
 
 PER_TOKEN = "per_token"
 """The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
+
+PER_TOKEN_EXPERTS = f"{PER_TOKEN}+{EXPERTS}"
+"""The rule of a grouped product of a region on such an axis that it also splits its experts over
+(expert parallelism borrowing the data-parallel axis): each rank's own sorted rows, all of them,
+go to their expert's rank and back; the experts' weight gradient is then whole on its owner."""
 
 S0 = shard_code(0)
 _SORTS = ("aten.sort.default", "aten.sort.stable")
@@ -102,18 +111,22 @@ def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tupl
                        ) -> tuple[Strategy, tuple, tuple]:
     """A proposal (a strategy or None for an all-replicated fallback, and its output and operand
     codes) with ``place``'s codes on its axes: the rule there is :data:`PER_TOKEN`, and the op's own
-    collectives over them are dropped (each rank's tokens stay its own)."""
-    axes = place.axes
+    collectives over them are dropped (each rank's tokens stay its own). A grouped product whose
+    rule on such an axis is expert parallelism keeps it there (:data:`PER_TOKEN_EXPERTS`): its
+    codes (the experts and their gradient split by the expert dim, the rows and offsets as per
+    token) and its all_to_alls, each rank's own rows dispatched to their expert's rank."""
+    ndim = len(next(c for c in (*outputs, *operands) if c is not None))
+    parts = ["replicate"] * ndim if strategy is None else strategy.rule.split("/")
+    parts = parts if len(parts) == ndim else [strategy.rule] * ndim  # type: ignore[union-attr]
+    experts = {a for a in place.axes if parts[a] == EXPERTS}
+    axes = set(place.axes) - experts
 
     def placed(codes: tuple[int, ...] | None, mine: int | None) -> tuple[int, ...] | None:
         return None if codes is None else tuple(mine if a in axes else c for a, c in enumerate(codes))  # type: ignore[misc]
 
     outputs = tuple(placed(c, m) for c, m in zip(outputs, place.outputs))
     operands = tuple(placed(c, m) for c, m in zip(operands, place.operands))
-    ndim = len(next(c for c in (*outputs, *operands) if c is not None))
-    parts = ["replicate"] * ndim if strategy is None else strategy.rule.split("/")
-    parts = parts if len(parts) == ndim else [strategy.rule] * ndim  # type: ignore[union-attr]
-    rule = "/".join(PER_TOKEN if a in axes else part for a, part in enumerate(parts))
+    rule = "/".join(PER_TOKEN if a in axes else PER_TOKEN_EXPERTS if a in experts else part for a, part in enumerate(parts))
     reduces = () if strategy is None else tuple((a, n) for a, n in strategy.all_reduces if a not in axes)
     exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a not in axes)
     made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),

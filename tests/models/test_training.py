@@ -86,7 +86,7 @@ def _check(name, mesh, rules=None, **options):
         assert compiles == 1
     _, _, split, plan = results[0]
     if any(isinstance(c, RequireShard) for c in options.get("placement_constraints", ())):  # the batch split required
-        assert plan["inputs"] == ["(Shard(dim=0),)"], plan["inputs"]
+        assert plan["inputs"][0].startswith("(Shard(dim=0)"), plan["inputs"]
     if name == "gpt2":  # lm_head.weight is transformer.wte.weight: one tensor, one placement
         assert ("m.transformer.wte.weight" in plan["placed"]) != ("m.lm_head.weight" in plan["placed"])
     if "memory_budget" in options:

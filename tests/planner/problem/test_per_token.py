@@ -14,26 +14,16 @@ from torch.export import Dim
 import planner
 from planner import PER_TOKEN, ExpertParallel, Mesh, PlacementConflict, RequireShard
 from planner.graph import read_graph
-from planner.problem.per_token import find_regions
+from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions
 from shapecore.torch import trace_for_planning
-from tests.planner.models import GroupedExperts
+from tests.planner.models import GroupedExperts, transformers_moe_block
 
 CONSTRAINTS = ["Eq(Mod(batch, 4), 0)"]
 
 
-def _moe_block():
-    import transformers
-    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
-
-    config = transformers.MixtralConfig(hidden_size=8, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2,
-                                         experts_implementation="grouped_mm")
-    torch.manual_seed(0)
-    return MixtralSparseMoeBlock(config)
-
-
 @pytest.fixture(scope="module")
 def block():
-    return trace_for_planning(_moe_block(), (torch.randn(4, 3, 8),), dynamic_shapes={"hidden_states": {0: Dim("batch")}},
+    return trace_for_planning(transformers_moe_block(), (torch.randn(4, 3, 8),), dynamic_shapes={"hidden_states": {0: Dim("batch")}},
                               training=True)
 
 
@@ -61,7 +51,17 @@ def test_the_batch_split_runs_the_chain_per_token_and_sums_the_experts_gradients
     assert plan.input_placements[0] == (Shard(0),)
     rules = {d.node: d.rule for d in plan.decisions.values() if "grouped_mm_fallback" in d.op or "sort" in d.op}
     assert len(rules) == 5 and set(rules.values()) == {PER_TOKEN}  # the sort, two products and their backwards
-    assert all(p == (Replicate(),) for p in plan.param_placements.values())
+    assert [plan.param_placements[f"experts.{w}"] for w in ("gate_up_proj", "down_proj")] == [(Replicate(),)] * 2
+    assert plan.decisions["grouped_mm_fallback_backward"].strategy.startswith("S(0) | P <- ")  # each rank's rows' sum
+
+
+def test_expert_parallel_on_the_data_parallel_axis_dispatches_each_ranks_own_rows(block):
+    free = _plan(block, Mesh((2,)), [RequireShard("batch", 0)])
+    forced = _plan(block, Mesh((2,)), [RequireShard("batch", 0), ExpertParallel(0)])
+    rules = {d.node: d.rule for d in forced.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert set(rules.values()) == {PER_TOKEN_EXPERTS}
+    assert forced.param_placements["experts.gate_up_proj"] == (Shard(0),)
+    assert free.param_placements["experts.gate_up_proj"] == (Replicate(),)  # what the planner weighs without it
 
 
 def test_data_parallel_and_expert_parallel_on_two_axes(block):
