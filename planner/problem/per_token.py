@@ -358,9 +358,6 @@ class _Builder:
                 continue
             if name in outputs or any(user not in self.kinds for user in self._readers(name)):
                 return False
-            if self.graph.nodes[name].is_tuple and any(self._kind(item) in _INNER and item in outputs
-                                                       for item in self.items.get(name, ())):
-                return False
         return True
 
     def _placements(self, node: GraphNode) -> tuple[tuple[int | None, ...], tuple[int, ...]]:
