@@ -14,9 +14,11 @@ on the CPU trace to transformers' ``grouped_mm_fallback``. Trained with AdamW
     holds and computes 8/n experts, its tokens' rows dispatched with data-dependent split sizes);
 (c) ``shapecore-dp``: the same with data parallelism forced (``RequireShard("batch", 0)``);
     ``shapecore-dp-ep``: both (the batch split and the experts split on the one axis, as expert
-    parallelism usually borrows the data-parallel axis). Neither runs in the default set: the
-    planner refuses both today (transformers' grouped product sorts the routed rows of the
-    whole batch, an ``aten.sort`` that may only replicate), which the table prints;
+    parallelism usually borrows the data-parallel axis): each rank routes its own tokens
+    (transformers' routing chain, which sorts the routed rows, run per token:
+    :mod:`planner.problem.per_token`) and, with ``-ep``, dispatches all its rows to their
+    expert's rank. Neither runs in the default set (one more compile each); a variant the
+    planner refuses is printed as refused;
 (d) ``ddp``: ``DistributedDataParallel``, each rank on its 1/n of the batch (eager);
 (e) ``fsdp2``: ``fully_shard`` on each decoder layer and on the model, each rank on its 1/n;
 (f) ``padded-ep``: expert parallel by hand in eager PyTorch, as a compiler-friendly MoE does it:

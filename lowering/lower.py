@@ -26,7 +26,13 @@ node goes through these steps, one class each:
 5. **Batch statistics**: a training batch norm whose input the plan splits on the batch
    computes its statistics across the ranks (:mod:`lowering.sync_norm`); **expert
    parallelism**: a grouped product of experts whose stacked experts the plan splits by the
-   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`).
+   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`);
+   **per-token regions**: on the mesh axes where the plan's rule for a node is
+   :data:`planner.PER_TOKEN` (a mixture of experts' routing chain, each rank on its own tokens:
+   :mod:`planner.problem.per_token`), its tensors are the rank's own program's, not pieces: no
+   dim is refused as split there, an ``arange`` gives the local positions, and expert
+   parallelism dispatches over the other axes, or over that axis all of each rank's own sorted
+   rows (``PER_TOKEN_EXPERTS``).
 6. **Checks** (:class:`_Checks`): ops that need a dim whole (``cat``, ``split``, ``softmax`` …)
    are refused when the plan splits that dim, and every node's local shape is checked against
    its plan placement, so a plan the lowering cannot honour is a
@@ -58,7 +64,7 @@ from lowering.expert_parallel import EXPERT_PARALLEL
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
 from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
-from planner import Mesh, Plan, Redistribution
+from planner import PER_TOKEN, Mesh, Plan, Redistribution
 from shapecore import ShapeEnv, prove
 from shapecore.torch import (TorchSymbols, backend_neutral, from_torch, graph_shape_env, size_expr, to_symint,
                              to_torch_symbols)
@@ -163,6 +169,18 @@ def _placements(plan: Plan, name: str) -> tuple[Any, ...]:
     if name not in plan.placements:
         raise LoweringError(f"the plan has no placement for node {name}; was it made for this graph?")
     return tuple(plan.placements[name])
+
+
+def _per_token_axes(plan: Plan, name: str) -> frozenset[int]:
+    """The mesh axes on which the plan runs node ``name`` per token (rule ``PER_TOKEN`` there, or
+    ``PER_TOKEN_EXPERTS``): each rank runs the routing chain on its own tokens, its tensors its own
+    program's, not pieces."""
+    decision = plan.decisions.get(name)
+    if decision is None or PER_TOKEN not in decision.rule:
+        return frozenset()
+    parts = decision.rule.split("/")
+    parts = parts * plan.mesh.ndim if len(parts) == 1 else parts
+    return frozenset(a for a, part in enumerate(parts) if part.split("+")[0] == PER_TOKEN)
 
 
 def _is_program_input(plan: Plan, placeholder: Node) -> bool:
@@ -405,8 +423,12 @@ class _ShapeArguments:
             return node.target, args, _unchanged
         start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
         length = symint(self.localizer.extent(self.shapes.expr(node.meta["val"].shape[0]), pieces))
+        own = _per_token_axes(self.plan, node.name)  # each rank's own positions there
+        offset = [a for a, p in enumerate(placements) if p == Shard(0) and a not in own]
+        if not offset:
+            return _aten.arange.start_step, [start, start + length * step, step], _unchanged
         piece: Any = 0
-        for a in (a for a, p in enumerate(placements) if p == Shard(0)):  # outer axis first
+        for a in offset:  # outer axis first
             piece = piece * mesh.shape[a] + coordinate[a]
         return (_aten.arange.start_step, [start, start + length * step, step],
                 lambda local: local + (piece * length * step).to(local.dtype))
@@ -428,6 +450,7 @@ class _Checks:
         short = str(node.target).split(".")[1]
         if node.target in _INDEXED:
             operands = operands[:1]
+        own = _per_token_axes(self.plan, node.name)  # each rank's own tokens there: nothing is a piece
         for index in _WHOLE_DIM[node.target]:
             argument = op_schema(node.target).arguments[index]
             dim = args[index] if index < len(args) else kwargs.get(argument.name, argument.default_value)
@@ -439,7 +462,8 @@ class _Checks:
                 ndim = producer.meta["val"].dim()
                 for d in dims:
                     d = d % ndim if ndim else 0
-                    if placements and any(isinstance(p, Shard) and p.dim == d for p in placements):
+                    if placements and any(isinstance(p, Shard) and p.dim == d and a not in own
+                                          for a, p in enumerate(placements)):
                         if short == "slice" and self._full_slice(node, producer, d):
                             continue
                         raise LoweringError(
@@ -581,8 +605,10 @@ class _Replay:
         if axes:
             result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
         elif experts is not None:
+            # where each rank routes its own tokens, its sorted rows are all its own: the block at 0
+            block = coordinate[experts] * 0 if experts in _per_token_axes(self.plan, node.name) else coordinate[experts]
             result = EXPERT_PARALLEL[str(node.target)](args, self.groups.axis_size(experts),
-                                                        self.groups.group_name(experts), coordinate[experts])
+                                                        self.groups.group_name(experts), block)
         else:
             result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
@@ -642,10 +668,12 @@ class _Replay:
         if not axes:
             return None
         rows = self.redistributor.placements(node.name, 0, operands[0]) or ()
-        if len(axes) > 1 or [a for a, p in enumerate(rows) if p == Shard(0)] != axes:
+        own = _per_token_axes(self.plan, node.name)  # the rows of each rank's own tokens there
+        split = [a for a, p in enumerate(rows) if p == Shard(0) and a not in own]
+        if len(axes) > 1 or split != [a for a in axes if a not in own]:
             raise LoweringError(f"{node.name} ({node.target}) splits its experts by the expert dim over mesh axes {axes} "
-                                f"and its rows over {[a for a, p in enumerate(rows) if p == Shard(0)]}; expert "
-                                "parallelism dispatches the rows over the one axis that splits both")
+                                f"and its rows over {split}; expert parallelism dispatches the rows over the one axis "
+                                "that splits both, or over an axis where each rank routes its own tokens")
         return axes[0]
 
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:

@@ -21,7 +21,11 @@
   says what the plan needing the least memory needs;
 * pluggable parts: :class:`StrategyProvider` (with :class:`BuiltinProvider` and
   :class:`DTensorProvider`), :class:`CostModel` (default :class:`AlphaBetaCostModel`);
-* :func:`tensor_operands` — how operands are numbered in a plan.
+* :func:`tensor_operands` — how operands are numbered in a plan;
+* :data:`PER_TOKEN` — the rule (``Decision.rule``, one part per mesh axis joined by ``/``) of a
+  node of a mixture of experts' routing chain on a mesh axis where each rank runs the chain on
+  its own tokens (:mod:`planner.problem.per_token`): the lowering runs it there on the local
+  tensors as they are, an ``arange`` giving the local positions.
 """
 
 from planner.api import ModuleTrace, plan, plan_module, trace_module
@@ -50,6 +54,7 @@ from planner.plan import (
 from planner.placement_constraints import (ExpertParallel, ForbidShard, MinShards, NodeInfo, Pin, PlacementConflict,
                                           PlacementConstraint, RequireShard)
 from planner.placements import format_placements, parse_placements
+from planner.problem.per_token import PER_TOKEN
 from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
 __all__ = [
@@ -76,6 +81,7 @@ __all__ = [
     "MinShards",
     "ExpertParallel",
     "ModuleTrace",
+    "PER_TOKEN",
     "NodeInfo",
     "Mesh",
     "Pin",

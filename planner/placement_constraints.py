@@ -257,6 +257,16 @@ class _DimOnAxis(PlacementConstraint):
         self._symbols = frozenset(s for s in expr.free_symbols)
         self._data_dependent = bool(self._symbols) and {s.name for s in self._symbols} <= data_dependent
 
+    @property
+    def symbols(self) -> frozenset[sympy.Symbol]:
+        """The symbols of the ``Dim`` (once bound to a graph's names)."""
+        return self._symbols
+
+    @property
+    def mesh_axis(self) -> int:
+        """The mesh axis as an index (once bound to a mesh)."""
+        return self._axis
+
     def _has_dim(self, meta: TensorMeta | None) -> bool:
         return meta is not None and any(size.free_symbols & self._symbols for size in meta.shape)
 
@@ -303,7 +313,8 @@ class RequireShard(_DimOnAxis):
     where a data-dependent size is born whole): its output is exempt, and the tensors computed
     from it are split (taking a piece of a replicated tensor is local), a data-dependent size
     unevenly unless proved even (see :mod:`planner.divisibility`). The inputs, which no op
-    creates, are split."""
+    creates, are split. A mixture of experts' routing chain whose tokens it splits (evenly) runs
+    per token on its axis, each rank on its own tokens (:mod:`planner.problem.per_token`)."""
 
     def own_decision(self, node: GraphNode, graph: PlanGraph) -> bool:
         """A tensor of the dim may not follow the exempt one it is computed from (a data-dependent

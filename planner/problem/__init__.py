@@ -7,7 +7,9 @@
    provider proposed that survive the divisibility policy (each ``Shard`` of every output
    and operand is an obligation), with their compute seconds and bytes per device at every
    batch point. Placeholders and outputs may take any non-partial placement; a ``getitem``
-   takes its element's placement.
+   takes its element's placement; the nodes of a mixture of experts' routing chain take the
+   per-token placement on the mesh axes a ``RequireShard`` splits its tokens over
+   (:mod:`planner.problem.per_token`).
 2. **groups** (:mod:`~planner.problem.groups`) — one one-hot decision each. A group's
    *choices* are its root unit's candidates; every node of the group picks one of its own
    candidates per choice (``pick[node][choice]``). Nodes join a group by being identical
@@ -36,6 +38,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+import sympy
+
 from planner.batches import BatchPoints
 from planner.clustering import node_signature
 from planner.cost import CostModel
@@ -43,12 +47,13 @@ from planner.dim_names import DimNames
 from planner.divisibility import Divisibility
 from planner.graph import PlanGraph
 from planner.mesh import Mesh
-from planner.placement_constraints import PlacementConstraint, constrained_nodes, restrict_choices
+from planner.placement_constraints import PlacementConstraint, RequireShard, constrained_nodes, restrict_choices
 from planner.problem.candidates import add_candidates
 from planner.problem.edges import add_edges, add_group_costs
 from planner.problem.groups import add_groups
 from planner.problem.liveness import Liveness
 from planner.problem.model import MEMORY_PARTS, Candidate, EdgeClass, Evaluation, Group, InnerEdges, PeakMemory, Problem
+from planner.problem.per_token import PerToken, find_regions, per_token_axes
 from planner.strategies.base import StrategyProvider
 
 __all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "build_problem", "Evaluation", "Liveness", "PeakMemory", "MEMORY_PARTS"]
@@ -82,7 +87,10 @@ def build_problem(
                            if any(placement_constraints[k].own_decision(graph.nodes[name], graph) for k in ks)}
     signatures = {node.name: node_signature(node, graph, liveness.holds(node.name)) + found.get(node.name, ())
                   for node in graph}
-    add_candidates(problem, providers, signatures, replicate_outputs=replicate_outputs)
+    per_token = _per_token_nodes(graph, mesh, divisibility, placement_constraints)
+    for name, marker in per_token.items():
+        signatures[name] += (marker,)
+    add_candidates(problem, providers, signatures, replicate_outputs=replicate_outputs, per_token=per_token)
     if problem.uncovered:
         ops = sorted(set(problem.uncovered.values()))
         warnings.warn(
@@ -95,3 +103,23 @@ def build_problem(
     add_group_costs(problem)
     add_edges(problem)
     return problem
+
+
+def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
+                     constraints: Sequence[PlacementConstraint]) -> dict[str, PerToken]:
+    """The nodes of every per-token region (:mod:`planner.problem.per_token`) whose tokens a
+    ``RequireShard`` splits over some mesh axes, evenly: those axes and the nodes' placements there."""
+    split_axes = [(c.symbols, c.mesh_axis) for c in constraints if isinstance(c, RequireShard)]
+    if not split_axes:
+        return {}
+
+    def even(size: sympy.Basic, ways: int) -> bool:
+        verdict = divisibility.check(size, ways)
+        return verdict.allowed and verdict.status != "uneven"
+
+    found: dict[str, PerToken] = {}
+    for region in find_regions(graph):
+        axes = per_token_axes(region, split_axes, mesh.shape, even)
+        if axes:
+            found.update({name: PerToken(axes, *codes) for name, codes in region.placements.items()})
+    return found

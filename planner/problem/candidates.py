@@ -4,7 +4,9 @@ A node's proposals come from the first strategy provider that answers for it; a 
 or an output may take any non-partial placement (only ``Replicate`` for a user output under
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
 covers is replicated (and listed in ``Problem.uncovered``); a node read into Python numbers
-(``GraphNode.read_as_scalar``) keeps only its replicated proposals. Every proposal is first made
+(``GraphNode.read_as_scalar``) keeps only its replicated proposals; a node of a per-token region
+(:mod:`planner.problem.per_token`) takes its per-token placement on that region's axes in every
+proposal (rule ``per_token`` there). Every proposal is first made
 canonical (:func:`~planner.placements.canonical`): on a mesh axis of size 1 each placement is
 ``Replicate``, and the op's own collectives over such an axis are dropped, so a size-1 axis
 places nothing and no redistribution ever steps on it; proposals that become equal are one.
@@ -28,6 +30,7 @@ import numpy as np
 from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.placements import R_CODE, Codes, canonical, decode, encode, format_codes, shard_code
 from planner.problem.model import Candidate
+from planner.problem.per_token import PerToken, per_token_proposal
 from planner.strategies.base import Strategy, StrategyProvider
 
 if TYPE_CHECKING:
@@ -40,8 +43,10 @@ Proposal = tuple[Strategy | None, tuple[Codes | None, ...], tuple[Codes, ...]]
 
 
 def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], signatures: Mapping[str, tuple], *,
-                   replicate_outputs: bool) -> None:
-    """Fill ``problem.candidates`` (and ``pruned``, ``uncovered``) for every node, in graph order."""
+                   replicate_outputs: bool, per_token: Mapping[str, PerToken] | None = None) -> None:
+    """Fill ``problem.candidates`` (and ``pruned``, ``uncovered``) for every node, in graph order;
+    a node of ``per_token`` takes its per-token placement on those axes in every proposal."""
+    per_token = per_token or {}
     cache: dict[tuple, tuple[list[Candidate], list[tuple[str, str]]]] = {}
     for node in problem.graph:
         key = signatures[node.name]
@@ -49,6 +54,8 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
             key = key + (id(problem.candidates[node.source]),)  # type: ignore[index]
         if key not in cache:
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
+            if node.name in per_token and node.role == "op":
+                proposals = [per_token_proposal(*p, per_token[node.name]) for p in proposals]
             if node.read_as_scalar:
                 r = (R_CODE,) * problem.mesh.ndim
                 proposals = [p for p in proposals if all(p[1][k] in (None, r) for k in node.read_as_scalar)]

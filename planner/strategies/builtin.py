@@ -47,7 +47,7 @@ from planner.mesh import Mesh
 from planner.placements import Partial, Placement, Replicate, Shard, shard_factor
 from planner.strategies.base import AxisRule, Strategy, expand
 
-__all__ = ["BuiltinProvider", "EXPERTS", "EXPERT_PARALLEL_OPS"]
+__all__ = ["BuiltinProvider", "EXPERTS", "EXPERT_PARALLEL_OPS", "is_pointwise"]
 
 R = Replicate()
 P = Partial()
@@ -86,7 +86,7 @@ class BuiltinProvider:
     def strategies(self, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> list[Strategy] | None:
         rule = _RULES.get(_packet(node.target))
         rules = rule(node, graph) if rule is not None else None
-        if rules is None and _is_pointwise(node):
+        if rules is None and is_pointwise(node):
             rules = _pointwise(node, graph)
         if rules is None:
             return None
@@ -136,7 +136,8 @@ def _replicate_all(node: GraphNode) -> AxisRule:
     return AxisRule(tuple(None if m is None else R for m in node.outputs), (R,) * len(node.operands), "replicate")
 
 
-def _is_pointwise(node: GraphNode) -> bool:
+def is_pointwise(node: GraphNode) -> bool:
+    """Whether the node's op is tagged elementwise (``torch.Tag.pointwise``)."""
     import torch
 
     from shapecore.torch.private import OpOverload

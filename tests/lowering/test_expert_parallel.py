@@ -2,7 +2,9 @@
 lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 experts run as
 transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
 (output, loss and every gradient) from one compile, at batch sizes and routings that send one
-rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other."""
+rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other.
+transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
+each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
 
 import functools
 
@@ -16,8 +18,8 @@ from torch.export import Dim
 from lowering import launch
 from lowering.expert_parallel import local_counts
 from lowering.parallel import ParallelModule
-from planner import ExpertParallel, Mesh
-from tests.planner.models import GroupedExperts
+from planner import ExpertParallel, Mesh, RequireShard
+from tests.planner.models import GroupedExperts, transformers_moe_block
 
 BATCHES = ((2, False), (4, True), (6, False))  # (batch, every token routed to experts 0 and 1: rank 1 gets no row)
 
@@ -38,12 +40,21 @@ def _tokens(batch: int, to_rank_0: bool) -> torch.Tensor:
     return x
 
 
-def _run(rank, training, mesh):
-    model = _model()
+def _moe_block():
+    """transformers' Mixtral MoE block whose gate sends a token with a very negative first feature to experts 0 and 1."""
+    model = transformers_moe_block()
+    with torch.no_grad():
+        model.gate.weight[:, 0] = torch.tensor([-3.0, -3.0, 3.0, 3.0])
+    return model
+
+
+def _run(rank, training, mesh, model=_model, experts="w", batches=BATCHES, **options):
+    model = model()
+    options = options or {"placement_constraints": [ExpertParallel("ep")]}
     pm = ParallelModule(model, (torch.randn(4, 6, 8),), dynamic_shapes=({0: Dim("batch")},), mesh=mesh,
-                        batch_sizes=[4, 32], training=training, placement_constraints=[ExpertParallel("ep")])
+                        batch_sizes=[4, 32], training=training, **options)
     errors, received = [], []
-    for batch, to_rank_0 in BATCHES:
+    for batch, to_rank_0 in batches:
         x = _tokens(batch, to_rank_0)
         with torch.set_grad_enabled(training):
             out = pm(*pm.shard_inputs(x)).full_tensor()
@@ -58,11 +69,11 @@ def _run(rank, training, mesh):
             for name, p in pm.named_parameters():
                 grad = model.get_parameter(name).grad
                 errors.append(float((p.grad.full_tensor() - grad).abs().max()) / (1 + float(grad.abs().max())))
-            received.append(bool(pm.get_parameter("w").grad.to_local().abs().sum() > 0))  # this rank's experts had rows
+            received.append(bool(pm.get_parameter(experts).grad.to_local().abs().sum() > 0))  # this rank's experts had rows
             for p in pm.parameters():
                 p.grad = None
     all_to_alls = [n for n in pm.program.graph_module.graph.nodes if "all_to_all_single" in str(n.target)]
-    return max(errors), pm.compile_count, pm.plan.param_placements["w"], len(all_to_alls), received
+    return max(errors), pm.compile_count, pm.plan.param_placements[experts], len(all_to_alls), received
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
@@ -79,6 +90,23 @@ def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compil
         assert all_to_alls == 3 * (1 + training)
         if training:  # the second batch's rows all went to experts 0 and 1, which "ep" rank 0 holds
             assert received == [True, rank % 2 == 0, True]
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+def test_data_parallel_with_the_experts_split_on_the_same_axis_trains_equal_to_one_device_from_one_compile():
+    """transformers' MoE block, its batch split (each rank routes its own tokens: per token) and its
+    experts split over the same axis: each rank's own sorted rows go to their expert's rank and back."""
+    mesh = Mesh((2,), ("dp",))
+    run = functools.partial(_run, training=True, mesh=mesh, model=_moe_block, experts="experts.gate_up_proj",
+                            batches=tuple((2 * b, to_rank_0) for b, to_rank_0 in BATCHES),  # 2 rows a rank at least
+                            constraints=["Eq(Mod(batch, 2), 0)"],
+                            placement_constraints=[RequireShard("batch", "dp"), ExpertParallel("dp")])
+    for rank, (error, compiles, w, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
+        assert error <= 1e-5
+        assert compiles == 1
+        assert w == (Shard(0),)
+        assert all_to_alls == 3 * 4  # both products, forward and backward
+        assert received == [True, rank == 0, True]  # the second batch's rows all went to experts 0 and 1, on rank 0
 
 
 @given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())

@@ -203,6 +203,22 @@ class GroupedExperts(SortedExperts):
         return torch.ops.transformers.grouped_mm_fallback(routed, self.w, counts.cumsum(0))
 
 
+def transformers_moe_block(dim: int = 8, experts: int = 4) -> nn.Module:
+    """transformers' Mixtral sparse MoE block (top-2 of ``experts``, width ``dim``), seeded, its experts
+    as one grouped product: the routing chain that sorts every routed row of the batch."""
+    import transformers
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    config = transformers.MixtralConfig(hidden_size=dim, intermediate_size=2 * dim, num_local_experts=experts,
+                                        num_experts_per_tok=2, experts_implementation="grouped_mm")
+    torch.manual_seed(0)
+    block = MixtralSparseMoeBlock(config)
+    with torch.no_grad():  # its parameters are left empty for the model's own initialization
+        for parameter in block.parameters():
+            parameter.normal_(0.0, 0.3)
+    return block
+
+
 class Positions(nn.Module):
     """Rows plus constant ``full`` and ``new_empty_strided`` tensors and the row numbers
     (``arange``): factory ops whose dim 0 is the batch. ``arange`` stays replicated (split,

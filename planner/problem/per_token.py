@@ -1,0 +1,388 @@
+"""Per-token regions: a mixture of experts' routing chain, which each rank may run on its own tokens.
+
+A routed MoE layer (transformers' ``grouped_mm_experts_forward``) sorts *every* routed row of the
+batch by expert id, gathers the rows by the sort's permutation, runs one grouped product per expert
+with offsets counted from the sorted ids, and scatters the results back to their tokens. A sort
+of a split tensor is not the split of the sorted tensor, so the sort alone only replicates. The
+chain as a whole, though, is per-token work: each token's result depends on that token's rows,
+its experts and the (replicated) weights only. A :class:`Region` is such a chain recognised
+exactly; on a mesh axis that splits its tokens (:func:`per_token_axes`) every rank runs the
+chain on its own tokens (the rule :data:`PER_TOKEN`), and what leaves the region is the split
+of what one device computes.
+
+**The pattern** (``T`` tokens, ``k`` experts per token, ``n = T·k`` routed rows, ``E`` experts;
+anything else leaves no region, and the sort keeps its refusal):
+
+* ``ids = view(topk(scores [T, E], k).indices [T, k], [n])``; ``sort(ids)`` ascending (``ids``
+  lie in ``[0, E)``): its values ``sorted`` and its permutation ``perm`` (row ``i`` is routed row
+  ``perm[i]``, and routed row ``j`` is token ``j // k``'s);
+* the **rows**: ``X[perm]`` of an ``[n, ...]`` tensor, ``X[perm // k]`` of a ``[T, ...]`` one,
+  ``Z`` scattered at ``inv`` (``index_put(zeros [n, ...], [inv], X [n, ...], accumulate)``, so
+  ``Z[i] = X[perm[i]]``), and what row-wise ops make of rows: elementwise ops of rows alone, views,
+  splits, cats, sums and (un)squeezes keeping dim 0, copies, and transformers' grouped product
+  ``grouped_mm_fallback(rows, weight [E, ...], offsets)`` and its backward's rows;
+* ``offsets = cumsum(histc(sorted, E, 0, E - 1))``, read only as the grouped products' offsets;
+  ``inv = index_put(empty_like(perm), [perm], arange(n))``, read only as an index;
+* what leaves it: rows back in routed order (``Y[inv]``, or ``index_put(zeros [n, ...], [perm], Y,
+  accumulate)``), summed per token (``index_put(zeros [T, ...], [perm // k], Y, accumulate)``), and
+  the grouped backward's weight gradient; zeros made for it, which are zeros on every rank.
+
+Every other tensor of the region is read only inside it.
+
+**Why the region equals the one-device program.** Each row tensor satisfies ``Y[i] = g(perm[i])``
+for a function ``g`` of one routed row: of that row's inputs, its token's, its expert id and the
+weights. Gathers by ``perm`` and ``perm // k`` and the scatter by ``inv`` (a permutation, since
+``perm`` is) give such rows, and row-wise ops keep them. The grouped product gives row ``i`` the
+expert whose offsets enclose ``i``; with the rows sorted ascending by ids in ``[0, E)`` and the
+offsets their cumulative counts, that is ``sorted[i]``, row ``perm[i]``'s own expert, so it is
+row-wise too. Leaving, ``Y[inv][j] = g(j)``, ``perm``'s scatter gives ``g(j)`` at ``j`` and the
+per-token sum is ``Σ g(j)`` over token ``t``'s rows ``j``: functions of a token's own rows. A rank
+holding tokens ``[r·T/m, (r+1)·T/m)`` (``m`` divides ``T``, proved or a guard of the plan, never an
+uneven split) holds their routed rows ``[r·n/m, (r+1)·n/m)`` (routed row ``j`` is token
+``j // k``'s), sorts and counts those alone and computes the same ``g`` of each: what leaves is
+the one-device result's piece. The weight gradient is a sum over routed rows per expert, which
+the ranks' sums add up to: ``Partial``. Inside the region the ranks' tensors are their own
+program's (a rank's sorted rows are not a piece of the sorted rows), so nothing inside is
+redistributed: every region node takes the per-token placement on such an axis, never another.
+A grouped product may also split its experts over that axis (:data:`PER_TOKEN_EXPERTS`): each
+rank dispatches all its own sorted rows to their expert's rank and combines the results back, a
+function of each row as before, and each expert's weight gradient sums every rank's rows on its
+owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import sympy
+
+from planner.graph import GraphNode, PlanGraph, TensorMeta
+from planner.placements import P_CODE, R_CODE, decode, shard_code
+from planner.strategies.base import Strategy
+from planner.strategies.builtin import EXPERTS, is_pointwise
+
+__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "find_regions", "per_token_axes", "per_token_proposal"]
+
+PER_TOKEN = "per_token"
+"""The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
+
+PER_TOKEN_EXPERTS = f"{PER_TOKEN}+{EXPERTS}"
+"""The rule of a grouped product of a region on such an axis that it also splits its experts over
+(expert parallelism borrowing the data-parallel axis): each rank's own sorted rows, all of them,
+go to their expert's rank and back; the experts' weight gradient is then whole on its owner."""
+
+S0 = shard_code(0)
+_SORTS = ("aten.sort.default", "aten.sort.stable")
+_VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+_COPIES = ("aten._to_copy.default", "aten.clone.default", "aten.alias.default", "aten.detach.default",
+           "aten.contiguous.default")
+_ZEROS = ("aten.new_zeros.default", "aten.zeros.default", "aten.zeros_like.default")
+_GROUPED = "transformers.grouped_mm_fallback.default"
+_GROUPED_BACKWARD = "transformers.grouped_mm_fallback_backward.default"
+
+_INNER = frozenset({"sorted", "perm", "token_of", "rows", "counts", "offsets", "scratch", "positions", "inv"})
+"""Kinds of tensor read only inside the region (the rest, zeros and what leaves, any node may read)."""
+_PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE}
+"""A kind's placement on a per-token axis, when not ``Shard(0)``."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """A recognised routing chain: its sort, its ``tokens`` (``T``), and each node's placements on a
+    per-token axis, as codes (outputs, operands)."""
+
+    sort: str
+    tokens: sympy.Basic
+    placements: dict[str, tuple[tuple[int | None, ...], tuple[int, ...]]]
+
+
+class PerToken(NamedTuple):
+    """A region node's place on the mesh axes where its region runs per token: its placement codes
+    there (one per output, ``None`` for a non-tensor one, and one per operand)."""
+
+    axes: tuple[int, ...]
+    outputs: tuple[int | None, ...]
+    operands: tuple[int, ...]
+
+
+def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken
+                       ) -> tuple[Strategy, tuple, tuple]:
+    """A proposal (a strategy or None for an all-replicated fallback, and its output and operand
+    codes) with ``place``'s codes on its axes: the rule there is :data:`PER_TOKEN`, and the op's own
+    collectives over them are dropped (each rank's tokens stay its own). A grouped product whose
+    rule on such an axis is expert parallelism keeps it there (:data:`PER_TOKEN_EXPERTS`): its
+    codes (the experts and their gradient split by the expert dim, the rows and offsets as per
+    token) and its all_to_alls, each rank's own rows dispatched to their expert's rank."""
+    ndim = len(next(c for c in (*outputs, *operands) if c is not None))
+    parts = ["replicate"] * ndim if strategy is None else strategy.rule.split("/")
+    parts = parts if len(parts) == ndim else [strategy.rule] * ndim  # type: ignore[union-attr]
+    experts = {a for a in place.axes if parts[a] == EXPERTS}
+    axes = set(place.axes) - experts
+
+    def placed(codes: tuple[int, ...] | None, mine: int | None) -> tuple[int, ...] | None:
+        return None if codes is None else tuple(mine if a in axes else c for a, c in enumerate(codes))  # type: ignore[misc]
+
+    outputs = tuple(placed(c, m) for c, m in zip(outputs, place.outputs))
+    operands = tuple(placed(c, m) for c, m in zip(operands, place.operands))
+    rule = "/".join(PER_TOKEN if a in axes else PER_TOKEN_EXPERTS if a in experts else part for a, part in enumerate(parts))
+    reduces = () if strategy is None else tuple((a, n) for a, n in strategy.all_reduces if a not in axes)
+    exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a not in axes)
+    made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),
+                    rule, reduces, exchanged)
+    return made, outputs, operands
+
+
+def find_regions(graph: PlanGraph) -> list[Region]:
+    """Every sort of ``graph`` that heads a per-token region (see the module docstring)."""
+    return [region for node in graph if node.target in _SORTS and (region := _Builder(graph, node).build()) is not None]
+
+
+def per_token_axes(region: Region, split_axes: Sequence[tuple[frozenset[sympy.Symbol], int]], mesh_shape: Sequence[int],
+                   even: Callable[[sympy.Basic, int], bool]) -> tuple[int, ...]:
+    """The mesh axes on which ``region`` runs per token: those of ``split_axes`` ((symbols, axis): a
+    required split of a ``Dim``) whose symbols its token count mentions, of size above 1, when
+    ``even(tokens, ways)`` (the product of their sizes divides ``T`` evenly, proved or guarded)."""
+    axes = tuple(sorted({axis for symbols, axis in split_axes
+                         if mesh_shape[axis] > 1 and symbols & region.tokens.free_symbols}))
+    ways = 1
+    for axis in axes:
+        ways *= mesh_shape[axis]
+    return axes if axes and even(region.tokens, ways) else ()
+
+
+class _Builder:
+    """Classifies the nodes a sort reaches; ``build`` gives the region, or None when any node misfits."""
+
+    def __init__(self, graph: PlanGraph, sort: GraphNode) -> None:
+        self.graph, self.sort = graph, sort
+        self.kinds: dict[str, tuple[str | None, ...]] = {}
+        self.items: dict[str, list[str]] = {}  # tuple node -> its getitems
+        for node in graph:
+            if node.role == "getitem":
+                self.items.setdefault(node.source, []).append(node.name)  # type: ignore[arg-type]
+
+    def build(self) -> Region | None:
+        if not self._head():
+            return None
+        order = {name: i for i, name in enumerate(self.graph.nodes)}
+        pending, done = {self.sort.name}, set()
+        while pending:  # in graph order: a node's operands in the region are classified before it
+            name = min(pending, key=order.__getitem__)
+            pending.discard(name)
+            done.add(name)
+            node = self.graph.nodes[name]
+            if name not in self.kinds:
+                kinds = (self.kinds[node.source][node.index],) if node.role == "getitem" else self._classify(node)  # type: ignore[index]
+                if kinds is None:
+                    return None
+                self.kinds[name] = kinds
+            if any(kind in _INNER for kind in self.kinds[name]):
+                pending.update(n for n in (*self._readers(name), *self.items.get(name, ())) if n not in done)
+        if not self._closed():
+            return None
+        placements = {name: self._placements(self.graph.nodes[name]) for name in self.kinds
+                      if self.graph.nodes[name].role != "getitem"}
+        return Region(self.sort.name, self.tokens, placements)
+
+    # -- the head: topk ids, flattened, sorted ------------------------------------------------------
+
+    def _head(self) -> bool:
+        sort = self.sort
+        if len(sort.operands) != 1 or _arg(sort, 1, "dim", -1) not in (0, -1) or _arg(sort, 2, "descending", False):
+            return False
+        ids = self.graph.nodes[sort.operands[0]]
+        if ids.target not in _VIEWS or ids.output.ndim != 1:
+            return False
+        routed = self.graph.nodes[ids.operands[0]]
+        if routed.role != "getitem" or routed.index != 1 or routed.output.ndim != 2:
+            return False
+        topk = self.graph.nodes[routed.source]  # type: ignore[index]
+        if topk.target != "aten.topk.default" or _arg(topk, 2, "dim", -1) not in (-1, 1):
+            return False
+        scores = self.graph.operand_meta(topk, 0)
+        tokens, k = routed.output.shape
+        if scores.ndim != 2 or not scores.shape[1].is_Integer or not k.is_Integer or not _same(scores.shape[0], tokens):
+            return False
+        self.tokens, self.k, self.experts = tokens, int(k), int(scores.shape[1])
+        self.rows = tokens * self.k
+        if not _same(ids.output.shape[0], self.rows):
+            return False
+        self.kinds[sort.name] = ("sorted", "perm")
+        return True
+
+    # -- each reader ------------------------------------------------------------------------------------
+
+    def _readers(self, name: str) -> list[str]:
+        return list(dict.fromkeys(user for user, _ in self.graph.users.get(name, ())))
+
+    def _kind(self, name: str) -> str | None:
+        found = self.kinds.get(name)
+        return None if found is None else found[0]
+
+    def _classify(self, node: GraphNode) -> tuple[str | None, ...] | None:
+        """The kinds of ``node``'s outputs as a region node, or None when it is none of the pattern's."""
+        kinds = [self._kind(name) for name in node.operands]
+        target = node.target
+        if target in _COPIES and len(kinds) == 1 and kinds[0] in ("sorted", "rows"):
+            return (kinds[0],)
+        if target == "aten.floor_divide.default" and kinds == ["perm"] and node.fx.args[1:] == (self.k,):
+            return ("token_of",)
+        if target == "aten.index.Tensor":
+            return self._index(node, kinds)
+        if target == "aten.histc.default" and kinds == ["sorted"] \
+                and tuple(node.fx.args[1:]) == (self.experts, 0, self.experts - 1):
+            return ("counts",)
+        if target == "aten.cumsum.default" and kinds == ["counts"] and _arg(node, 1, "dim", None) in (0, -1):
+            return ("offsets",)
+        if target in (_GROUPED, _GROUPED_BACKWARD):
+            return self._grouped(node, kinds)
+        if target == "aten.empty_like.default" and kinds == ["perm"]:
+            return ("scratch",)
+        if target in _ZEROS and node.output.ndim >= 1 and self._rows_of(node.output) is not None:
+            return ("zeros",)
+        if target == "aten.index_put.default":
+            return self._index_put(node, kinds)
+        if all(kind == "rows" for kind in kinds) and kinds and self._row_wise(node):
+            return ("rows",) * len(node.outputs)
+        return None
+
+    def _rows_of(self, meta: TensorMeta) -> str | None:
+        """``routed`` or ``tokens`` for a tensor whose dim 0 is the routed rows or the tokens."""
+        if meta.ndim == 0:
+            return None
+        if _same(meta.shape[0], self.rows):
+            return "routed"
+        return "tokens" if _same(meta.shape[0], self.tokens) else None
+
+    def _index(self, node: GraphNode, kinds: list[str | None]) -> tuple[str, ...] | None:
+        indices = node.fx.args[1]
+        if len(indices) != 1 or indices[0] is None or len(kinds) != 2:
+            return None
+        source = self.graph.operand_meta(node, 0)
+        if kinds == [None, "perm"] and self._rows_of(source) == "routed":
+            return ("rows",)
+        if kinds == [None, "token_of"] and self._rows_of(source) == "tokens":
+            return ("rows",)
+        if kinds == ["rows", "inv"]:
+            return ("leaves",)
+        return None
+
+    def _grouped(self, node: GraphNode, kinds: list[str | None]) -> tuple[str, ...] | None:
+        weight = self.graph.operand_meta(node, 1)
+        if kinds[1] is not None or not weight.shape or not _same(weight.shape[0], self.experts):
+            return None
+        if node.target == _GROUPED and kinds == ["rows", None, "offsets"]:
+            return ("rows",)
+        if node.target == _GROUPED_BACKWARD and kinds == ["rows", None, "offsets", "rows"]:
+            return ("rows", "partial")
+        return None
+
+    def _index_put(self, node: GraphNode, kinds: list[str | None]) -> tuple[str, ...] | None:
+        """``index_put(self, [index], values, accumulate)`` building ``inv``, scattering in or out."""
+        args = node.fx.args
+        indices = args[1]
+        accumulate = bool(args[3]) if len(args) > 3 else bool(node.fx.kwargs.get("accumulate", False))
+        if len(indices) != 1 or indices[0] is None or len(kinds) != 3:
+            return None
+        base, _, values = node.operands
+        if not accumulate:
+            if kinds[:2] == ["scratch", "perm"] and self._positions(values):
+                return ("inv",)
+            return None
+        if not self._zeros(base):
+            return None
+        rows_of = self._rows_of(node.output)
+        value_rows = self._rows_of(self.graph.operand_meta(node, 2))
+        if kinds[1:] == ["inv", None] and rows_of == "routed" and value_rows == "routed" \
+                and _same_shape(node.output, self.graph.operand_meta(node, 2)):
+            return ("rows",)
+        if kinds[1:] == ["perm", "rows"] and rows_of == "routed" and _same_shape(node.output, self.graph.operand_meta(node, 2)):
+            return ("leaves",)
+        if kinds[1:] == ["token_of", "rows"] and rows_of == "tokens" \
+                and tuple(node.output.shape[1:]) == tuple(self.graph.operand_meta(node, 2).shape[1:]):
+            return ("leaves",)
+        return None
+
+    def _zeros(self, name: str) -> bool:
+        """Whether ``name`` is a zeros tensor made for the region (taken in when the region reads it)."""
+        node = self.graph.nodes[name]
+        if node.target not in _ZEROS or self._rows_of(node.output) is None:
+            return False
+        self.kinds.setdefault(name, ("zeros",))
+        return True
+
+    def _positions(self, name: str) -> bool:
+        """Whether ``name`` is ``arange(n)`` read by nothing else (taken in: its values are each rank's own)."""
+        node = self.graph.nodes[name]
+        if node.target != "aten.arange.default" or node.operands or node.output.ndim != 1 \
+                or not _same(node.output.shape[0], self.rows) or len(node.fx.args) != 1:
+            return False
+        if len(self._readers(name)) != 1:
+            return False
+        self.kinds[name] = ("positions",)
+        return True
+
+    def _row_wise(self, node: GraphNode) -> bool:
+        """Whether ``node`` maps rows to rows one by one: every operand and output keeps dim 0 as the
+        routed rows (elementwise ops with no broadcast over it, views, splits, cats and sums off dim 0)."""
+        metas = [self.graph.operand_meta(node, k) for k in range(len(node.operands))]
+        if any(m is None or self._rows_of(m) != "routed" for m in (*metas, *node.outputs)):
+            return False
+        target = node.target
+        ndim = node.outputs[0].ndim  # type: ignore[union-attr]
+        if is_pointwise(node):
+            return all(m.ndim == ndim for m in metas)
+        if target in _VIEWS or target in _COPIES:
+            return len(metas) == 1
+        if target in ("aten.unsqueeze.default", "aten.squeeze.dim"):
+            dim = node.fx.args[1]
+            return dim % (ndim if target == "aten.unsqueeze.default" else metas[0].ndim) != 0
+        if target in ("aten.split.Tensor", "aten.split_with_sizes.default"):
+            return _arg(node, 2, "dim", 0) % metas[0].ndim != 0
+        if target == "aten.cat.default":
+            return _arg(node, 1, "dim", 0) % ndim != 0
+        if target == "aten.sum.dim_IntList":
+            dims = node.fx.args[1]
+            return bool(dims) and all(d % metas[0].ndim != 0 for d in dims)
+        return False
+
+    # -- closure and placements -----------------------------------------------------------------------
+
+    def _closed(self) -> bool:
+        """Whether every tensor of an inner kind is read only by region nodes, the graph's outputs included."""
+        outputs = set(self.graph.outputs)
+        for name, kinds in self.kinds.items():
+            if not any(kind in _INNER for kind in kinds):
+                continue
+            if name in outputs or any(user not in self.kinds for user in self._readers(name)):
+                return False
+        return True
+
+    def _placements(self, node: GraphNode) -> tuple[tuple[int | None, ...], tuple[int, ...]]:
+        outputs = tuple(None if meta is None else _PLACED.get(kind, S0)  # type: ignore[arg-type]
+                        for meta, kind in zip(node.outputs, self.kinds[node.name]))
+        operands = []
+        for k, name in enumerate(node.operands):
+            kind = self._kind(name)
+            if kind is not None:
+                operands.append(_PLACED.get(kind, S0))
+            elif node.target in (_GROUPED, _GROUPED_BACKWARD) and k == 1:
+                operands.append(R_CODE)  # the experts' weights, whole on a per-token axis
+            else:
+                operands.append(S0 if self._rows_of(self.graph.operand_meta(node, k)) else R_CODE)
+        return outputs, tuple(operands)
+
+
+def _arg(node: GraphNode, position: int, name: str, default: object) -> object:
+    args = node.fx.args
+    return args[position] if len(args) > position else node.fx.kwargs.get(name, default)
+
+
+def _same(a: sympy.Basic, b: sympy.Basic) -> bool:
+    return sympy.expand(a - b) == 0
+
+
+def _same_shape(a: TensorMeta | None, b: TensorMeta | None) -> bool:
+    return a is not None and b is not None and a.ndim == b.ndim and all(_same(x, y) for x, y in zip(a.shape, b.shape))

@@ -1,0 +1,118 @@
+"""Per-token regions: transformers' routing chain (Mixtral's sparse MoE block) is recognised and
+runs per token where the batch is split; a chain that differs from the pattern anywhere, and a
+sort that heads no such chain, keep the sort's refusal."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch.distributed.tensor import Replicate, Shard
+from torch.export import Dim
+
+import planner
+from planner import PER_TOKEN, ExpertParallel, Mesh, PlacementConflict, RequireShard
+from planner.graph import read_graph
+from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions
+from shapecore.torch import trace_for_planning
+from tests.planner.models import GroupedExperts, transformers_moe_block
+
+CONSTRAINTS = ["Eq(Mod(batch, 4), 0)"]
+
+
+@pytest.fixture(scope="module")
+def block():
+    return trace_for_planning(transformers_moe_block(), (torch.randn(4, 3, 8),), dynamic_shapes={"hidden_states": {0: Dim("batch")}},
+                              training=True)
+
+
+def _plan(traced, mesh, constraints):
+    graph = traced.exported if traced.exported is not None else traced.graph_module
+    return planner.plan(graph, mesh, shape_env=traced.env, dims=traced.dim_exprs, batch_sizes=[4, 32],
+                        constraints=CONSTRAINTS, placement_constraints=constraints)
+
+
+def test_the_routing_chain_of_a_transformers_moe_block_is_one_region(block):
+    graph = read_graph(block.graph_module)
+    (region,) = find_regions(graph)
+    targets = {graph.nodes[name].target for name in region.placements}
+    assert {"aten.sort.default", "aten.histc.default", "aten.index_put.default", "aten.arange.default",
+            "transformers.grouped_mm_fallback.default", "transformers.grouped_mm_fallback_backward.default"} <= targets
+    assert region.tokens.free_symbols  # the batch's tokens
+    # the region's only tensors read outside it are per token (S(0)) or the weights' partial gradients (P)
+    out = {name for name in region.placements for user, _ in graph.users[name] if user not in region.placements}
+    assert out and all(graph.nodes[name].target in ("aten.index.Tensor", "aten.index_put.default", "aten.new_zeros.default")
+                       or graph.nodes[name].role == "getitem" for name in out)
+
+
+def test_the_batch_split_runs_the_chain_per_token_and_sums_the_experts_gradients(block):
+    plan = _plan(block, Mesh((2,)), [RequireShard("batch", 0)])
+    assert plan.input_placements[0] == (Shard(0),)
+    rules = {d.node: d.rule for d in plan.decisions.values() if "grouped_mm_fallback" in d.op or "sort" in d.op}
+    assert len(rules) == 5 and set(rules.values()) == {PER_TOKEN}  # the sort, two products and their backwards
+    assert [plan.param_placements[f"experts.{w}"] for w in ("gate_up_proj", "down_proj")] == [(Replicate(),)] * 2
+    assert plan.decisions["grouped_mm_fallback_backward"].strategy.startswith("S(0) | P <- ")  # each rank's rows' sum
+
+
+def test_expert_parallel_on_the_data_parallel_axis_dispatches_each_ranks_own_rows(block):
+    free = _plan(block, Mesh((2,)), [RequireShard("batch", 0)])
+    forced = _plan(block, Mesh((2,)), [RequireShard("batch", 0), ExpertParallel(0)])
+    rules = {d.node: d.rule for d in forced.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert set(rules.values()) == {PER_TOKEN_EXPERTS}
+    assert forced.param_placements["experts.gate_up_proj"] == (Shard(0),)
+    assert free.param_placements["experts.gate_up_proj"] == (Replicate(),)  # what the planner weighs without it
+
+
+def test_data_parallel_and_expert_parallel_on_two_axes(block):
+    plan = _plan(block, Mesh((2, 2), ("dp", "ep")), [RequireShard("batch", "dp"), ExpertParallel("ep")])
+    rules = {d.node: d.rule for d in plan.decisions.values() if "grouped_mm_fallback" in d.op}
+    assert set(rules.values()) == {f"{PER_TOKEN}/experts"}
+    assert plan.decisions["sort"].rule.split("/")[0] == PER_TOKEN
+
+
+@contextlib.contextmanager
+def _changed(node, args):
+    """``node`` with the arguments ``args`` for a while."""
+    before = node.args
+    node.args = args
+    try:
+        yield
+    finally:
+        node.args = before
+
+
+MUTATIONS = {  # op -> its arguments changed so that the per-token equality breaks
+    "a descending sort": ("aten.sort", lambda args: (args[0], -1, True)),
+    "counts over other bins": ("aten.histc", lambda args: (args[0], 5, 0, 4)),
+    "tokens of other copies": ("aten.floor_divide", lambda args: (args[0], 3)),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_chain_that_differs_from_the_pattern_is_no_region(block, mutation):
+    op, change = MUTATIONS[mutation]
+    node = next(n for n in block.graph_module.graph.nodes if str(n.target).startswith(op + "."))
+    with _changed(node, change(node.args)):
+        assert find_regions(read_graph(block.graph_module)) == []
+
+
+def test_a_region_tensor_read_outside_the_chain_is_no_region(block):
+    graph = block.graph_module.graph
+    rows = next(n for n in graph.nodes if str(n.target) == "transformers.grouped_mm_fallback.default")
+    with graph.inserting_after(rows):
+        leak = graph.call_function(torch.ops.aten.sum.default, (rows,))  # the sorted rows summed: no per-token value
+    leak.meta["val"] = rows.meta["val"].sum()
+    try:
+        assert find_regions(read_graph(block.graph_module)) == []
+    finally:
+        graph.erase_node(leak)
+
+
+def test_a_sort_that_heads_no_such_chain_is_still_refused():
+    """The hand-cut routed MoE sorts with ``argsort`` and counts the unsorted ids (``one_hot``):
+    not the pattern, so its sort keeps its refusal of the batch split."""
+    traced = trace_for_planning(GroupedExperts(), (torch.randn(4, 6, 8),), dynamic_shapes={"x": {0: Dim("batch")}})
+    assert find_regions(read_graph(traced.graph_module)) == []
+    with pytest.raises(PlacementConflict, match=r"RequireShard\('batch', axis=0\) conflicts with the strategies of node sort"):
+        _plan(traced, Mesh((2,)), [RequireShard("batch", 0)])
