@@ -23,7 +23,9 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
   backward; ``index_select``; ``sum``/``mean``;
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
-  (batch and heads); ``convolution`` and its backward; factory ops.
+  (batch and heads); ``convolution`` and its backward; pooling (``max_pool``/``avg_pool`` over 1, 2
+  or 3 spatial dims, adaptive average pooling over 2 or 3, and the backwards of those over 2 or 3: the batch and the channels,
+  which DTensor covers only from torch 2.12); factory ops.
 
 Batch norm (``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
 ``native_batch_norm_backward``) splits channels (statistics and affine parameters split with
@@ -802,3 +804,25 @@ def _convolution_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] |
     if not transposed and groups == 1:
         rules.append(AxisRule(outs(P, Shard(0), Shard(0)), (Shard(1), R, Shard(0)), "out_channels"))
     return rules
+
+
+_POOLS = {"max_pool1d_with_indices": 1, "avg_pool1d": 1, **{f"{op}{n}d{suffix}": n for n in (2, 3) for op, suffix in (
+    ("max_pool", "_with_indices"), ("max_pool", "_with_indices_backward"), ("avg_pool", ""), ("avg_pool", "_backward"),
+    ("_adaptive_avg_pool", ""), ("_adaptive_avg_pool", "_backward"))}}
+"""Pooling ops (each tensor operand and output laid out ``[batch,] channels, *spatial``) -> spatial dims."""
+
+
+def _pooling(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    metas = _metas(node, graph)
+    spatial = _POOLS[_packet(node.target)]
+    ndim = metas[0].ndim
+    if ndim not in (spatial + 1, spatial + 2) or any(m.ndim != ndim for m in (*metas, *node.outputs) if m is not None):
+        return None
+    rules = [_replicate_all(node)]
+    for d, name in enumerate(("batch", "channels")[spatial + 2 - ndim:]):  # each pools within its own plane
+        rules.append(AxisRule(tuple(None if m is None else Shard(d) for m in node.outputs), (Shard(d),) * len(metas), name))
+    return rules
+
+
+for _name in _POOLS:
+    _RULES[_name] = _pooling

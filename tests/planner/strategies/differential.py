@@ -88,6 +88,7 @@ CASES = {
     "slicing": (lambda x: x[:, 2:4] + x[:, 0:2] * x[:, 0:2].select(2, 1).unsqueeze(2), (real(4, 4, 8),)),
     "attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), (real(4, 4, 8, 4, dtype=torch.float32),) * 3),
     "conv": (lambda x, w, b: F.conv2d(x, w, b, padding=1), (real(4, 4, 4, 4), real(4, 4, 3, 3), real(4))),
+    "pooling": (lambda x: F.max_pool2d(x, 2) + F.avg_pool2d(x, 2) + F.adaptive_avg_pool2d(x, 2), (real(4, 4, 4, 4),)),
     "batch_norm_eval": (lambda x, w, b, m, v: F.batch_norm(x, m, v, w, b, training=False),
                         (real(4, 4, 2, 2), real(4), real(4), real(4), real(4).abs() + 0.5)),
 }

@@ -32,7 +32,8 @@ def test_builtin_rules_compute_the_op(case):
     assert check_all(fn, args, BuiltinProvider()) > 0
 
 
-@pytest.mark.parametrize("case", ["linear", "norms", "embedding", "attention", "conv", "softmax", "broadcast", "slicing"])
+@pytest.mark.parametrize("case", ["linear", "norms", "embedding", "attention", "conv", "pooling", "softmax", "broadcast",
+                                  "slicing"])
 def test_builtin_rules_compute_the_backward_ops(case):
     fn, args = _with_grads(*CASES[case])
     assert check_all(fn, args, BuiltinProvider(), mesh=Mesh((2,))) > 0
