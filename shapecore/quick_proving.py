@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import keyword
 import math
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ Polynomial = dict  # monomial (a sorted tuple of atoms) -> nonzero int coefficie
 
 _RELATIONS = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge, "==": sympy.Eq, "!=": sympy.Ne,
               "Eq": sympy.Eq, "Ne": sympy.Ne}
+_COMPARISONS = {sympy.Lt: operator.lt, sympy.Le: operator.le, sympy.Gt: operator.gt, sympy.Ge: operator.ge,
+                sympy.Eq: operator.eq, sympy.Ne: operator.ne}
 _INFIX = frozenset(("<", "<=", ">", ">=", "==", "!="))
 _ATOM_CALLS = {"Mod": "%", "FloorDiv": "//"}
 _EXTREMES = {"Max": "max", "max": "max", "Min": "min", "min": "min"}
@@ -71,6 +74,9 @@ _MOST_DIGITS = 30  # as quick_parsing's integers
 _NAME_START = frozenset("_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """A name token of :mod:`shapecore.quick_parsing`'s grammar."""
+_SIMPLE = re.compile(r"Eq\(Mod\(([A-Za-z_]\w*), (0|[1-9]\d{0,29})\), (0|[1-9]\d{0,29})\)"
+                     r"|([A-Za-z_]\w*) ([<>]=?|[=!]=) ([A-Za-z_]\w*|0|[1-9]\d{0,29})", re.ASCII)
+"""The texts most facts are, written as torch writes them: ``Eq(Mod(x, k), r)``, ``x < y``, ``x >= n``."""
 _CANDIDATES = 2  # points tried for a counterexample: lowest values, then a step higher
 
 
@@ -204,6 +210,20 @@ def _read(text: str) -> tuple[type, Polynomial, frozenset[str]] | None:
     """``(relation, lhs - rhs, every name read)`` of ``text``, or None outside the grammar; kept
     for the last 1024 texts read (facts recur across queries), so the polynomial is never mutated."""
     try:
+        simple = _SIMPLE.fullmatch(text)
+        if simple is not None:
+            name, k, r, left, operator, right = simple.groups()
+            if name is not None and _plain_name(name):
+                p = _atom("%", {(("", name, 0),): 1}, {(): int(k)})
+                return sympy.Eq, _plus(p, (((), int(r)),), -1) if r != "0" else p, frozenset((name,))
+            if left is not None and _plain_name(left):
+                if not right[0].isdigit():
+                    if _plain_name(right):
+                        p = _plus({(("", left, 0),): 1}, (((("", right, 0),), 1),), -1)
+                        return _RELATIONS[operator], p, frozenset((left, right))
+                else:
+                    p = {(("", left, 0),): 1}
+                    return _RELATIONS[operator], _plus(p, (((), int(right)),), -1) if right != "0" else p, frozenset((left,))
         reader = _Reader(text)
         relation, p = reader.relation()
     except _Outside:
@@ -315,9 +335,7 @@ def _value(p: Polynomial | tuple, point: Mapping[str, int]) -> int:
 
 
 def _holds(relation: type, p: Polynomial, point: Mapping[str, int]) -> bool:
-    d = _value(p, point)
-    return {sympy.Lt: d < 0, sympy.Le: d <= 0, sympy.Gt: d > 0, sympy.Ge: d >= 0, sympy.Eq: d == 0,
-            sympy.Ne: d != 0}[relation]
+    return _COMPARISONS[relation](_value(p, point), 0)
 
 
 # -- digest -------------------------------------------------------------------------------------

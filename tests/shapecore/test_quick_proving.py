@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapecore import Reasoner, holds, parse, prove
-from shapecore.quick_proving import _read, _Reader, _holds, clear_cache, decide
+from shapecore.quick_proving import _holds, _Outside, _read, _Reader, clear_cache, decide
 
 NAMES = ("x", "y", "z")
 LO, HI = -4, 6  # every name of a generated query is bounded by a range within this box
@@ -79,8 +79,32 @@ def _scope_points(facts, ranges):
 @given(text=_relations(), values=st.tuples(*(st.integers(-9, 9) for _ in NAMES)))
 def test_text_reads_as_the_parser_reads_it(text, values):
     point = dict(zip(NAMES, values))
-    relation, difference = _Reader(text).relation()
+    relation, difference, _ = _read(text)
     assert _holds(relation, difference, point) == holds(parse(text), point)
+
+
+def _full_reading(text):
+    reader = _Reader(text)
+    try:
+        relation, difference = reader.relation()
+    except _Outside:
+        return None
+    return relation, difference, frozenset(reader.names)
+
+
+WORDS = st.sampled_from(["x", "_y", "s0", "Max", "Mod", "zf0", "lambda", "True", "0", "1", "8", "007", "2x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.one_of(
+        st.tuples(WORDS, WORDS, WORDS).map(lambda t: f"Eq(Mod({t[0]}, {t[1]}), {t[2]})"),
+        st.tuples(WORDS, st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), WORDS).map(" ".join),
+    )
+)
+def test_the_texts_most_facts_are_read_as_the_reader_reads_them(text):
+    clear_cache()
+    assert _read(text) == _full_reading(text)
 
 
 @settings(max_examples=300, deadline=None)
