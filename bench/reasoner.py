@@ -15,7 +15,7 @@ fresh scopes) and of a repeated query (the best trial's mean over ``--repeat`` c
 ``shapecore.prove`` is the module function on the query's text as a user writes it
 (``prove(claim, facts=[...], ranges={...})``), its first call reading every text: without
 sympy where :mod:`shapecore.quick_proving` decides, else building the scope and parsing (the
-parser's caches are cleared before it).
+parser's and quick_proving's caches of texts read are cleared before it).
 
 The queries: :data:`REQUIRED`, :data:`CLAIMS` (45 claims in the style compilers ask:
 divisibility, chains of inequalities, min/max, floor division, with the ``>= 2`` ranges torch
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import sympy
 
 import shapecore
-from shapecore import holds, parse
+from shapecore import holds, parse, quick_proving
 from shapecore.parsing import named_symbols
 
 BOX = range(-6, 41)
@@ -277,6 +277,7 @@ def run_prove(query: Query, violation: dict[str, int] | None, timing: Timing) ->
     def fresh(trial: int):
         parse.cache_clear()
         named_symbols.cache_clear()
+        quick_proving.clear_cache()
         return lambda: shapecore.prove(query.claim, facts=facts, ranges=ranges, timeout_ms=1000 + trial)
 
     proof, first, again = _measure(fresh, timing)

@@ -19,7 +19,8 @@ the facts straight into integer polynomials over names and the atoms ``Mod(e, k)
   split by cases, and the interval of ``d`` from its monomials'; the bounds tightened to
   ``d``'s class.
 
-Facts the digest cannot read are left out (proving from fewer facts is sound). A claim that
+The reading of each text is kept (the last 1024 texts: facts recur across queries far more
+than claims); :func:`clear_cache` forgets them. Facts the digest cannot read are left out (proving from fewer facts is sound). A claim that
 is not proved is tried at a few points, each name at the lowest value its bounds and class
 allow, then a step higher: a point where every fact holds and the claim does not, by exact
 evaluation, refutes it.
@@ -33,8 +34,10 @@ reasoner decides those (and reports errors) as before.
 
 from __future__ import annotations
 
+import functools
 import keyword
 import math
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,13 +52,15 @@ from shapecore.parsing import integer_fits
 from shapecore.quick_parsing import MOST_TOKENS
 from shapecore.ranges import INF, ValueRange, decide_difference
 
-__all__ = ["QuickAnswer", "decide"]
+__all__ = ["QuickAnswer", "clear_cache", "decide"]
 
 Atom = tuple  # ("", name, 0) for a name, ("%" or "//", polynomial as sorted items, k)
 Polynomial = dict  # monomial (a sorted tuple of atoms) -> nonzero int coefficient
 
 _RELATIONS = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge, "==": sympy.Eq, "!=": sympy.Ne,
               "Eq": sympy.Eq, "Ne": sympy.Ne}
+_COMPARISONS = {sympy.Lt: operator.lt, sympy.Le: operator.le, sympy.Gt: operator.gt, sympy.Ge: operator.ge,
+                sympy.Eq: operator.eq, sympy.Ne: operator.ne}
 _INFIX = frozenset(("<", "<=", ">", ">=", "==", "!="))
 _ATOM_CALLS = {"Mod": "%", "FloorDiv": "//"}
 _EXTREMES = {"Max": "max", "max": "max", "Min": "min", "min": "min"}
@@ -65,11 +70,13 @@ _SENSES = {sympy.Le: ((1, 0),), sympy.Lt: ((1, 1),), sympy.Ge: ((-1, 0),), sympy
 """Per relation of ``d`` to 0, each ``(sign, strict)`` with ``sign*d <= -strict`` (integers)."""
 _TOKEN = re.compile(r"\w+|//|[=!<>]=|\S", re.ASCII)
 """A word (a name or an integer, checked after), a two-character operator or any other character."""
-_SINGLE = frozenset("-+*%<>(),_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-"""The one-character tokens of the grammar."""
 _MOST_DIGITS = 30  # as quick_parsing's integers
+_NAME_START = frozenset("_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """A name token of :mod:`shapecore.quick_parsing`'s grammar."""
+_SIMPLE = re.compile(r"Eq\(Mod\(([A-Za-z_]\w*), (0|[1-9]\d{0,29})\), (0|[1-9]\d{0,29})\)"
+                     r"|([A-Za-z_]\w*) ([<>]=?|[=!]=) ([A-Za-z_]\w*|0|[1-9]\d{0,29})", re.ASCII)
+"""The texts most facts are, written as torch writes them: ``Eq(Mod(x, k), r)``, ``x < y``, ``x >= n``."""
 _CANDIDATES = 2  # points tried for a counterexample: lowest values, then a step higher
 
 
@@ -92,10 +99,10 @@ class _Outside(Exception):
 class _Reader:
     """Python's precedence over the grammar of this module: sums of products of factors."""
 
-    def __init__(self, text: str, names: set[str]) -> None:
+    def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.at = 0
-        self.names = names  # every name read, whether or not it survives in a polynomial
+        self.names: set[str] = set()  # every name read, whether or not it survives in a polynomial
 
     def relation(self) -> tuple[type, Polynomial]:
         """``(relation, lhs - rhs)`` of the whole text."""
@@ -174,12 +181,17 @@ class _Reader:
             self.at += 1
             token = tokens[self.at]
         self.at += 1
-        if type(token) is int:
-            value = {(): token} if token else {}
+        if token is None:
+            raise _Outside
+        first = token[0]
+        if "0" <= first <= "9":  # quick_parsing's integers: not 2x, 1_000, 007 or longer than it reads
+            if not token.isdigit() or first == "0" and len(token) > 1 or len(token) > _MOST_DIGITS:
+                raise _Outside
+            value = {(): int(token)} if first != "0" else {}
         elif token == "(":
             value = self.sum()
             self.expect(")")
-        elif type(token) is not str or not (token[0].isalpha() or token[0] == "_"):
+        elif first not in _NAME_START:  # an operator out of place, or a character outside the grammar
             raise _Outside
         elif token in _EXTREMES and tokens[self.at] == "(":
             value = _extreme(_EXTREMES[token], *self.arguments())
@@ -193,26 +205,51 @@ class _Reader:
         return {monomial: -c for monomial, c in value.items()} if negate else value
 
 
+@functools.lru_cache(maxsize=1024)
+def _read(text: str) -> tuple[type, Polynomial, frozenset[str]] | None:
+    """``(relation, lhs - rhs, every name read)`` of ``text``, or None outside the grammar; kept
+    for the last 1024 texts read (facts recur across queries), so the polynomial is never mutated."""
+    try:
+        simple = _SIMPLE.fullmatch(text)
+        if simple is not None:
+            name, k, r, left, operator, right = simple.groups()
+            if name is not None and _plain_name(name):
+                p = _atom("%", {(("", name, 0),): 1}, {(): int(k)})
+                return sympy.Eq, _plus(p, (((), int(r)),), -1) if r != "0" else p, frozenset((name,))
+            if left is not None and _plain_name(left):
+                if not right[0].isdigit():
+                    if _plain_name(right):
+                        p = _plus({(("", left, 0),): 1}, (((("", right, 0),), 1),), -1)
+                        return _RELATIONS[operator], p, frozenset((left, right))
+                else:
+                    p = {(("", left, 0),): 1}
+                    return _RELATIONS[operator], _plus(p, (((), int(right)),), -1) if right != "0" else p, frozenset((left,))
+        reader = _Reader(text)
+        relation, p = reader.relation()
+    except _Outside:
+        return None
+    return relation, p, frozenset(reader.names)
+
+
+def clear_cache() -> None:
+    """Forget the texts read (to time a first read)."""
+    _read.cache_clear()
+
+
 def _tokens(text: str) -> list:
-    """The tokens of ``text`` (an integer as an ``int``), then None; :class:`_Outside` if one is
-    outside the grammar (the integers and names :mod:`shapecore.quick_parsing` reads)."""
+    """The tokens of ``text``, then None; :class:`_Outside` if there are more than
+    :mod:`shapecore.quick_parsing` reads. Each token is checked where it is read: an operator
+    by equality, a word by :meth:`_Reader.factor` (every token of a text read is one or the other)."""
     if not text.isprintable():  # a tab or a line break: the reasoner reads (or refuses) it
         raise _Outside
     tokens: list = _TOKEN.findall(text)
     if len(tokens) > MOST_TOKENS:
         raise _Outside
-    for i, token in enumerate(tokens):
-        first = token[0]
-        if first.isdigit():
-            if not token.isdigit() or first == "0" and len(token) > 1 or len(token) > _MOST_DIGITS:
-                raise _Outside  # 2x, 1_000, 007, or an integer longer than quick_parsing's
-            tokens[i] = int(token)
-        elif len(token) == 1 and token not in _SINGLE:
-            raise _Outside
     tokens.append(None)
     return tokens
 
 
+@functools.lru_cache(maxsize=256)
 def _plain_name(word: str) -> bool:
     """Whether ``word`` (a name token) reads as the integer symbol of that name."""
     return word not in CALL_NAMES and not keyword.iskeyword(word) and (word[0] != "z" or FLOAT_SYMBOL_NAME.fullmatch(word) is None)
@@ -298,9 +335,7 @@ def _value(p: Polynomial | tuple, point: Mapping[str, int]) -> int:
 
 
 def _holds(relation: type, p: Polynomial, point: Mapping[str, int]) -> bool:
-    d = _value(p, point)
-    return {sympy.Lt: d < 0, sympy.Le: d <= 0, sympy.Gt: d > 0, sympy.Ge: d >= 0, sympy.Eq: d == 0,
-            sympy.Ne: d != 0}[relation]
+    return _COMPARISONS[relation](_value(p, point), 0)
 
 
 # -- digest -------------------------------------------------------------------------------------
@@ -570,8 +605,18 @@ def decide(claim: str, facts: list[str], ranges: Mapping[str, tuple[int | None, 
             return None
     names: set[str] = set(ranges)
     try:
-        relation, d = _Reader(claim, names).relation()
-        read = [_Reader(fact, names).relation() for fact in facts]
+        claim_read = _read(claim)
+        if claim_read is None:
+            return None
+        relation, d, claim_names = claim_read
+        names |= claim_names
+        read = []
+        for fact in facts:
+            fact_read = _read(fact)
+            if fact_read is None:
+                return None
+            read.append(fact_read[:2])
+            names |= fact_read[2]
         digest = _Digest(names, ranges)
         for fact_relation, p in read:
             digest.add(fact_relation, p)

@@ -4,6 +4,7 @@ Ground truth is :func:`shapecore.holds` on the parsed text, by brute force over 
 bound every name; "no claim less decided" is checked against the reasoner itself.
 """
 
+import copy
 import itertools
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapecore import Reasoner, holds, parse, prove
-from shapecore.quick_proving import _Reader, _holds, decide
+from shapecore.quick_proving import _holds, _Outside, _read, _Reader, clear_cache, decide
 
 NAMES = ("x", "y", "z")
 LO, HI = -4, 6  # every name of a generated query is bounded by a range within this box
@@ -78,8 +79,32 @@ def _scope_points(facts, ranges):
 @given(text=_relations(), values=st.tuples(*(st.integers(-9, 9) for _ in NAMES)))
 def test_text_reads_as_the_parser_reads_it(text, values):
     point = dict(zip(NAMES, values))
-    relation, difference = _Reader(text, set()).relation()
+    relation, difference, _ = _read(text)
     assert _holds(relation, difference, point) == holds(parse(text), point)
+
+
+def _full_reading(text):
+    reader = _Reader(text)
+    try:
+        relation, difference = reader.relation()
+    except _Outside:
+        return None
+    return relation, difference, frozenset(reader.names)
+
+
+WORDS = st.sampled_from(["x", "_y", "s0", "Max", "Mod", "zf0", "lambda", "True", "0", "1", "8", "007", "2x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.one_of(
+        st.tuples(WORDS, WORDS, WORDS).map(lambda t: f"Eq(Mod({t[0]}, {t[1]}), {t[2]})"),
+        st.tuples(WORDS, st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), WORDS).map(" ".join),
+    )
+)
+def test_the_texts_most_facts_are_read_as_the_reader_reads_them(text):
+    clear_cache()
+    assert _read(text) == _full_reading(text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -168,6 +193,13 @@ def test_the_common_queries_are_decided_here_as_the_reasoner_decides_them(claim,
         "(x < 1)",
         "Eq(x, 1) == 1",
         "x >= ",
+        "x >= \u0663",  # a digit, but not an ASCII one
+        "\u00e9 >= 0",  # a letter, but not an ASCII one
+        "x >= 2\u00b2",
+        "x = 1",
+        "x === 1",
+        "x / / 2 >= 1",
+        "x >= 1234567890123456789012345678901",  # longer than quick_parsing's integers
     ],
 )
 def test_text_outside_the_grammar_is_left_to_the_reasoner(claim):
@@ -184,3 +216,24 @@ def test_contradicting_facts_are_left_to_the_reasoner():
     assert decide("x >= 5", ["x < y", "y < x"], {}) is None
     assert decide("x >= 5", ["Eq(Mod(x, 4), 1)", "Eq(Mod(x, 2), 0)"], {}) is None
     assert prove("x >= 5", facts=["x < y", "y < x"]).proved
+
+
+@settings(max_examples=150, deadline=None)
+@given(query=queries())
+def test_a_text_read_before_answers_as_a_fresh_read(query):
+    claim, facts, ranges = query
+    clear_cache()
+    kept = {text: copy.deepcopy(_read(text)) for text in (claim, *facts)}
+    first = decide(claim, facts, ranges)  # from the readings kept
+    assert all(_read(text) == reading for text, reading in kept.items())  # deciding never changes one
+    again = decide(claim, facts, ranges)
+    clear_cache()
+    assert first == again == decide(claim, facts, ranges)
+
+
+def test_the_texts_kept_are_bounded():
+    clear_cache()
+    most = _read.cache_info().maxsize
+    for i in range(most + 10):
+        decide("x >= 0", [f"x >= {i}"], {})
+    assert _read.cache_info().currsize == most
