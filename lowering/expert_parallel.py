@@ -1,10 +1,12 @@
 """Grouped products of experts run expert parallel: the lowering of the planner's ``experts`` rule.
 
 The planner's ``experts`` rule (:mod:`planner.strategies.builtin`) splits a grouped product's
-stacked experts ``(E, ...)`` by the expert dim over one mesh axis of ``n`` ranks, and its rows,
-sorted by expert, alike: rank ``c`` of the axis holds experts ``[c*L, (c+1)*L)`` (``L = E/n``)
-and rows ``[c*S, (c+1)*S)`` of the sorted rows (``S`` = its rows), while the offsets (expert
-``e`` takes the rows ``offs[e-1]:offs[e]``) are whole on every rank. Each rank counts its rows
+(transformers' ``grouped_mm_fallback`` and its backward, or ``torch._grouped_mm`` of rows by
+stacked experts with offsets) stacked experts ``(E, ...)`` by the expert dim over one mesh axis
+of ``n`` ranks, and its rows, sorted by expert, alike: rank ``c`` of the axis holds experts
+``[c*L, (c+1)*L)`` (``L = E/n``) and rows ``[c*S, (c+1)*S)`` of the sorted rows (``S`` = its
+rows), while the offsets (expert ``e`` takes the rows ``offs[e-1]:offs[e]``) are whole on every
+rank. Each rank counts its rows
 per expert (its block of rows against the offsets), sends them to their expert's rank
 (:func:`lowering.expert_dispatch.dispatch`), runs its own experts on what arrives, and sends the
 results back (:func:`~lowering.expert_dispatch.combine`), in its rows' order: the local result
@@ -40,7 +42,7 @@ def local_counts(offs: torch.Tensor, rows: Any, coordinate: torch.Tensor) -> tor
 
 
 def _forward(args: list[Any], ranks: int, group: str, coordinate: torch.Tensor) -> torch.Tensor:
-    """``grouped_mm_fallback(input [S, K], weight [L, K, N], offs [E])``: ``[S, N]``."""
+    """``grouped_mm_fallback(input [S, K], weight [L, K, N], offs [E])``: ``[S, N]``; ``_grouped_mm`` alike."""
     rows, weight, offs = args[:3]
     dispatched = dispatch(rows, local_counts(offs, rows.size(0), coordinate), ranks, group)
     pieces = dispatched.tokens.split(dispatched.counts)
@@ -64,5 +66,6 @@ def _backward(args: list[Any], ranks: int, group: str, coordinate: torch.Tensor)
 EXPERT_PARALLEL: dict[str, Callable[..., Any]] = {
     "transformers.grouped_mm_fallback.default": _forward,
     "transformers.grouped_mm_fallback_backward.default": _backward,
+    "aten._grouped_mm.default": _forward,  # rows [S, K] by experts [E, K, N] only (the planner's experts layout)
 }
 """Op (as the plan names it) -> its expert-parallel run ``(args, ranks, group, coordinate)``."""

@@ -660,8 +660,9 @@ class _Replay:
 
     def _expert_axis(self, node: Node, operands: list[Node]) -> int | None:
         """The mesh axis a grouped product of experts splits its experts (operand 1) over by the
-        expert dim, its rows (operand 0) split alike there only (the planner's ``experts``), or None."""
-        if str(node.target) not in EXPERT_PARALLEL:
+        expert dim, its rows (operand 0) split alike there only (the planner's ``experts``), or None.
+        Only rows ``[S, K]`` by stacked experts ``[E, K, N]`` are: ``_grouped_mm``'s other layouts are not."""
+        if str(node.target) not in EXPERT_PARALLEL or [o.meta["val"].ndim for o in operands[:2]] != [2, 3]:
             return None
         weight = self.redistributor.placements(node.name, 1, operands[1]) or ()
         axes = [a for a, p in enumerate(weight) if p == Shard(0)]

@@ -2,7 +2,8 @@
 lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 experts run as
 transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
 (output, loss and every gradient) from one compile, at batch sizes and routings that send one
-rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other.
+rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other;
+and, inferring, with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead.
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
 
@@ -38,6 +39,22 @@ def _tokens(batch: int, to_rank_0: bool) -> torch.Tensor:
     if to_rank_0:
         x[..., 0] = -4.0 - x[..., 0].abs()
     return x
+
+
+class TorchGroupedExperts(GroupedExperts):
+    """:class:`GroupedExperts` whose experts run as ``torch._grouped_mm`` (in bfloat16, which its
+    meta function wants), as transformers' MoE layers do on GPUs."""
+
+    def run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        offs = counts.cumsum(0).to(torch.int32)
+        return torch._grouped_mm(routed.bfloat16(), self.w.bfloat16(), offs).float()
+
+
+def _torch_grouped_model() -> TorchGroupedExperts:
+    """:func:`_model`'s experts and gate, run by ``torch._grouped_mm``."""
+    model = TorchGroupedExperts()
+    model.load_state_dict(_model().state_dict())
+    return model
 
 
 def _moe_block():
@@ -90,6 +107,19 @@ def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compil
         assert all_to_alls == 3 * (1 + training)
         if training:  # the second batch's rows all went to experts 0 and 1, which "ep" rank 0 holds
             assert received == [True, rank % 2 == 0, True]
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile():
+    """The same MoE, its experts one ``torch._grouped_mm`` (rows by stacked experts, offsets from
+    the counts): the op transformers' MoE layers run on GPUs, planned expert parallel alike."""
+    mesh = Mesh((2,), ("ep",))
+    run = functools.partial(_run, training=False, mesh=mesh, model=_torch_grouped_model, batches=BATCHES[:2])
+    for error, compiles, w, all_to_alls, _ in launch(run, mesh.size, timeout=600):
+        assert error <= 1e-2  # bfloat16 products, each expert's on its own rank
+        assert compiles == 1
+        assert w == (Shard(0),)
+        assert all_to_alls == 3
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
