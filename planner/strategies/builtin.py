@@ -10,9 +10,9 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   ``grouped_mm_fallback`` and its backward (columns and contraction; never the rows the
   offsets cut: see :func:`_grouped_rules`); ``_grouped_mm`` only where each
   piece keeps the 16-byte strides its kernels require; ``grouped_mm_fallback``, its
-  backward and ``_grouped_mm``'s experts' forward layout (``[S, K] @ [E, K, N]`` with offsets,
-  which its backward's gradient of the rows also is; not yet the weight gradient's ``[K, S] @
-  [S, N]``) also split the experts over one mesh axis, expert parallelism (``experts``: the
+  backward and ``_grouped_mm``'s experts' layouts (``[S, K] @ [E, K, N]`` with offsets, the
+  forward and its rows' gradient, and the weight gradient's ``[K, S] @ [S, N]``) also split
+  the experts over one mesh axis, expert parallelism (``experts``: the
   rows split alike, each rank's rows dispatched to their expert's rank and the results
   combined back by the lowering, :mod:`lowering.expert_dispatch`; its all_to_alls priced);
 * layout: ``t``, ``transpose``, ``permute``, ``view``/``_unsafe_view``/``reshape`` (which
@@ -294,9 +294,10 @@ EXPERT_PARALLEL_OPS = frozenset({"transformers.grouped_mm_fallback", "transforme
 
 def splits_experts(node: GraphNode, operands: Sequence[TensorMeta]) -> bool:
     """Whether the rules offer ``node`` (whose operands are ``operands``) expert parallelism: a
-    product of rows ``[S, K]`` by stacked experts ``[E, K, N]`` cut by offsets."""
+    product of rows ``[S, K]`` by stacked experts ``[E, K, N]`` cut by offsets, or the experts'
+    weight gradient ``[K, S] @ [S, N]``, one product per expert's rows."""
     if _packet(node.target) == "_grouped_mm":
-        return [m.ndim for m in operands] == [2, 3, 1]
+        return [m.ndim for m in operands] in ([2, 3, 1], [2, 2, 1])
     return _packet(node.target) in {"transformers.grouped_mm_fallback", "transformers.grouped_mm_fallback_backward"}
 
 
@@ -339,17 +340,22 @@ def _grouped_mm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     cut ``S``: experts' forward), ``[E, M, K] @ [K, S]`` (they cut ``S``, the columns), ``[M, S] @
     [S, N]`` (they cut the contraction ``S``, one ``[M, N]`` product per group: the experts'
     weight gradient), and ``[E, M, K] @ [E, K, N]`` without offsets (``bmm``). The experts'
-    forward layout is also expert parallel, as ``grouped_mm_fallback`` is."""
+    forward layout is also expert parallel, as ``grouped_mm_fallback`` is, and so is their weight
+    gradient: ``a``'s columns and ``b``'s rows (the experts' rows) split and sent to their
+    expert's rank, which keeps its experts' gradients (``[E, K, N]`` split by the expert dim)."""
     a, b = graph.operand_meta(node, 0), graph.operand_meta(node, 1)
     n = len(node.operands)  # a bias (which torch does not take yet) would be a fourth
-    if splits_experts(node, _metas(node, graph)):
+    if (a.ndim, b.ndim) == (2, 3) and n == 3:
         return _experts_forward_rules()
-    layouts = {(2, 3): (None, (2, 1), (1, 1)), (3, 2): ((1, 0), None, (2, 0)), (2, 2): ((0, 1), (1, 2), None)}
+    layouts = {(3, 2): ((1, 0), None, (2, 0)), (2, 2): ((0, 1), (1, 2), None)}
     if (a.ndim, b.ndim) == (3, 3) and n == 2:
         return _matmul_rules(node.output, 1, None)
     if (a.ndim, b.ndim) not in layouts or n != 3:
         return None
-    return _grouped_rules(n, *layouts[(a.ndim, b.ndim)])
+    rules = _grouped_rules(n, *layouts[(a.ndim, b.ndim)])
+    if (a.ndim, b.ndim) == (2, 2):  # the weight gradient: each rank's rows of both to their expert's rank
+        rules.append(AxisRule((Shard(0),), (Shard(1), Shard(0), R), EXPERTS, all_to_alls=(2, 0, 1)))
+    return rules
 
 
 def _grouped_mm_aligned(strategy: Strategy, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> bool:

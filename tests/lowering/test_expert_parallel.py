@@ -3,7 +3,7 @@ lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 exper
 transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
 (output, loss and every gradient) from one compile, at batch sizes and routings that send one
 rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other;
-and, inferring, with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead.
+and with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead.
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
 
@@ -110,16 +110,23 @@ def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compil
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
-def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile():
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile(training):
     """The same MoE, its experts one ``torch._grouped_mm`` (rows by stacked experts, offsets from
-    the counts): the op transformers' MoE layers run on GPUs, planned expert parallel alike."""
+    the counts): the op transformers' MoE layers run on GPUs, planned expert parallel alike; in
+    training its weight gradient (``[K, S] @ [S, N]``) too, each rank's rows and their gradients
+    sent to their expert's rank."""
     mesh = Mesh((2,), ("ep",))
-    run = functools.partial(_run, training=False, mesh=mesh, model=_torch_grouped_model, batches=BATCHES[:2])
-    for error, compiles, w, all_to_alls, _ in launch(run, mesh.size, timeout=600):
+    run = functools.partial(_run, training=training, mesh=mesh, model=_torch_grouped_model, batches=BATCHES[:2])
+    for rank, (error, compiles, w, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
         assert error <= 1e-2  # bfloat16 products, each expert's on its own rank
         assert compiles == 1
         assert w == (Shard(0),)
-        assert all_to_alls == 3
+        # the counts, the rows and the results exchanged; in training, the counts and rows again
+        # for the weight gradient (the routed rows take no gradient here: the input's copies)
+        assert all_to_alls == 3 + 2 * training
+        if training:
+            assert received == [True, rank == 0]  # the second batch's rows all went to experts 0 and 1
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
