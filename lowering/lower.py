@@ -13,7 +13,8 @@ node goes through these steps, one class each:
    lists what was emitted, edge by edge.
 3. **Shape arguments** (:class:`_ShapeArguments`): the size of ``view``/``reshape``/
    ``_unsafe_view``/``expand``, of the ``new_*`` ops (``new_empty_strided`` too, with dense
-   strides) and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``, ``empty_strided``) becomes the node's local output shape;
+   strides) and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``, ``empty_strided``,
+   ``empty_permuted``) becomes the node's local output shape;
    ``arange`` split across ranks starts at this rank's offset; ``view`` becomes ``reshape``,
    because a local tensor's strides can differ from the traced global one's (a split head
    dim, say) where its values cannot.
@@ -141,7 +142,7 @@ _SIZE_ARGUMENT = {  # op -> index of its size argument (the output's shape)
     _aten.new_zeros.default: 1, _aten.new_ones.default: 1, _aten.new_empty.default: 1, _aten.new_full.default: 1,
     _aten.zeros.default: 0, _aten.ones.default: 0, _aten.full.default: 0, _aten.empty.memory_format: 0,
     _aten.empty_strided.default: 0, _aten.new_empty_strided.default: 1, _aten.slice_backward.default: 1,
-    _aten.select_backward.default: 1,
+    _aten.select_backward.default: 1, _aten.empty_permuted.default: 0,
 }
 _WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be split
     _aten.cat.default: (1,), _aten.split.Tensor: (2,), _aten.split_with_sizes.default: (2,), _aten.chunk.default: (2,),

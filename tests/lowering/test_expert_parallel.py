@@ -3,7 +3,8 @@ lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 exper
 transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
 (output, loss and every gradient) from one compile, at batch sizes and routings that send one
 rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other;
-and with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead.
+and with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead, transformers' block
+too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
 
@@ -144,6 +145,37 @@ def test_data_parallel_with_the_experts_split_on_the_same_axis_trains_equal_to_o
         assert w == (Shard(0),)
         assert all_to_alls == 3 * 4  # both products, forward and backward
         assert received == [True, rank == 0, True]  # the second batch's rows all went to experts 0 and 1, on rank 0
+
+
+class _BFloat16(torch.nn.Module):
+    """``block`` in bfloat16 (its experts then run as ``torch._grouped_mm``), taking and giving float32."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block = block.to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x.bfloat16()).float()
+
+
+def _bfloat16_moe_block() -> _BFloat16:
+    return _BFloat16(_moe_block())
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+def test_data_and_expert_parallel_on_one_axis_infers_a_torch_grouped_mm_block_equal_to_one_device():
+    """transformers' MoE block with its experts as ``torch._grouped_mm``, inferring: each rank routes
+    its own tokens (a per-token region) and dispatches its own sorted rows to their expert's rank."""
+    mesh = Mesh((2,), ("dp",))
+    run = functools.partial(_run, training=False, mesh=mesh, model=_bfloat16_moe_block,
+                            experts="block.experts.gate_up_proj", batches=((4, False), (8, True)),
+                            constraints=["Eq(Mod(batch, 2), 0)"],
+                            placement_constraints=[RequireShard("batch", "dp"), ExpertParallel("dp")])
+    for error, compiles, w, all_to_alls, _ in launch(run, mesh.size, timeout=600):
+        assert error <= 2e-2  # bfloat16 products
+        assert compiles == 1
+        assert w == (Shard(0),)
+        assert all_to_alls == 3 * 2  # both products
 
 
 @given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())
