@@ -13,7 +13,8 @@ node goes through these steps, one class each:
    lists what was emitted, edge by edge.
 3. **Shape arguments** (:class:`_ShapeArguments`): the size of ``view``/``reshape``/
    ``_unsafe_view``/``expand``, of the ``new_*`` ops (``new_empty_strided`` too, with dense
-   strides) and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``, ``empty_strided``) becomes the node's local output shape;
+   strides) and of the factory ops (``zeros``, ``ones``, ``full``, ``empty``, ``empty_strided``,
+   ``empty_permuted``) becomes the node's local output shape;
    ``arange`` split across ranks starts at this rank's offset; ``view`` becomes ``reshape``,
    because a local tensor's strides can differ from the traced global one's (a split head
    dim, say) where its values cannot.
@@ -60,7 +61,7 @@ from torch.distributed.tensor import Shard
 
 from lowering.collectives import all_reduce_over, apply_steps, local_shard
 from lowering.errors import LoweringError
-from lowering.expert_parallel import EXPERT_PARALLEL
+from lowering.expert_parallel import expert_parallel
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
 from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
@@ -141,7 +142,7 @@ _SIZE_ARGUMENT = {  # op -> index of its size argument (the output's shape)
     _aten.new_zeros.default: 1, _aten.new_ones.default: 1, _aten.new_empty.default: 1, _aten.new_full.default: 1,
     _aten.zeros.default: 0, _aten.ones.default: 0, _aten.full.default: 0, _aten.empty.memory_format: 0,
     _aten.empty_strided.default: 0, _aten.new_empty_strided.default: 1, _aten.slice_backward.default: 1,
-    _aten.select_backward.default: 1,
+    _aten.select_backward.default: 1, _aten.empty_permuted.default: 0,
 }
 _WHOLE_DIM = {  # op -> indices of its dim arguments, whose dims must not be split
     _aten.cat.default: (1,), _aten.split.Tensor: (2,), _aten.split_with_sizes.default: (2,), _aten.chunk.default: (2,),
@@ -601,14 +602,14 @@ class _Replay:
         if node.target in _WHOLE_DIM and operands:
             self.checks.whole_dims(node, args, kwargs, operands)
         axes = self._synced_axes(node, args, operands)
-        experts = self._expert_axis(node, operands)
+        experts = self._expert_parallel(node, operands)
         if axes:
             result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
         elif experts is not None:
+            axis, run = experts
             # where each rank routes its own tokens, its sorted rows are all its own: the block at 0
-            block = coordinate[experts] * 0 if experts in _per_token_axes(self.plan, node.name) else coordinate[experts]
-            result = EXPERT_PARALLEL[str(node.target)](args, self.groups.axis_size(experts),
-                                                        self.groups.group_name(experts), block)
+            block = coordinate[axis] * 0 if axis in _per_token_axes(self.plan, node.name) else coordinate[axis]
+            result = run(args, self.groups.axis_size(axis), self.groups.group_name(axis), block)
         else:
             result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
@@ -658,10 +659,13 @@ class _Replay:
         placements = self.redistributor.placements(node.name, 0, operands[0]) or ()
         return tuple(a for a, p in enumerate(placements) if isinstance(p, Shard) and p.dim != 1)
 
-    def _expert_axis(self, node: Node, operands: list[Node]) -> int | None:
+    def _expert_parallel(self, node: Node, operands: list[Node]) -> tuple[int, Callable[..., Any]] | None:
         """The mesh axis a grouped product of experts splits its experts (operand 1) over by the
-        expert dim, its rows (operand 0) split alike there only (the planner's ``experts``), or None."""
-        if str(node.target) not in EXPERT_PARALLEL:
+        expert dim (the weight gradient: its rows, operand 1, by the rows), its rows (operand 0, on
+        the dim :func:`~lowering.expert_parallel.expert_parallel` names) split alike there only (the
+        planner's ``experts``), and the op's expert-parallel run; or None."""
+        found = expert_parallel(str(node.target), [o.meta["val"].ndim for o in operands])
+        if found is None:
             return None
         weight = self.redistributor.placements(node.name, 1, operands[1]) or ()
         axes = [a for a, p in enumerate(weight) if p == Shard(0)]
@@ -669,12 +673,12 @@ class _Replay:
             return None
         rows = self.redistributor.placements(node.name, 0, operands[0]) or ()
         own = _per_token_axes(self.plan, node.name)  # the rows of each rank's own tokens there
-        split = [a for a, p in enumerate(rows) if p == Shard(0) and a not in own]
+        split = [a for a, p in enumerate(rows) if p == Shard(found[1]) and a not in own]
         if len(axes) > 1 or split != [a for a in axes if a not in own]:
             raise LoweringError(f"{node.name} ({node.target}) splits its experts by the expert dim over mesh axes {axes} "
                                 f"and its rows over {split}; expert parallelism dispatches the rows over the one axis "
                                 "that splits both, or over an axis where each rank routes its own tokens")
-        return axes[0]
+        return axes[0], found[0]
 
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
         """Step 4: a SymInt of the trace is its global value over the local symbols."""

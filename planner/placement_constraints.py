@@ -41,7 +41,7 @@ from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.mesh import Mesh
 from planner.placements import (Codes, Placement, canonical, code_shard_axes, encode, format_codes, parse_placement,
                                 parse_placements)
-from planner.strategies.builtin import EXPERT_PARALLEL_OPS
+from planner.strategies.builtin import EXPERT_PARALLEL_OPS, splits_experts
 from shapecore.errors import ShapecoreError
 
 if TYPE_CHECKING:
@@ -342,8 +342,8 @@ class RequireShard(_DimOnAxis):
 
 
 class ExpertParallel(PlacementConstraint):
-    """Every grouped product of experts (``transformers::grouped_mm_fallback`` and its backward)
-    splits its stacked experts ``(E, ...)`` by the expert dim on mesh ``axis``: each rank holds
+    """Every grouped product of experts (``transformers::grouped_mm_fallback`` and its backward,
+    ``torch._grouped_mm`` of rows by stacked experts with offsets) splits its stacked experts ``(E, ...)`` by the expert dim on mesh ``axis``: each rank holds
     and computes ``E/n`` experts, its routed rows dispatched to their expert's rank and the
     results combined back (:mod:`lowering.expert_dispatch`). The experts' parameter (and its
     gradient) is then ``Shard(0)`` on ``axis``. A graph with no such op is an error."""
@@ -365,7 +365,8 @@ class ExpertParallel(PlacementConstraint):
         return info.role == "op" and ".".join(info.op.split(".")[:2]) in EXPERT_PARALLEL_OPS
 
     def allows(self, node: GraphNode, candidate: Candidate, operand_metas: Sequence[TensorMeta]) -> bool:
-        return self._sizes[self._axis] == 1 or self._axis in code_shard_axes(candidate.inputs[1], 0)
+        return (self._sizes[self._axis] == 1 or not splits_experts(node, operand_metas)
+                or self._axis in code_shard_axes(candidate.inputs[1], 0))
 
 
 def check_constraints(constraints: Any) -> tuple[PlacementConstraint, ...]:
@@ -398,7 +399,7 @@ def constrained_nodes(nodes: Sequence[GraphNode], constraints: Sequence[Placemen
         if isinstance(c, ExpertParallel) and not any(c.applies_to(info) for _, info in infos):
             raise ValueError(f"{c}: the graph has no grouped product of experts to split (ops: "
                              f"{', '.join(sorted(EXPERT_PARALLEL_OPS))}); experts computed otherwise (a loop over "
-                             "per-expert slices, torch._grouped_mm) are not split by expert yet")
+                             "per-expert slices) are not split by expert yet")
     found: dict[str, tuple[int, ...]] = {}
     for k, c in enumerate(constraints):
         matched = [node.name for node, info in infos if (_single(node) or not c.targeted) and c.applies_to(info)]

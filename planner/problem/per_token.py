@@ -20,9 +20,12 @@ anything else leaves no region, and the sort keeps its refusal):
   ``Z`` scattered at ``inv`` (``index_put(zeros [n, ...], [inv], X [n, ...], accumulate)``, so
   ``Z[i] = X[perm[i]]``), and what row-wise ops make of rows: elementwise ops of rows alone, views,
   splits, cats, sums and (un)squeezes keeping dim 0, copies, and transformers' grouped product
-  ``grouped_mm_fallback(rows, weight [E, ...], offsets)`` and its backward's rows;
+  ``grouped_mm_fallback(rows, weight [E, ...], offsets)`` and its backward's rows, and
+  ``torch._grouped_mm(rows, weight [E, K, N], offsets)`` (its backward's weight gradient, a product
+  of the rows transposed, is no region node yet: a training graph of it leaves no region);
 * ``offsets = cumsum(histc(sorted, E, 0, E - 1))``, read only as the grouped products' offsets;
-  ``inv = index_put(empty_like(perm), [perm], arange(n))``, read only as an index;
+  ``inv = index_put(empty_like(perm), [perm], arange(n))``, read only as an index (an inference
+  trace writes ``empty_permuted([n], [0])`` and ``arange(0, n)``, and ``perm // k`` as a floor ``div``);
 * what leaves it: rows back in routed order (``Y[inv]``, or ``index_put(zeros [n, ...], [perm], Y,
   accumulate)``), summed per token (``index_put(zeros [T, ...], [perm // k], Y, accumulate)``), and
   the grouped backward's weight gradient; zeros made for it, which are zeros on every rank.
@@ -81,6 +84,8 @@ _COPIES = ("aten._to_copy.default", "aten.clone.default", "aten.alias.default", 
 _ZEROS = ("aten.new_zeros.default", "aten.zeros.default", "aten.zeros_like.default")
 _GROUPED = "transformers.grouped_mm_fallback.default"
 _GROUPED_BACKWARD = "transformers.grouped_mm_fallback_backward.default"
+_GROUPED_MM = "aten._grouped_mm.default"
+_PRODUCTS = (_GROUPED, _GROUPED_BACKWARD, _GROUPED_MM)
 
 _INNER = frozenset({"sorted", "perm", "token_of", "rows", "counts", "offsets", "scratch", "positions", "inv"})
 """Kinds of tensor read only inside the region (the rest, zeros and what leaves, any node may read)."""
@@ -227,7 +232,9 @@ class _Builder:
         target = node.target
         if target in _COPIES and len(kinds) == 1 and kinds[0] in ("sorted", "rows"):
             return (kinds[0],)
-        if target == "aten.floor_divide.default" and kinds == ["perm"] and node.fx.args[1:] == (self.k,):
+        if kinds == ["perm"] and node.fx.args[1:] == (self.k,) and (
+                target == "aten.floor_divide.default"
+                or target == "aten.div.Tensor_mode" and node.fx.kwargs.get("rounding_mode") == "floor"):
             return ("token_of",)
         if target == "aten.index.Tensor":
             return self._index(node, kinds)
@@ -236,7 +243,7 @@ class _Builder:
             return ("counts",)
         if target == "aten.cumsum.default" and kinds == ["counts"] and _arg(node, 1, "dim", None) in (0, -1):
             return ("offsets",)
-        if target in (_GROUPED, _GROUPED_BACKWARD):
+        if target in _PRODUCTS:
             return self._grouped(node, kinds)
         if target == "aten.empty_like.default" and kinds == ["perm"]:
             return ("scratch",)
@@ -273,7 +280,7 @@ class _Builder:
         weight = self.graph.operand_meta(node, 1)
         if kinds[1] is not None or not weight.shape or not _same(weight.shape[0], self.experts):
             return None
-        if node.target == _GROUPED and kinds == ["rows", None, "offsets"]:
+        if node.target in (_GROUPED, _GROUPED_MM) and kinds == ["rows", None, "offsets"] and weight.ndim == 3:
             return ("rows",)
         if node.target == _GROUPED_BACKWARD and kinds == ["rows", None, "offsets", "rows"]:
             return ("rows", "partial")
@@ -288,7 +295,7 @@ class _Builder:
             return None
         base, _, values = node.operands
         if not accumulate:
-            if kinds[:2] == ["scratch", "perm"] and self._positions(values):
+            if kinds[1] == "perm" and (kinds[0] == "scratch" or self._scratch(base)) and self._positions(values):
                 return ("inv",)
             return None
         if not self._zeros(base):
@@ -313,11 +320,25 @@ class _Builder:
         self.kinds.setdefault(name, ("zeros",))
         return True
 
-    def _positions(self, name: str) -> bool:
-        """Whether ``name`` is ``arange(n)`` read by nothing else (taken in: its values are each rank's own)."""
+    def _scratch(self, name: str) -> bool:
+        """Whether ``name`` is ``empty_permuted([n], [0])`` (``empty_like(perm)`` as an inference
+        trace writes it) read by nothing else (taken in as ``scratch``)."""
         node = self.graph.nodes[name]
-        if node.target != "aten.arange.default" or node.operands or node.output.ndim != 1 \
-                or not _same(node.output.shape[0], self.rows) or len(node.fx.args) != 1:
+        if node.target != "aten.empty_permuted.default" or node.operands or node.output.ndim != 1 \
+                or not _same(node.output.shape[0], self.rows) or len(self._readers(name)) != 1:
+            return False
+        self.kinds[name] = ("scratch",)
+        return True
+
+    def _positions(self, name: str) -> bool:
+        """Whether ``name`` is ``arange(n)`` (or ``arange(0, n)``) read by nothing else (taken in:
+        its values are each rank's own)."""
+        node = self.graph.nodes[name]
+        args = node.fx.args
+        counting = node.target == "aten.arange.default" and len(args) == 1 \
+            or node.target == "aten.arange.start_step" and len(args) == 2 and args[0] == 0 \
+            and node.fx.kwargs.get("step", 1) == 1
+        if not counting or node.operands or node.output.ndim != 1 or not _same(node.output.shape[0], self.rows):
             return False
         if len(self._readers(name)) != 1:
             return False
@@ -368,7 +389,7 @@ class _Builder:
             kind = self._kind(name)
             if kind is not None:
                 operands.append(_PLACED.get(kind, S0))
-            elif node.target in (_GROUPED, _GROUPED_BACKWARD) and k == 1:
+            elif node.target in _PRODUCTS and k == 1:
                 operands.append(R_CODE)  # the experts' weights, whole on a per-token axis
             else:
                 operands.append(S0 if self._rows_of(self.graph.operand_meta(node, k)) else R_CODE)

@@ -9,8 +9,10 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
 * grouped products of experts: ``_grouped_mm`` in its four layouts, and transformers'
   ``grouped_mm_fallback`` and its backward (columns and contraction; never the rows the
   offsets cut: see :func:`_grouped_rules`); ``_grouped_mm`` only where each
-  piece keeps the 16-byte strides its kernels require; ``grouped_mm_fallback`` and its
-  backward also split the experts over one mesh axis, expert parallelism (``experts``: the
+  piece keeps the 16-byte strides its kernels require; ``grouped_mm_fallback``, its
+  backward and ``_grouped_mm``'s experts' layouts (``[S, K] @ [E, K, N]`` with offsets, the
+  forward and its rows' gradient, and the weight gradient's ``[K, S] @ [S, N]``) also split
+  the experts over one mesh axis, expert parallelism (``experts``: the
   rows split alike, each rank's rows dispatched to their expert's rank and the results
   combined back by the lowering, :mod:`lowering.expert_dispatch`; its all_to_alls priced);
 * layout: ``t``, ``transpose``, ``permute``, ``view``/``_unsafe_view``/``reshape`` (which
@@ -49,7 +51,7 @@ from planner.mesh import Mesh
 from planner.placements import Partial, Placement, Replicate, Shard, shard_factor
 from planner.strategies.base import AxisRule, Strategy, expand
 
-__all__ = ["BuiltinProvider", "EXPERTS", "EXPERT_PARALLEL_OPS", "is_pointwise"]
+__all__ = ["BuiltinProvider", "EXPERTS", "EXPERT_PARALLEL_OPS", "is_pointwise", "splits_experts"]
 
 R = Replicate()
 P = Partial()
@@ -95,7 +97,7 @@ class BuiltinProvider:
         strategies = expand(rules, mesh)
         if _packet(node.target) == "_grouped_mm":
             strategies = [s for s in strategies if _grouped_mm_aligned(s, node, graph, mesh)]
-        if _packet(node.target) in EXPERT_PARALLEL_OPS:  # the lowering dispatches over one mesh axis
+        if any(r.name == EXPERTS for r in rules):  # the lowering dispatches over one mesh axis
             strategies = [s for s in strategies if s.rule.split("/").count(EXPERTS) <= 1]
         return strategies
 
@@ -286,8 +288,19 @@ def _grouped_rules(operands: int, rows: tuple[int, int] | None, columns: tuple[i
 EXPERTS = "experts"
 """The rule name of expert parallelism (:data:`EXPERT_PARALLEL_OPS`)."""
 
-EXPERT_PARALLEL_OPS = frozenset({"transformers.grouped_mm_fallback", "transformers.grouped_mm_fallback_backward"})
-"""The ops that may split their stacked experts ``(E, ...)``, their operand 1, by the expert dim."""
+EXPERT_PARALLEL_OPS = frozenset({"transformers.grouped_mm_fallback", "transformers.grouped_mm_fallback_backward",
+                                 "aten._grouped_mm"})
+"""The ops (``namespace.name``) that may split their stacked experts ``(E, ...)``, their operand
+1, by the expert dim; ``_grouped_mm`` in its experts' forward layout only (:func:`splits_experts`)."""
+
+
+def splits_experts(node: GraphNode, operands: Sequence[TensorMeta]) -> bool:
+    """Whether the rules offer ``node`` (whose operands are ``operands``) expert parallelism: a
+    product of rows ``[S, K]`` by stacked experts ``[E, K, N]`` cut by offsets, or the experts'
+    weight gradient ``[K, S] @ [S, N]``, one product per expert's rows."""
+    if _packet(node.target) == "_grouped_mm":
+        return [m.ndim for m in operands] in ([2, 3, 1], [2, 2, 1])
+    return _packet(node.target) in {"transformers.grouped_mm_fallback", "transformers.grouped_mm_fallback_backward"}
 
 
 @_rule("transformers.grouped_mm_fallback")
@@ -296,6 +309,12 @@ def _grouped_mm_fallback(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | 
     [E]`` (expert ``e`` takes the rows ``offs[e-1]:offs[e]``) give ``[S, N]``. Expert parallel:
     ``input``'s rows and ``weight``'s experts split, ``offs`` whole; each rank's rows go to their
     expert's rank and back (the counts, ``input``'s rows and the output's exchanged)."""
+    return _experts_forward_rules()
+
+
+def _experts_forward_rules() -> list[AxisRule]:
+    """The rules of rows ``[S, K]`` times stacked experts ``[E, K, N]`` cut by offsets ``[E]``,
+    expert parallelism included (:func:`_grouped_mm_fallback`)."""
     return [*_grouped_rules(3, None, (2, 1), (1, 1)),
             AxisRule((Shard(0),), (Shard(0), Shard(0), R), EXPERTS, all_to_alls=(2, 0, 3))]
 
@@ -322,25 +341,36 @@ def _grouped_mm(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     """``torch._grouped_mm(a, b, offs)`` in its four layouts: ``[S, K] @ [E, K, N]`` (the offsets
     cut ``S``: experts' forward), ``[E, M, K] @ [K, S]`` (they cut ``S``, the columns), ``[M, S] @
     [S, N]`` (they cut the contraction ``S``, one ``[M, N]`` product per group: the experts'
-    weight gradient), and ``[E, M, K] @ [E, K, N]`` without offsets (``bmm``)."""
+    weight gradient), and ``[E, M, K] @ [E, K, N]`` without offsets (``bmm``). The experts'
+    forward layout is also expert parallel, as ``grouped_mm_fallback`` is, and so is their weight
+    gradient: ``a``'s columns and ``b``'s rows (the experts' rows) split and sent to their
+    expert's rank, which keeps its experts' gradients (``[E, K, N]`` split by the expert dim)."""
     a, b = graph.operand_meta(node, 0), graph.operand_meta(node, 1)
     n = len(node.operands)  # a bias (which torch does not take yet) would be a fourth
-    layouts = {(2, 3): (None, (2, 1), (1, 1)), (3, 2): ((1, 0), None, (2, 0)), (2, 2): ((0, 1), (1, 2), None)}
+    if (a.ndim, b.ndim) == (2, 3) and n == 3:
+        return _experts_forward_rules()
+    layouts = {(3, 2): ((1, 0), None, (2, 0)), (2, 2): ((0, 1), (1, 2), None)}
     if (a.ndim, b.ndim) == (3, 3) and n == 2:
         return _matmul_rules(node.output, 1, None)
     if (a.ndim, b.ndim) not in layouts or n != 3:
         return None
-    return _grouped_rules(n, *layouts[(a.ndim, b.ndim)])
+    rules = _grouped_rules(n, *layouts[(a.ndim, b.ndim)])
+    if (a.ndim, b.ndim) == (2, 2):  # the weight gradient: each rank's rows of both to their expert's rank
+        rules.append(AxisRule((Shard(0),), (Shard(1), Shard(0), R), EXPERTS, all_to_alls=(2, 0, 1)))
+    return rules
 
 
 def _grouped_mm_aligned(strategy: Strategy, node: GraphNode, graph: PlanGraph, mesh: Mesh) -> bool:
     """Whether each piece ``_grouped_mm`` gets keeps its matrices' strides 16-byte aligned, as its
     kernels (and its meta function, which the lowering's replay runs) require: a split dim among
-    the last two of ``a`` or ``b`` must be a number whose piece is a multiple of ``16 // itemsize``."""
+    the last two of ``a`` or ``b`` must be a number whose piece is a multiple of ``16 // itemsize``.
+    A split by ``experts`` does not count: there the lowering runs each expert's own product."""
+    experts = [rule == EXPERTS for rule in strategy.rule.split("/")]
     for k in (0, 1):
         meta = graph.operand_meta(node, k)
+        pieces = tuple(R if dispatched else p for p, dispatched in zip(strategy.inputs[k], experts))
         for d in range(meta.ndim - 2, meta.ndim):
-            ways = shard_factor(strategy.inputs[k], mesh.shape, d)
+            ways = shard_factor(pieces, mesh.shape, d)
             if ways == 1:
                 continue
             size = meta.shape[d]

@@ -2,7 +2,9 @@
 lowered to dispatch, local experts and combine: a routed top-2 MoE whose 4 experts run as
 transformers' grouped product, planned on 2 gloo ranks, runs and trains equal to one device
 (output, loss and every gradient) from one compile, at batch sizes and routings that send one
-rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other.
+rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan free on the other;
+and with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead, transformers' block
+too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
 
@@ -38,6 +40,22 @@ def _tokens(batch: int, to_rank_0: bool) -> torch.Tensor:
     if to_rank_0:
         x[..., 0] = -4.0 - x[..., 0].abs()
     return x
+
+
+class TorchGroupedExperts(GroupedExperts):
+    """:class:`GroupedExperts` whose experts run as ``torch._grouped_mm`` (in bfloat16, which its
+    meta function wants), as transformers' MoE layers do on GPUs."""
+
+    def run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        offs = counts.cumsum(0).to(torch.int32)
+        return torch._grouped_mm(routed.bfloat16(), self.w.bfloat16(), offs).float()
+
+
+def _torch_grouped_model() -> TorchGroupedExperts:
+    """:func:`_model`'s experts and gate, run by ``torch._grouped_mm``."""
+    model = TorchGroupedExperts()
+    model.load_state_dict(_model().state_dict())
+    return model
 
 
 def _moe_block():
@@ -93,6 +111,26 @@ def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compil
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile(training):
+    """The same MoE, its experts one ``torch._grouped_mm`` (rows by stacked experts, offsets from
+    the counts): the op transformers' MoE layers run on GPUs, planned expert parallel alike; in
+    training its weight gradient (``[K, S] @ [S, N]``) too, each rank's rows and their gradients
+    sent to their expert's rank."""
+    mesh = Mesh((2,), ("ep",))
+    run = functools.partial(_run, training=training, mesh=mesh, model=_torch_grouped_model, batches=BATCHES[:2])
+    for rank, (error, compiles, w, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
+        assert error <= 1e-2  # bfloat16 products, each expert's on its own rank
+        assert compiles == 1
+        assert w == (Shard(0),)
+        # the counts, the rows and the results exchanged; in training, the counts and rows again
+        # for the weight gradient (the routed rows take no gradient here: the input's copies)
+        assert all_to_alls == 3 + 2 * training
+        if training:
+            assert received == [True, rank == 0]  # the second batch's rows all went to experts 0 and 1
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
 def test_data_parallel_with_the_experts_split_on_the_same_axis_trains_equal_to_one_device_from_one_compile():
     """transformers' MoE block, its batch split (each rank routes its own tokens: per token) and its
     experts split over the same axis: each rank's own sorted rows go to their expert's rank and back."""
@@ -107,6 +145,37 @@ def test_data_parallel_with_the_experts_split_on_the_same_axis_trains_equal_to_o
         assert w == (Shard(0),)
         assert all_to_alls == 3 * 4  # both products, forward and backward
         assert received == [True, rank == 0, True]  # the second batch's rows all went to experts 0 and 1, on rank 0
+
+
+class _BFloat16(torch.nn.Module):
+    """``block`` in bfloat16 (its experts then run as ``torch._grouped_mm``), taking and giving float32."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        super().__init__()
+        self.block = block.to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x.bfloat16()).float()
+
+
+def _bfloat16_moe_block() -> _BFloat16:
+    return _BFloat16(_moe_block())
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+def test_data_and_expert_parallel_on_one_axis_infers_a_torch_grouped_mm_block_equal_to_one_device():
+    """transformers' MoE block with its experts as ``torch._grouped_mm``, inferring: each rank routes
+    its own tokens (a per-token region) and dispatches its own sorted rows to their expert's rank."""
+    mesh = Mesh((2,), ("dp",))
+    run = functools.partial(_run, training=False, mesh=mesh, model=_bfloat16_moe_block,
+                            experts="block.experts.gate_up_proj", batches=((4, False), (8, True)),
+                            constraints=["Eq(Mod(batch, 2), 0)"],
+                            placement_constraints=[RequireShard("batch", "dp"), ExpertParallel("dp")])
+    for error, compiles, w, all_to_alls, _ in launch(run, mesh.size, timeout=600):
+        assert error <= 2e-2  # bfloat16 products
+        assert compiles == 1
+        assert w == (Shard(0),)
+        assert all_to_alls == 3 * 2  # both products
 
 
 @given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())

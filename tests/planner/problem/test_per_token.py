@@ -1,5 +1,5 @@
 """Per-token regions: transformers' routing chain (Mixtral's sparse MoE block) is recognised and
-runs per token where the batch is split; a chain that differs from the pattern anywhere, and a
+runs per token where the batch is split (its experts as ``torch._grouped_mm``, inferring, too); a chain that differs from the pattern anywhere, and a
 sort that heads no such chain, keep the sort's refusal."""
 
 from __future__ import annotations
@@ -69,6 +69,39 @@ def test_data_parallel_and_expert_parallel_on_two_axes(block):
     rules = {d.node: d.rule for d in plan.decisions.values() if "grouped_mm_fallback" in d.op}
     assert set(rules.values()) == {f"{PER_TOKEN}/experts"}
     assert plan.decisions["sort"].rule.split("/")[0] == PER_TOKEN
+
+
+def _bfloat16_block(training):
+    """The block in bfloat16, which runs its experts as ``torch._grouped_mm`` (as on GPUs)."""
+    return trace_for_planning(transformers_moe_block().to(torch.bfloat16), (torch.randn(4, 3, 8, dtype=torch.bfloat16),),
+                              dynamic_shapes={"hidden_states": {0: Dim("batch")}}, training=training)
+
+
+@pytest.fixture(scope="module")
+def inferred():
+    return _bfloat16_block(training=False)
+
+
+def test_torch_grouped_mm_experts_run_per_token_and_expert_parallel_in_inference(inferred):
+    """Inferring, its chain (as an inference trace writes it) is a region; in training, its weight
+    gradient (the rows transposed) is no region node yet."""
+    traced = inferred
+    (region,) = find_regions(read_graph(traced.graph_module))
+    assert sum(name.startswith("_grouped_mm") for name in region.placements) == 2
+    for constraints, rule in (([RequireShard("batch", 0)], PER_TOKEN),
+                              ([RequireShard("batch", 0), ExpertParallel(0)], PER_TOKEN_EXPERTS)):
+        plan = _plan(traced, Mesh((2,)), constraints)
+        assert {d.rule for d in plan.decisions.values() if d.op == "aten._grouped_mm.default"} == {rule}
+    assert find_regions(read_graph(_bfloat16_block(training=True).graph_module)) == []
+
+
+@pytest.mark.parametrize("op, change", [("aten.arange.start_step", lambda args: (1, args[1])),
+                                        ("aten.div.Tensor_mode", lambda args: (args[0], 3))],
+                         ids=["positions from 1", "tokens of other copies"])
+def test_an_inference_chain_that_differs_from_the_pattern_is_no_region(inferred, op, change):
+    node = next(n for n in inferred.graph_module.graph.nodes if str(n.target) == op)
+    with _changed(node, change(node.args)):
+        assert find_regions(read_graph(inferred.graph_module)) == []
 
 
 @contextlib.contextmanager

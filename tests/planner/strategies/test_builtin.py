@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from planner import BuiltinProvider, Mesh
 from planner.graph import read_graph
 from planner.placements import Replicate, Shard
+from planner.strategies.builtin import splits_experts
 from tests.planner.strategies.differential import CASES, MESHES, check_all, real, trace
 
 
@@ -115,6 +116,37 @@ def test_transformers_grouped_mm_fallback_splits_its_experts_over_one_axis_excha
             assert s.all_to_alls == tuple((axis, k) for k in exchanged)
 
 
+def test_torch_grouped_mm_splits_its_experts_in_its_forward_and_weight_gradient_layouts():
+    """Its forward (rows by stacked experts) and its rows' gradient (the same layout) exchange the
+    counts, their rows and the results, as ``grouped_mm_fallback`` does; its weight gradient
+    (``[K, S] @ [S, N]``) the counts and the rows of both, keeping its experts' gradients."""
+    offs = torch.tensor([3, 3, 5, 8], dtype=torch.int32)  # 8 rows: halves of 4, no 16 bytes of bfloat16 columns
+    gm, _ = trace(_grouped_step(lambda x, w, offs: torch._grouped_mm(x, w, offs=offs)), real(8, 8, dtype=torch.bfloat16),
+                  real(4, 8, 8, dtype=torch.bfloat16), offs, real(8, 8, dtype=torch.bfloat16))
+    graph = read_graph(gm)
+    nodes = [n for n in graph if n.target == "aten._grouped_mm.default"]
+    # layout -> (dim of a that holds the rows, tensors exchanged)
+    expected = {(2, 3): (0, (2, 0, 3)), (2, 2): (1, (2, 0, 1))}
+    for node in nodes:
+        metas = [graph.operand_meta(node, k) for k in range(len(node.operands))]
+        rows, exchanged = expected[(metas[0].ndim, metas[1].ndim)]
+        assert splits_experts(node, metas)
+        expert_parallel = [s for s in BuiltinProvider().strategies(node, graph, Mesh((2, 2))) if "experts" in s.rule]
+        assert {s.rule.split("/").count("experts") for s in expert_parallel} == {1}  # dispatched over one axis
+        for s in expert_parallel:  # the rows it splits are dispatched: no 16-byte stride to keep
+            axis = s.rule.split("/").index("experts")
+            assert s.inputs[0][axis] == Shard(rows) and s.inputs[1][axis] == Shard(0) and s.inputs[2][axis] == Replicate()
+            assert s.outputs[0][axis] == Shard(0)
+            assert s.all_to_alls == tuple((axis, k) for k in exchanged)
+    assert sorted(graph.operand_meta(n, 1).ndim for n in nodes) == [2, 3, 3]
+    gm, _ = trace(lambda a, b, offs: torch._grouped_mm(a, b, offs=offs), real(4, 8, 8, dtype=torch.bfloat16),
+                  real(8, 8, dtype=torch.bfloat16), offs)  # [E, M, K] @ [K, S]: no stacked experts to split
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.target == "aten._grouped_mm.default")
+    assert not splits_experts(node, [graph.operand_meta(node, k) for k in range(3)])
+    assert not any("experts" in s.rule for s in BuiltinProvider().strategies(node, graph, Mesh((2, 2))))
+
+
 @pytest.mark.parametrize("dim, experts, chosen", [(1023, 64, "experts"), (7, 4, "replicate")])
 def test_the_planner_splits_the_experts_where_that_is_cheaper(dim, experts, chosen):
     """64 experts of 1023 x 1023 weights (a hidden size no axis splits: no column or contraction
@@ -165,7 +197,8 @@ def test_grouped_mm_splits_a_matrix_dim_only_where_each_piece_keeps_16_byte_stri
     assert (Shard(2), Shard(2)) in weight  # 32 columns of bfloat16 in 4 pieces: 8, 16 bytes each
     assert (Shard(1), Replicate()) in weight  # 16 rows in 2 pieces: 8
     assert (Shard(1), Shard(1)) not in weight  # 16 rows in 4 pieces: 4, 8 bytes
-    assert not any(isinstance(p, Shard) and p.dim == 0 for s in strategies for ps in s.inputs for p in ps)  # groups, rows: whole
+    assert not any(isinstance(p, Shard) and p.dim == 0 for s in strategies if "experts" not in s.rule
+                   for ps in s.inputs for p in ps)  # groups, rows: whole, but where dispatched to their expert's rank
 
 
 def test_a_tiny_mixtral_plans_its_experts_by_the_grouped_product_rules():
