@@ -266,6 +266,9 @@ class AlphaBetaCostModel:
             return 2.0 * out.numel * operands[0].dims[-1]
         if name == "transformers.grouped_mm_fallback_backward.default":  # two such products per grad_out row
             return 4.0 * operands[3].numel * operands[0].dims[-1]
+        if name == "_grouped_mm":  # torch's: rows through their expert; [M, K] @ [K, N] -> [E, M, N] cuts the contraction
+            a = operands[0]
+            return 2.0 * (out.dims[-2] * out.dims[-1] if len(a.dims) == len(operands[1].dims) == 2 else out.numel) * a.dims[-1]
         if name == "convolution_backward":
             w = operands[2]
             return 4.0 * operands[0].numel * math.prod(w.dims[1:])

@@ -81,6 +81,19 @@ def test_compute_is_a_roofline_and_views_are_free():
     assert model.compute_seconds(_node("aten.view.default", [(4096, 4096)]), [a], [out])[0] == 0
 
 
+@pytest.mark.parametrize("a, b, out", [
+    ((65536, 4096), (8, 4096, 4096), (65536, 4096)),  # rows through their expert
+    ((8, 4096, 4096), (4096, 65536), (4096, 65536)),  # columns through their expert
+    ((4096, 65536), (65536, 4096), (8, 4096, 4096)),  # each expert its slice of the contraction: a weight gradient
+])  # each large enough to be bound by its FLOPs
+def test_a_grouped_product_of_experts_is_priced_at_the_products_of_its_groups(a, b, out):
+    """``torch._grouped_mm``: 2·M·N·K over all groups, as one product of the rows and the contraction."""
+    model = AlphaBetaCostModel(H100, Mesh((8,)))
+    seconds = model.compute_seconds(_node("aten._grouped_mm.default", [out]), [_local(*a), _local(*b)], [_local(*out)])
+    rows, columns = (out[-2], out[-1])
+    np.testing.assert_allclose(seconds, 2 * rows * columns * a[-1] / H100.flops)
+
+
 def test_memory_counts_gradients_and_optimizer_states_in_training():
     model = AlphaBetaCostModel(H100, Mesh((8,)), optimizer_states=2)
     weight = _node("placeholder", [(1024, 1024)], role="param")
