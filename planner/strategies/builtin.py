@@ -198,7 +198,7 @@ def _like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
 
 
 @_rule("zeros", "ones", "full", "empty", "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided",
-       "new_empty_strided")
+       "new_empty_strided", "empty_permuted")
 def _factory(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     """Created directly as this rank's piece."""
     out = node.output

@@ -225,3 +225,12 @@ def test_floor_divide_splits_as_an_elementwise_op():
     """torch does not tag it pointwise; transformers' MoE routing divides token positions with it."""
     fn, args = CASES["floor_divide"]
     assert check_all(fn, args, BuiltinProvider(), ops=["floor_divide"]) > 2 * len(MESHES)  # more than replicated
+
+
+def test_empty_permuted_is_created_as_this_ranks_piece_like_the_other_factory_ops():
+    """An inference trace writes ``empty_like`` as ``empty_permuted`` (the lowering gives it the local size)."""
+    gm, _ = trace(lambda x: torch.empty_permuted(x.shape, (1, 0), dtype=x.dtype).copy_(x) * 2, real(4, 6))
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.target == "aten.empty_permuted.default")
+    rules = {s.rule for s in BuiltinProvider().strategies(node, graph, Mesh((2,)))}
+    assert rules == {"replicate", "S0", "S1"}
