@@ -39,7 +39,7 @@ import keyword
 import math
 import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -120,13 +120,7 @@ class _Reader:
             rhs = self.sum(-1)
         if tokens[self.at] is not None:  # a chained comparison, or more
             raise _Outside
-        for monomial, c in rhs.items():  # lhs - rhs
-            c += lhs.get(monomial, 0)
-            if c:
-                lhs[monomial] = c
-            else:
-                del lhs[monomial]
-        return _RELATIONS[token], lhs
+        return _RELATIONS[token], _add_into(lhs, rhs.items(), 1)  # lhs - rhs (rhs read negated)
 
     def arguments(self, sign: int = 1) -> tuple[Polynomial, Polynomial]:
         """The two arguments of the call whose ``(`` is here (the second times ``sign``)."""
@@ -151,13 +145,7 @@ class _Reader:
         token = tokens[self.at]
         while token == "+" or token == "-":
             self.at += 1
-            sign = outer if token == "+" else -outer
-            for monomial, c in self.product().items():
-                c = total.get(monomial, 0) + sign * c
-                if c:
-                    total[monomial] = c
-                else:
-                    del total[monomial]
+            _add_into(total, self.product().items(), outer if token == "+" else -outer)
             token = tokens[self.at]
         return total
 
@@ -571,7 +559,11 @@ class _Digest:
 
 def _plus(p: Polynomial, items: tuple, c: int) -> Polynomial:
     """``p + c*q``, ``q`` given as its sorted items."""
-    total = dict(p)
+    return _add_into(dict(p), items, c)
+
+
+def _add_into(total: Polynomial, items: Iterable[tuple], c: int) -> Polynomial:
+    """``total += c*q`` in place (``q`` given as its items), returned."""
     for monomial, a in items:
         a = total.get(monomial, 0) + c * a
         if a:
