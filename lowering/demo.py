@@ -26,7 +26,6 @@ import statistics
 import sys
 import threading
 import time
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -68,11 +67,6 @@ def _batch_sizes(text: str) -> list[int]:
     if not sizes or any(s < 1 for s in sizes):
         raise argparse.ArgumentTypeError(f"expected positive batch sizes, got {text!r}")
     return sizes
-
-
-def _hide_torch_internal_deprecations() -> None:
-    """torch 2.13's export warns about its own pytree internals (``LeafSpec``): nothing a demo user can act on."""
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 
 class _NoFlattenAdvice(logging.Filter):
@@ -170,7 +164,6 @@ def _rank(rank: int, plan_json: str, batch_sizes: Sequence[int], steps: int, tra
     from lowering.parallel import ParallelModule
     from planner import Plan
 
-    _hide_torch_internal_deprecations()
     _hide_dtensor_flatten_advice()
     model = decoder()
     progress = _Progress() if rank == 0 else None
@@ -240,7 +233,6 @@ def run(args: argparse.Namespace) -> int:
     from shapecore import holds, parse
 
     start = time.monotonic()
-    _hide_torch_internal_deprecations()
     bad = [b for b in args.batch_sizes if not holds(parse(CONSTRAINT), {"batch": b})]
     if bad:
         print(f"shapecore demo: batch size(s) {', '.join(map(str, bad))} break {CONSTRAINT}; "

@@ -23,6 +23,9 @@ names in :data:`VERSIONED` (checked likewise):
   input placement they cannot view without redistribution, refusing every other one with it:
   through 2.11 at a flattened dim that is sharded after the first one, 2.12 on at one that does
   not split evenly. :func:`whole_mesh_strategies` asks such a rule about each placement alone.
+* ``ExportedProgram.run_decompositions`` through 2.13 warns ``isinstance(treespec, LeafSpec) is
+  deprecated`` (a ``FutureWarning`` from its own deep copy of the program's call graph, about
+  torch's own pytree internals; 2.14 no longer): :func:`run_decompositions` hides that warning alone.
 
 Importing this module imports nothing from torch: each name in :data:`NAMES` is resolved on
 first use (``from shapecore.torch.private import tree_flatten``), each function below imports
@@ -54,6 +57,7 @@ __all__ = [
     "op_schema",
     "reduce_scatter_single",
     "register_process_group",
+    "run_decompositions",
     "sharding_propagator",
     "tensor_tables",
     "warm_up_inductor",
@@ -64,7 +68,7 @@ CHECKED_TORCH_VERSIONS = ("2.11.0", "2.12.0", "2.13.0", "2.14.1", "2.15.0")
 """The torch releases every name here was checked against: each resolves on each release."""
 
 VERSIONED = ("all_gather_single", "all_gather_tensor", "reduce_scatter_single", "reduce_scatter_tensor",
-             "all_gather_into_tensor")
+             "all_gather_into_tensor", "run_decompositions")
 """torch's names that some supported release lacks or deprecates: used only through the functions below."""
 
 NAMES: dict[str, tuple[str, str | None, str]] = {
@@ -357,6 +361,17 @@ def dist_reduce_scatter_single(output: Any, input: Any, group: Any = None) -> An
 
     scatter = dist.reduce_scatter_single if hasattr(dist, "reduce_scatter_single") else dist.reduce_scatter_tensor
     return scatter(output, input, group=group)
+
+
+def run_decompositions(exported: Any, table: dict[Any, Any]) -> Any:
+    """``exported.run_decompositions(table)``, without the ``LeafSpec`` deprecation that torch 2.11–2.13
+    warn from their own deep copy of the program's call graph (nothing a caller can act on)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        return exported.run_decompositions(table)
 
 
 def whole_mesh_strategies(rule: Any, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any] | None:

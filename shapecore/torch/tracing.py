@@ -35,6 +35,7 @@ from shapecore.env import ShapeEnv
 from shapecore.errors import ShapecoreError
 from shapecore.torch.expressions import map_expr
 from shapecore.torch.fake import graph_shape_env
+from shapecore.torch.private import run_decompositions
 from shapecore.torch.repeated import TRACED_BLOCKS, check_blocks, repeated_blocks, replicate, truncated
 from shapecore.torch.shape_env import first_sources, from_torch, range_origins, source_name, torch_guards
 
@@ -456,7 +457,7 @@ def trace_for_planning(model: torch.nn.Module, example_inputs: Sequence[Any], *,
         else:
             exported = _export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
             shape_env = _trace_shape_env(exported.graph_module)
-            planned = exported.run_decompositions(_decompositions())
+            planned = run_decompositions(exported, _decompositions())
             gm = planned.graph_module
     dim_exprs = _dim_expressions(shape_env, dynamic_shapes)
     return _traced(gm, shape_env, 1000, dims=_dims(dim_exprs), dim_exprs=dim_exprs, exported=planned,
