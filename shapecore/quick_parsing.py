@@ -28,7 +28,7 @@ import sympy
 from shapecore import functions as F
 from shapecore.operations import CALL_NAMES, Kind
 
-__all__ = ["read_common", "MOST_TOKENS"]
+__all__ = ["INTEGER", "MOST_DIGITS", "MOST_TOKENS", "NAME", "read_common"]
 
 MOST_TOKENS = 90
 """Tokens of the longest text read: a tree's depth is at most its tokens, well within
@@ -37,7 +37,14 @@ no product's coefficient comes near :data:`shapecore.parsing.MAX_INTEGER_DIGITS`
 
 _MOST_NESTED = 16  # parentheses and calls inside each other: the recursion stays shallow
 
-_TOKEN = r"(?:[1-9][0-9]{0,29}|0)(?![\w.])|[A-Za-z_][A-Za-z0-9_]*+|//|==|!=|<=|>=|[-+*%<>(),&|~]"
+MOST_DIGITS = 30
+"""Digits of the longest integer read."""
+INTEGER = rf"(?:[1-9][0-9]{{0,{MOST_DIGITS - 1}}}|0)"
+"""An integer as Python writes one, of at most :data:`MOST_DIGITS` digits (a regular expression)."""
+NAME = r"[A-Za-z_][A-Za-z0-9_]*+"
+"""A name (a regular expression; possessive: a name never gives back a character)."""
+
+_TOKEN = rf"{INTEGER}(?![\w.])|{NAME}|//|==|!=|<=|>=|[-+*%<>(),&|~]"
 """One token: an integer as Python writes one (not followed by a letter or a dot, which would
 make it another literal) of at most 30 digits, a name, or an operator. ``/`` alone, ``**``,
 ``=`` and every other character are outside the grammar."""

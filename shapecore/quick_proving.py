@@ -49,7 +49,7 @@ from shapecore.functions import FLOAT_SYMBOL_NAME
 from shapecore.modular import ANY, ModularSet, combine_congruences, solve_linear_congruence, tighten
 from shapecore.operations import CALL_NAMES
 from shapecore.parsing import integer_fits
-from shapecore.quick_parsing import MOST_TOKENS
+from shapecore.quick_parsing import INTEGER, MOST_DIGITS, MOST_TOKENS, NAME
 from shapecore.ranges import INF, ValueRange, decide_difference
 
 __all__ = ["QuickAnswer", "clear_cache", "decide"]
@@ -70,12 +70,10 @@ _SENSES = {sympy.Le: ((1, 0),), sympy.Lt: ((1, 1),), sympy.Ge: ((-1, 0),), sympy
 """Per relation of ``d`` to 0, each ``(sign, strict)`` with ``sign*d <= -strict`` (integers)."""
 _TOKEN = re.compile(r"\w+|//|[=!<>]=|\S", re.ASCII)
 """A word (a name or an integer, checked after), a two-character operator or any other character."""
-_MOST_DIGITS = 30  # as quick_parsing's integers
 _NAME_START = frozenset("_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME = re.compile(NAME)
 """A name token of :mod:`shapecore.quick_parsing`'s grammar."""
-_SIMPLE = re.compile(r"Eq\(Mod\(([A-Za-z_]\w*), (0|[1-9]\d{0,29})\), (0|[1-9]\d{0,29})\)"
-                     r"|([A-Za-z_]\w*) ([<>]=?|[=!]=) ([A-Za-z_]\w*|0|[1-9]\d{0,29})", re.ASCII)
+_SIMPLE = re.compile(rf"Eq\(Mod\(({NAME}), ({INTEGER})\), ({INTEGER})\)|({NAME}) ([<>]=?|[=!]=) ({NAME}|{INTEGER})")
 """The texts most facts are, written as torch writes them: ``Eq(Mod(x, k), r)``, ``x < y``, ``x >= n``."""
 _CANDIDATES = 2  # points tried for a counterexample: lowest values, then a step higher
 
@@ -173,7 +171,7 @@ class _Reader:
             raise _Outside
         first = token[0]
         if "0" <= first <= "9":  # quick_parsing's integers: not 2x, 1_000, 007 or longer than it reads
-            if not token.isdigit() or first == "0" and len(token) > 1 or len(token) > _MOST_DIGITS:
+            if not token.isdigit() or first == "0" and len(token) > 1 or len(token) > MOST_DIGITS:
                 raise _Outside
             value = {(): int(token)} if first != "0" else {}
         elif token == "(":
