@@ -337,6 +337,11 @@ class Decision:
     (the first instance of an identical layer, the producer it follows, the parameter its
     gradient is tied to); ``same_candidates_as`` the node with the same signature whose
     pruning log in ``Plan.pruned`` also applies to this one.
+
+    ``rule`` is one rule name (every axis), or one per mesh axis joined by ``/``. It is part
+    of the plan's contract with the lowering, not only its explanation: on an axis whose rule is
+    :data:`~planner.PER_TOKEN` (or ``PER_TOKEN + "+experts"``) the lowering runs the node on each
+    rank's own tokens (:mod:`planner.problem.per_token`).
     """
 
     node: str
