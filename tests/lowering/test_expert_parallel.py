@@ -44,17 +44,23 @@ def _tokens(batch: int, to_rank_0: bool) -> torch.Tensor:
 
 class TorchGroupedExperts(GroupedExperts):
     """:class:`GroupedExperts` whose experts run as ``torch._grouped_mm`` (in bfloat16, which its
-    meta function wants), as transformers' MoE layers do on GPUs."""
+    meta function wants), as transformers' MoE layers do on GPUs; its routed rows are scaled by a
+    learned vector first, so that in training they take a gradient, as a layer's activations do
+    (the product of the results' gradient by the experts transposed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
 
     def run_experts(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         offs = counts.cumsum(0).to(torch.int32)
-        return torch._grouped_mm(routed.bfloat16(), self.w.bfloat16(), offs).float()
+        return torch._grouped_mm((routed * self.scale).bfloat16(), self.w.bfloat16(), offs).float()
 
 
 def _torch_grouped_model() -> TorchGroupedExperts:
     """:func:`_model`'s experts and gate, run by ``torch._grouped_mm``."""
     model = TorchGroupedExperts()
-    model.load_state_dict(_model().state_dict())
+    model.load_state_dict(_model().state_dict(), strict=False)  # all but the scale
     return model
 
 
@@ -115,8 +121,8 @@ def test_experts_split_by_the_expert_dim_run_equal_to_one_device_from_one_compil
 def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_device_from_one_compile(training):
     """The same MoE, its experts one ``torch._grouped_mm`` (rows by stacked experts, offsets from
     the counts): the op transformers' MoE layers run on GPUs, planned expert parallel alike; in
-    training its weight gradient (``[K, S] @ [S, N]``) too, each rank's rows and their gradients
-    sent to their expert's rank."""
+    training its weight gradient (``[K, S] @ [S, N]``) and its rows' gradient (``[S, N] @ [E, N, K]``)
+    too, each rank's rows and their gradients sent to their expert's rank and back."""
     mesh = Mesh((2,), ("ep",))
     run = functools.partial(_run, training=training, mesh=mesh, model=_torch_grouped_model, batches=BATCHES[:2])
     for rank, (error, compiles, w, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
@@ -124,8 +130,9 @@ def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_de
         assert compiles == 1
         assert w == (Shard(0),)
         # the counts, the rows and the results exchanged; in training, the counts and rows again
-        # for the weight gradient (the routed rows take no gradient here: the input's copies)
-        assert all_to_alls == 3 + 2 * training
+        # for the weight gradient, and the counts, the results' gradient and the rows' gradient
+        # for the rows' gradient product
+        assert all_to_alls == 3 + (2 + 3) * training
         if training:
             assert received == [True, rank == 0]  # the second batch's rows all went to experts 0 and 1
 
