@@ -9,6 +9,7 @@ Public API:
 * :func:`lower` → :class:`LocalProgram` — a plan's per-rank FX graph, with the collectives it
   emitted; :func:`compile_program` → :class:`CompiledProgram`;
 * :func:`launch` — run ``fn(rank)`` on local processes with the default group initialized;
+  :func:`preload` — modules its CPU ranks' forkserver imports once, for every rank;
 * errors: :class:`GuardViolation`, :class:`InputError`, :class:`RankMismatch`, :class:`LoweringError`,
   :class:`LaunchTimeout`, :class:`RankFailure`.
 
@@ -22,7 +23,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from lowering.errors import GuardViolation, InputError, LoweringError, RankMismatch
-from lowering.launch import LaunchTimeout, RankFailure, launch
+from lowering.launch import LaunchTimeout, RankFailure, launch, preload
 
 if TYPE_CHECKING:
     from lowering.compile import CompiledProgram, compile_program
@@ -43,6 +44,7 @@ __all__ = [
     "launch",
     "lower",
     "parallelize",
+    "preload",
 ]
 
 _LAZY = {

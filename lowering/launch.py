@@ -29,9 +29,12 @@ Contract:
   ranks. Asking for more NCCL ranks than visible devices, or for CUDA where none is visible,
   raises ``ValueError`` before any process starts. A bare ``"gloo"`` runs on the CPU.
 
-CPU ranks are forked from a ``forkserver`` that has imported torch and Inductor once (and
-detected the CPU's vector ISA, :mod:`lowering._forkserver_warmup`), so a launch costs
-milliseconds rather than an interpreter start, a torch import and a compiler probe per rank.
+CPU ranks are forked from a ``forkserver`` that has imported torch, Inductor and
+:mod:`lowering.parallel` (with the planner) once, and detected the CPU's vector ISA
+(:mod:`lowering._forkserver_warmup`), so a launch costs milliseconds rather than an interpreter
+start, a torch import and a compiler probe per rank. :func:`preload` adds the modules that
+every rank's function imports (a model library: ``transformers.modeling_utils`` is ~2 CPU
+seconds), imported once instead of once per rank of every launch.
 CUDA ranks are spawned (a fresh interpreter each, seconds per launch): a CUDA context does not
 survive ``fork``, and that preload may initialize CUDA (Inductor asks whether a GPU is there).
 """
@@ -48,16 +51,18 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import Any, TypeVar
 
-__all__ = ["launch", "LaunchTimeout", "RankFailure"]
+__all__ = ["launch", "preload", "LaunchTimeout", "RankFailure"]
 
 T = TypeVar("T")
 
 _HOST = "127.0.0.1"
 _FAULTS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS, signal.SIGILL}  # what faulthandler reports
 _GRACE_SECONDS = 1.0
-_PRELOAD = ["torch", "torch.distributed", "lowering", "lowering._forkserver_warmup"]
+_PRELOAD = ["torch", "torch.distributed", "lowering", "lowering._forkserver_warmup", "lowering.parallel"]
+_forkserver_asked = False  # a CPU launch has started the forkserver: its imports are fixed
 
 
 class LaunchTimeout(TimeoutError):
@@ -176,12 +181,39 @@ def _rank_main(fn: Callable[[int], Any], rank: int, world_size: int, backend: st
     conn.close()
 
 
+def preload(*modules: str) -> None:
+    """Have the forkserver of CPU ranks import ``modules`` too (after its own), once for every
+    later launch of this process, instead of each rank importing them again.
+
+    Call it before the process's first CPU launch: a started forkserver keeps what it has
+    imported. A module that imports it must not start threads or touch CUDA (the ranks are
+    forked from it). Raises ``ValueError`` for a module that cannot be found, or when a launch
+    has already started the forkserver."""
+    missing = [m for m in modules if not isinstance(m, str) or _spec(m) is None]
+    if missing:
+        raise ValueError(f"preload: no module named {', '.join(map(repr, missing))}: pass importable module names")
+    if _forkserver_asked:
+        raise ValueError(f"preload({', '.join(map(repr, modules))}) came after this process's first CPU launch, "
+                         "whose forkserver keeps what it imported: call preload before the first launch")
+    _PRELOAD.extend(m for m in modules if m not in _PRELOAD)
+
+
+def _spec(module: str) -> object | None:
+    try:
+        return find_spec(module)
+    except (ImportError, ValueError):  # a parent package that is missing, or an empty name
+        return None
+
+
 def _context(method: str) -> multiprocessing.context.BaseContext:
-    """``"forkserver"`` (CPU ranks: forked from a process that has imported torch and Inductor)
-    or ``"spawn"`` (CUDA ranks: a fresh interpreter, with no CUDA state inherited)."""
+    """``"forkserver"`` (CPU ranks: forked from a process that has imported torch, Inductor and
+    the :func:`preload` modules) or ``"spawn"`` (CUDA ranks: a fresh interpreter, with no CUDA
+    state inherited)."""
+    global _forkserver_asked
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)
+        _forkserver_asked = True
     return ctx
 
 

@@ -110,6 +110,35 @@ def test_a_rank_killed_by_a_crash_is_named_with_its_signal_and_its_python_stack_
     assert "Fatal Python error: Aborted" in done.stderr and "in _abort" in done.stderr, done.stderr
 
 
+def _imported(rank: int) -> tuple[bool, bool]:
+    return "wave" in sys.modules, "lowering.parallel" in sys.modules
+
+
+@slow
+def test_preloaded_modules_are_imported_in_every_rank_before_its_function_runs():
+    """In a child interpreter, whose forkserver has not started yet: ``wave`` (imported by nothing
+    else) is there in each rank, as the planner and the lowering are for every launch."""
+    script = ("import lowering\nfrom tests.lowering.test_launch import _imported\n"
+              "lowering.preload('wave')\nprint(lowering.launch(_imported, 2, timeout=60))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(True, True), (True, True)]"
+
+
+def test_preload_names_a_module_it_cannot_find_and_refuses_to_come_after_the_first_launch(monkeypatch):
+    monkeypatch.setattr(launch_module, "_PRELOAD", ["torch"])
+    monkeypatch.setattr(launch_module, "_forkserver_asked", False)
+    with pytest.raises(ValueError, match="no module named 'no_such_module', 'json.no_such_part'"):
+        launch_module.preload("json", "no_such_module", "json.no_such_part")
+    assert launch_module._PRELOAD == ["torch"]  # nothing added when one is refused
+    launch_module.preload("json", "torch")
+    assert launch_module._PRELOAD == ["torch", "json"]
+    launch_module._context("forkserver")
+    with pytest.raises(ValueError, match=r"preload\('wave'\) came after this process's first CPU launch"):
+        launch_module.preload("wave")
+
+
 def _unpicklable(rank: int):
     return lambda: rank
 
