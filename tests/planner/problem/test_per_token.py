@@ -20,6 +20,7 @@ from planner.api import prepare
 from planner.graph import read_graph
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
+from planner.placements import R_CODE, shard_code
 from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions, per_token_rule_axes
 from planner.strategies.builtin import EXPERTS
 from shapecore.torch import trace_for_planning
@@ -95,6 +96,30 @@ def test_a_default_plan_weighs_running_the_chain_per_token(block, batch, axes):
                         constraints=CONSTRAINTS)
     (region,) = find_regions(read_graph(block.graph_module))
     assert _region_axes(plan, region) == {axes}
+
+
+def test_running_per_token_is_priced_as_each_ranks_share_of_the_chain(block, problems):
+    """On (2,) a region node's per-token form computes half of what its replicated form does where it
+    makes per-token rows (what makes counts, offsets or the experts' gradient, whole on each rank,
+    no more than all of it); a plan running per token redistributes nothing between region nodes,
+    the tokens split where they enter, and leaves the experts' gradient a partial sum."""
+    problem = problems["(2,)"]
+    (region,) = find_regions(problem.graph)
+    for name, (outputs, _) in region.placements.items():
+        candidates = problem.candidates[name]
+        whole = next(c for c in candidates if PER_TOKEN not in c.strategy.rule
+                     and all(codes in (None, (R_CODE,)) for codes in (*c.outputs, *c.inputs)))
+        mine = next(c for c in candidates if c.strategy.rule == PER_TOKEN)
+        if set(outputs) - {None} == {shard_code(0)}:  # (a grouped product reads its experts' weights whole)
+            assert mine.compute == pytest.approx(whole.compute / 2, rel=1e-2), name
+        else:
+            assert (mine.compute <= whole.compute).all(), name
+    plan = planner.plan(block.graph_module, Mesh((2,)), shape_env=block.env, dims=block.dim_exprs, batch_sizes=[65536],
+                        constraints=CONSTRAINTS)
+    assert _region_axes(plan, region) == {frozenset({0})}
+    assert not [r for r in plan.redistributions if r.producer in region.placements and r.consumer in region.placements]
+    assert plan.input_placements[0] == (Shard(0),)
+    assert plan.decisions["grouped_mm_fallback_backward"].strategy.startswith("S(0) | P <- ")
 
 
 @pytest.mark.parametrize("divisibility", ["prove", "assume", "uneven"])
