@@ -205,14 +205,15 @@ def tie_regions(problem: Problem, region_of: Mapping[str, str]) -> None:
     for name, region in region_of.items():
         members.setdefault(root(region), []).append(name)
     for names in members.values():
-        tied = _agreeing(problem, names)
+        sorts = sorted({region_of[name] for name in names})
+        tied = _agreeing(problem, names, sorts)
         if tied is not None:
             problem.agreements.append(tied)
 
 
-def _agreeing(problem: Problem, names: list[str]) -> list[tuple[int, tuple]] | None:
-    """Drop the choices of ``names``' groups that leave them no common set of per-token axes; the
-    agreement on the sets left, or None when one is left."""
+def _agreeing(problem: Problem, names: list[str], sorts: list[str]) -> list[tuple[int, tuple]] | None:
+    """Drop the choices of ``names``' groups (the nodes of the regions headed by ``sorts``) that
+    leave them no common set of per-token axes; the agreement on the sets left, or None when one is left."""
     ndim = problem.mesh.ndim
     groups = list(dict.fromkeys(problem.group_of[name] for name in names))
     nodes = {g: [name for name in names if problem.group_of[name] == g] for g in groups}
@@ -227,9 +228,9 @@ def _agreeing(problem: Problem, names: list[str]) -> list[tuple[int, tuple]] | N
     while True:
         common = set.intersection(*({k for k in keys(g) if k is not None} for g in groups))
         if not common:
-            raise ValueError(f"the per-token region of {', '.join(sorted(names)[:3])} … has no set of mesh axes all "
-                             "its nodes may run per token on (or none): a placement constraint splits one of them "
-                             "otherwise than its region")
+            raise ValueError(f"the nodes of the routing chain of {', '.join(sorts)} may not all run per token on one "
+                             "set of mesh axes (or all not): placement constraints ask some of them to run per token and "
+                             "others not (a node's per-token placement is its region's); drop one of them")
         dropped = False
         for g in groups:
             keep = [c for c, k in enumerate(keys(g)) if k in common]

@@ -15,7 +15,7 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.export import Dim
 
 import planner
-from planner import PER_TOKEN, ExpertParallel, Mesh, PlacementConflict, RequireShard
+from planner import PER_TOKEN, ExpertParallel, Mesh, Pin, PlacementConflict, RequireShard
 from planner.api import prepare
 from planner.graph import read_graph
 from planner.greedy import GreedyModel
@@ -120,6 +120,23 @@ def test_running_per_token_is_priced_as_each_ranks_share_of_the_chain(block, pro
     assert not [r for r in plan.redistributions if r.producer in region.placements and r.consumer in region.placements]
     assert plan.input_placements[0] == (Shard(0),)
     assert plan.decisions["grouped_mm_fallback_backward"].strategy.startswith("S(0) | P <- ")
+
+
+def test_a_pin_on_one_region_node_decides_the_whole_region(block):
+    """The sort's permutation pinned split (only running per token gives it so) takes every node of
+    the region per token, at a batch where it would not pay; a product pinned whole besides is a
+    conflict, said as such."""
+    graph = read_graph(block.graph_module)
+    (region,) = find_regions(graph)
+    perm = next(n.name for n in graph if n.role == "getitem" and n.source == region.sort and n.index == 1)
+
+    def plan(pins):
+        return planner.plan(block.graph_module, Mesh((2,)), shape_env=block.env, dims=block.dim_exprs, batch_sizes=[4],
+                            constraints=CONSTRAINTS, placement_constraints=pins)
+
+    assert _region_axes(plan([Pin(perm, "S(0)")]), region) == {frozenset({0})}
+    with pytest.raises(ValueError, match="may not all run per token on one set of mesh axes"):
+        plan([Pin(perm, "S(0)"), Pin("grouped_mm_fallback", "R")])
 
 
 @pytest.mark.parametrize("divisibility", ["prove", "assume", "uneven"])
