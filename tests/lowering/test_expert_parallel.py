@@ -6,7 +6,9 @@ rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan fre
 and with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead, transformers' block
 too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
-each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
+each rank routes its own tokens, a per-token region, and dispatches all its rows), and on (2, 2)
+with its batch split on one axis and its experts on the other, where the planner runs the region
+per token on both."""
 
 import functools
 
