@@ -65,7 +65,7 @@ from lowering.expert_parallel import expert_parallel
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
 from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
-from planner import PER_TOKEN, Mesh, Plan, Redistribution
+from planner import Mesh, Plan, Redistribution, per_token_rule_axes
 from shapecore import ShapeEnv, prove
 from shapecore.torch import (TorchSymbols, backend_neutral, from_torch, graph_shape_env, size_expr, to_symint,
                              to_torch_symbols)
@@ -177,11 +177,7 @@ def _per_token_axes(plan: Plan, name: str) -> frozenset[int]:
     ``PER_TOKEN_EXPERTS``): each rank runs the routing chain on its own tokens, its tensors its own
     program's, not pieces."""
     decision = plan.decisions.get(name)
-    if decision is None or PER_TOKEN not in decision.rule:
-        return frozenset()
-    parts = decision.rule.split("/")
-    parts = parts * plan.mesh.ndim if len(parts) == 1 else parts
-    return frozenset(a for a, part in enumerate(parts) if part.split("+")[0] == PER_TOKEN)
+    return frozenset() if decision is None else per_token_rule_axes(decision.rule, plan.mesh.ndim)
 
 
 def _is_program_input(plan: Plan, placeholder: Node) -> bool:

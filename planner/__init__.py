@@ -25,7 +25,8 @@
 * :data:`PER_TOKEN` — the rule (``Decision.rule``, one part per mesh axis joined by ``/``) of a
   node of a mixture of experts' routing chain on a mesh axis where each rank runs the chain on
   its own tokens (:mod:`planner.problem.per_token`): the lowering runs it there on the local
-  tensors as they are, an ``arange`` giving the local positions.
+  tensors as they are, an ``arange`` giving the local positions; :func:`per_token_rule_axes`
+  reads those axes from a rule.
 """
 
 from planner.api import ModuleTrace, plan, plan_module, trace_module
@@ -54,7 +55,7 @@ from planner.plan import (
 from planner.placement_constraints import (ExpertParallel, ForbidShard, MinShards, NodeInfo, Pin, PlacementConflict,
                                           PlacementConstraint, RequireShard)
 from planner.placements import format_placements, parse_placements
-from planner.problem.per_token import PER_TOKEN
+from planner.problem.per_token import PER_TOKEN, per_token_rule_axes
 from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
 __all__ = [
@@ -102,6 +103,7 @@ __all__ = [
     "format_placements",
     "options_from",
     "parse_placements",
+    "per_token_rule_axes",
     "plan",
     "plan_module",
     "tensor_operands",

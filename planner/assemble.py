@@ -31,6 +31,7 @@ from planner.plan import (
     SolverStats,
 )
 from planner.problem import Candidate, Problem
+from planner.problem.per_token import per_token_rule_axes
 
 __all__ = ["assemble_plan"]
 
@@ -180,6 +181,8 @@ def _decisions(problem: Problem, choices: list[int], incoming: dict[str, float],
         alternatives: tuple[Alternative, ...] = ()
         if explain and len(cands) > 1 and node.name not in problem.shared:
             allowed = problem.allowed_candidates.get(node.name, range(len(cands)))  # placement constraints rule the others out
+            own = per_token_rule_axes(cand.strategy.rule, problem.mesh.ndim)  # a region's nodes run per token alike
+            allowed = [i for i in allowed if per_token_rule_axes(cands[i].strategy.rule, problem.mesh.ndim) == own]
             delta = _SwitchDelta(problem, choices, node.name, current, getitems)
             deltas = [(i, delta(i)) for i in allowed if i != current]
             deltas.sort(key=lambda t: (t[1], t[0]))

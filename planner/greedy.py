@@ -1,7 +1,10 @@
 """Greedy baseline: each group, in graph order, takes its cheapest choice given those before it.
 
 The cost of a choice is its groups' compute and in-group resharding plus the resharding on
-every edge class whose other group is already decided (later neighbours are ignored). If
+every edge class whose other group is already decided (later neighbours are ignored). Groups
+that must agree (:attr:`~planner.problem.Problem.agreements`: a per-token region's nodes) take
+their key at the first of them, as one decision: the key whose cheapest choice of each of them,
+in itself, costs least in all; the rest then choose among the choices of that key. If
 the result breaks the memory budget, memory is priced in where it breaks it: the peak the
 ILP constrains (:meth:`~planner.problem.Problem.peak_memory`, storages live step by step). Each
 program step where the plan holds more than the budget gets a price per byte held there, which
@@ -42,18 +45,36 @@ class GreedyModel:
         order = {name: i for i, name in enumerate(problem.graph.nodes)}
         self.order = sorted(range(len(problem.groups)), key=lambda g: min(order[n] for n in problem.groups[g].nodes))
         self._live: dict[int, list[np.ndarray]] = {}  # Problem.live_memory, per step priced
+        self.agreement_of = {g: i for i, members in enumerate(problem.agreements) for g, _ in members}
         self.build_seconds = time.perf_counter() - start
 
     def _dist(self, cls: EdgeClass, src: tuple, dst: tuple, weights: np.ndarray) -> float:
         return 0.0 if src == dst else cls.count * float(self.problem.move_cost(cls.meta, src, dst, weights) @ weights)
 
+    def _own_cost(self, g: int, weights: np.ndarray, prices: _MemoryPrices | None) -> np.ndarray:
+        """What each choice of group ``g`` costs in itself (its memory priced under ``prices``)."""
+        score = self.problem.group_cost(g, weights)
+        return score if prices is None else score + prices.held[g]
+
+    def _agreed_key(self, i: int, g: int, score: np.ndarray, weights: np.ndarray, prices: _MemoryPrices | None) -> object:
+        """The key agreement ``i`` takes, decided at its first group ``g`` (choices costing ``score``)
+        as one decision: the key whose cheapest choice of ``g`` and of each other group costs least."""
+        members = self.problem.agreements[i]
+        keys = dict(members)[g]
+        total = {k: float(score[[c for c, key in enumerate(keys) if key == k]].min()) for k in dict.fromkeys(keys)}
+        for h, their in members:
+            if h != g:
+                own = self._own_cost(h, weights, prices)
+                for k in total:
+                    total[k] += float(own[[c for c, key in enumerate(their) if key == k]].min())
+        return min(total, key=total.__getitem__)
+
     def _pass(self, weights: np.ndarray, prices: _MemoryPrices | None = None) -> list[int]:
         problem = self.problem
         choices: list[int | None] = [None] * len(problem.groups)
+        agreed: dict[int, object] = {}  # the key each agreement took
         for g in self.order:
-            score = problem.group_cost(g, weights)
-            if prices is not None:
-                score = score + prices.held[g]
+            score = self._own_cost(g, weights, prices)
             for cls in self.touching[g]:
                 other = cls.consumer_group if cls.producer_group == g else cls.producer_group
                 if choices[other] is None:
@@ -68,6 +89,11 @@ class GreedyModel:
                     score[block] += self._dist(cls, src, dst, weights)
                     if prices is not None and src != dst:
                         score[block] += prices.buffer(cls, src, dst)
+            if (i := self.agreement_of.get(g)) is not None:  # its groups take choices of one key
+                if i not in agreed:
+                    agreed[i] = self._agreed_key(i, g, score, weights, prices)
+                keys = dict(problem.agreements[i])[g]
+                score = np.where([key == agreed[i] for key in keys], score, np.inf)
             choices[g] = int(np.argmin(score))
         return choices  # type: ignore[return-value]
 

@@ -7,6 +7,7 @@ the weights ``w`` of the batch points::
     minimize    Σ_g Σ_c  cost_w[g,c] · x[g,c]  +  Σ_e count_e · route_w[e]
     subject to  Σ_c x[g,c] = 1                                   for every group g
                 (one routing family per edge class, below)
+                Σ_{c of key k} x[g,c] = Σ_{c of key k} x[h,c]      for the groups g, h of an agreement, each key k
                 Σ_g Σ_c live_t[g,c,k] · x[g,c] ≤ budget          for every point k and binding step t
                 x binary
 
@@ -151,6 +152,7 @@ class IlpModel:
         self._relaxation: LpRelaxation | None = None  # built by the first lower_bound
         self._flows: tuple[np.ndarray, np.ndarray] | None = None  # _flow_costs, once
         self._add_choice_variables()
+        self._add_agreements()
         for cls in problem.edge_classes:
             self._add_routing(cls)
         if memory_budget is not None:
@@ -201,6 +203,19 @@ class IlpModel:
             xs = self._add_columns([f"x{g}_{c}" for c in range(group.choices)], binary=True)
             self._equation({v: 1.0 for v in xs}, 1.0, f"one{g}")
             self.x.append(xs)
+
+    def _add_agreements(self) -> None:
+        """Σ_{c of key k} x[g,c] equal over the groups ``g`` of each of
+        :attr:`~planner.problem.Problem.agreements`, for every key but one (the sums over all
+        keys are 1): at a one-hot ``x`` its groups take choices of one key."""
+        for i, members in enumerate(self.problem.agreements):
+            (first, keys), *others = members
+            for j, k in enumerate(list(dict.fromkeys(keys))[:-1]):
+                for g, their in others:
+                    terms: dict[int, float] = {}
+                    constant = self._indicator(first, [c for c, key in enumerate(keys) if key == k], 1.0, terms)
+                    constant += self._indicator(g, [c for c, key in enumerate(their) if key == k], -1.0, terms)
+                    self._equation(terms, -constant, f"agree{i}_{g}_{j}")
 
     def _equation(self, terms: dict[int, float], rhs: float, name: str) -> None:
         """Σ terms = rhs (expressions built as dicts: python-mip's operators are slow at this size)."""

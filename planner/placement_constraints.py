@@ -431,7 +431,7 @@ def restrict_choices(problem: Any, found: Mapping[str, tuple[int, ...]], constra
     (``found``: :func:`constrained_nodes`) and record each constrained node's allowed candidates
     (``problem.allowed_candidates``); a group left with no choice is a :class:`PlacementConflict`."""
     graph = problem.graph
-    for group in problem.groups:
+    for g, group in enumerate(problem.groups):
         allowed: dict[tuple[str, int], set[int]] = {}
         for name in group.nodes:
             node = graph.nodes[name]
@@ -448,10 +448,7 @@ def restrict_choices(problem: Any, found: Mapping[str, tuple[int, ...]], constra
         if not keep:
             raise _pair(problem, group, allowed, constraints)
         if len(keep) < group.choices:
-            kept = sorted(keep)
-            for name in group.nodes:
-                problem.pick[name] = [problem.pick[name][c] for c in kept]
-            group.choices = len(kept)
+            problem.keep_choices(g, sorted(keep))
 
 
 def _alone(problem: Any, group: Any, node: GraphNode, constraint: PlacementConstraint, ok: set[int]) -> PlacementConflict:

@@ -7,9 +7,10 @@
    provider proposed that survive the divisibility policy (each ``Shard`` of every output
    and operand is an obligation), with their compute seconds and bytes per device at every
    batch point. Placeholders and outputs may take any non-partial placement; a ``getitem``
-   takes its element's placement; the nodes of a mixture of experts' routing chain take the
-   per-token placement on the mesh axes a ``RequireShard`` splits its tokens over
-   (:mod:`planner.problem.per_token`).
+   takes its element's placement; the nodes of a mixture of experts' routing chain propose, beside
+   their own strategies, the per-token placement on each set of mesh axes that splits its tokens
+   evenly (only those on the axes a ``RequireShard`` splits its tokens over:
+   :mod:`planner.problem.per_token`).
 2. **groups** (:mod:`~planner.problem.groups`) — one one-hot decision each. A group's
    *choices* are its root unit's candidates; every node of the group picks one of its own
    candidates per choice (``pick[node][choice]``). Nodes join a group by being identical
@@ -21,7 +22,10 @@
    than that operand: no resharding between them, so any resharding happens after the op,
    on no more bytes than before it). Sharing restricts the plans considered; the objective
    is always the true cost of the plan chosen. Then every choice that breaks one of the
-   user's placement constraints is dropped (:mod:`planner.placement_constraints`).
+   user's placement constraints is dropped (:mod:`planner.placement_constraints`), and a per-token
+   region's nodes are tied: each decides on its own (it follows no one), all of them take one
+   set of per-token axes (:attr:`Problem.agreements`, kept by every solver), and a choice none of
+   the others can match is dropped.
 3. **costs and edges** (:mod:`~planner.problem.edges`) — each group's compute and memory
    per choice, and every (consumer, operand) pair, linked to its producer. An edge inside
    one group is priced into that group's choices. Edges across groups are collected into
@@ -53,7 +57,7 @@ from planner.problem.edges import add_edges, add_group_costs
 from planner.problem.groups import add_groups
 from planner.problem.liveness import Liveness
 from planner.problem.model import MEMORY_PARTS, Candidate, EdgeClass, Evaluation, Group, InnerEdges, PeakMemory, Problem
-from planner.problem.per_token import PerToken, find_regions, per_token_axes
+from planner.problem.per_token import PerToken, find_regions, per_token_choices, tie_regions
 from planner.strategies.base import StrategyProvider
 
 __all__ = ["Candidate", "InnerEdges", "Group", "EdgeClass", "Problem", "build_problem", "Evaluation", "Liveness", "PeakMemory", "MEMORY_PARTS"]
@@ -88,9 +92,12 @@ def build_problem(
     signatures = {node.name: node_signature(node, graph, liveness.holds(node.name)) + found.get(node.name, ())
                   for node in graph}
     per_token = _per_token_nodes(graph, mesh, divisibility, placement_constraints)
-    for name, marker in per_token.items():
-        signatures[name] += (marker,)
-    add_candidates(problem, providers, signatures, replicate_outputs=replicate_outputs, per_token=per_token)
+    for name, (_, place) in per_token.items():
+        signatures[name] += (place,)
+    weighed = {name: region for name, (region, place) in per_token.items() if len(place.choices) > 1}
+    problem.constrained |= set(weighed)  # each its own decision, tied to its region's by tie_regions
+    add_candidates(problem, providers, signatures, replicate_outputs=replicate_outputs,
+                   per_token={name: place for name, (_, place) in per_token.items()})
     if problem.uncovered:
         ops = sorted(set(problem.uncovered.values()))
         warnings.warn(
@@ -100,26 +107,27 @@ def build_problem(
         )
     add_groups(problem, signatures, cluster=cluster, merge_followers=merge_followers)
     restrict_choices(problem, found, placement_constraints)
+    tie_regions(problem, weighed)
     add_group_costs(problem)
     add_edges(problem)
     return problem
 
 
 def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
-                     constraints: Sequence[PlacementConstraint]) -> dict[str, PerToken]:
-    """The nodes of every per-token region (:mod:`planner.problem.per_token`) whose tokens a
-    ``RequireShard`` splits over some mesh axes, evenly: those axes and the nodes' placements there."""
+                     constraints: Sequence[PlacementConstraint]) -> dict[str, tuple[str, PerToken]]:
+    """The nodes of every per-token region (:mod:`planner.problem.per_token`) that may run per
+    token on some mesh axes (its tokens split evenly there: proved, or a guard of the plan; always
+    on those a ``RequireShard`` splits its tokens over): each node's region (its sort) and places."""
     split_axes = [(c.symbols, c.mesh_axis) for c in constraints if isinstance(c, RequireShard)]
-    if not split_axes:
-        return {}
 
     def even(size: sympy.Basic, ways: int) -> bool:
         verdict = divisibility.check(size, ways)
         return verdict.allowed and verdict.status != "uneven"
 
-    found: dict[str, PerToken] = {}
+    found: dict[str, tuple[str, PerToken]] = {}
     for region in find_regions(graph):
-        axes = per_token_axes(region, split_axes, mesh.shape, even)
-        if axes:
-            found.update({name: PerToken(axes, *codes) for name, codes in region.placements.items()})
+        forced = {axis for symbols, axis in split_axes if symbols & region.tokens.free_symbols}
+        choices = per_token_choices(region, forced, mesh.shape, even)
+        if any(choices):
+            found.update({name: (region.sort, PerToken(choices, *codes)) for name, codes in region.placements.items()})
     return found

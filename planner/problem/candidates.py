@@ -5,8 +5,9 @@ or an output may take any non-partial placement (only ``Replicate`` for a user o
 ``replicate_outputs``); a ``getitem`` takes one of its element's placements; a node no provider
 covers is replicated (and listed in ``Problem.uncovered``); a node read into Python numbers
 (``GraphNode.read_as_scalar``) keeps only its replicated proposals; a node of a per-token region
-(:mod:`planner.problem.per_token`) takes its per-token placement on that region's axes in every
-proposal (rule ``per_token`` there). Every proposal is first made
+(:mod:`planner.problem.per_token`) proposes each of its proposals once per set of mesh axes its
+region may run per token on, with its per-token placement on those axes (rule ``per_token``
+there; the empty set: the proposal as it is). Every proposal is first made
 canonical (:func:`~planner.placements.canonical`): on a mesh axis of size 1 each placement is
 ``Replicate``, and the op's own collectives over such an axis are dropped, so a size-1 axis
 places nothing and no redistribution ever steps on it; proposals that become equal are one.
@@ -30,7 +31,7 @@ import numpy as np
 from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.placements import R_CODE, Codes, canonical, decode, encode, format_codes, shard_code
 from planner.problem.model import Candidate
-from planner.problem.per_token import PerToken, per_token_proposal
+from planner.problem.per_token import PerToken, per_token_proposal, per_token_rule_axes
 from planner.strategies.base import Strategy, StrategyProvider
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ Proposal = tuple[Strategy | None, tuple[Codes | None, ...], tuple[Codes, ...]]
 def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], signatures: Mapping[str, tuple], *,
                    replicate_outputs: bool, per_token: Mapping[str, PerToken] | None = None) -> None:
     """Fill ``problem.candidates`` (and ``pruned``, ``uncovered``) for every node, in graph order;
-    a node of ``per_token`` takes its per-token placement on those axes in every proposal."""
+    a node of ``per_token`` proposes each proposal per set of axes it may run per token on."""
     per_token = per_token or {}
     cache: dict[tuple, tuple[list[Candidate], list[tuple[str, str]]]] = {}
     for node in problem.graph:
@@ -55,7 +56,8 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
         if key not in cache:
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
             if node.name in per_token and node.role == "op":
-                proposals = [per_token_proposal(*p, per_token[node.name]) for p in proposals]
+                place = per_token[node.name]
+                proposals = [per_token_proposal(*p, place, axes) if axes else p for axes in place.choices for p in proposals]
             if node.read_as_scalar:
                 r = (R_CODE,) * problem.mesh.ndim
                 proposals = [p for p in proposals if all(p[1][k] in (None, r) for k in node.read_as_scalar)]
@@ -113,9 +115,11 @@ def _survivors(problem: Problem, node: GraphNode, proposals: list[Proposal], pro
     seen: set[tuple] = set()
     for strategy, outs, ins in proposals:
         strategy, outs, ins = _canonical(problem.mesh.shape, strategy, outs, ins)
-        if (outs, ins) in seen:
+        per_token_axes = frozenset() if strategy is None else per_token_rule_axes(strategy.rule, problem.mesh.ndim)
+        key = (outs, ins, per_token_axes)  # a region node's per-token and own proposals may place alike
+        if key in seen:
             continue
-        seen.add((outs, ins))
+        seen.add(key)
         reason = _rejection(problem, node, outs, ins, operand_metas)
         if reason is not None:
             pruned.append((_describe(outs, ins), reason))

@@ -10,7 +10,8 @@ whose choices are its representative's candidates. The leader of
   tangent (*tying*);
 * an elementwise or layout op, with ``merge_followers``, is its first operand's producer
   (*following*), unless that operand is broadcast or smaller than the op's output, or a
-  placement constraint names the op.
+  placement constraint names the op, or it is a node of a per-token region weighed per set of
+  axes (``Problem.constrained`` holds both: they decide on their own).
 
 A unit's leaders must be aligned (member ``i`` led by member ``i`` of one unit); a getitem or
 tied unit whose leaders are not is split into single nodes, each decided on its own.

@@ -147,6 +147,10 @@ class Problem:
     uncovered: dict[str, str] = field(default_factory=dict)
     constrained: set[str] = field(default_factory=set)
     allowed_candidates: dict[str, set[int]] = field(default_factory=dict)
+    agreements: list[list[tuple[int, tuple]]] = field(default_factory=list)
+    """Decisions that must agree: each a list of (group, a key per choice) whose groups take choices
+    of one key in every plan (a per-token region's nodes: one set of per-token axes,
+    :func:`~planner.problem.per_token.tie_regions`)."""
     shared: dict[str, str] = field(default_factory=dict)
     clusters: int = 0
     clustered_nodes: int = 0
@@ -195,6 +199,13 @@ class Problem:
         """Whether a tensor like ``meta`` may be placed as ``codes``: canonical (nothing but ``R``
         on a mesh axis of size 1) and every split allowed by the divisibility policy."""
         return canonical(codes, self.mesh.shape) == codes and all(v.allowed for _, _, v in self.verdicts(meta, codes))
+
+    def keep_choices(self, g: int, kept: Sequence[int]) -> None:
+        """Drop every choice of group ``g`` but ``kept`` (in their order), for each of its nodes."""
+        group = self.groups[g]
+        for name in group.nodes:
+            self.pick[name] = [self.pick[name][c] for c in kept]
+        group.choices = len(kept)
 
     # -- redistribution ---------------------------------------------------------------------
 

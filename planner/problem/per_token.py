@@ -6,9 +6,13 @@ with offsets counted from the sorted ids, and scatters the results back to their
 of a split tensor is not the split of the sorted tensor, so the sort alone only replicates. The
 chain as a whole, though, is per-token work: each token's result depends on that token's rows,
 its experts and the (replicated) weights only. A :class:`Region` is such a chain recognised
-exactly; on a mesh axis that splits its tokens (:func:`per_token_axes`) every rank runs the
-chain on its own tokens (the rule :data:`PER_TOKEN`), and what leaves the region is the split
-of what one device computes.
+exactly; on a mesh axis that splits its tokens evenly every rank may run the chain on its own
+tokens (the rule :data:`PER_TOKEN`), and what leaves the region is the split of what one device
+computes. The planner offers each region every set of such axes (:func:`per_token_choices`; a
+``RequireShard`` of its tokens makes its axis part of every set) beside running it as one device
+would, and weighs them by cost: its nodes propose both forms, and all of a region's nodes take one
+set (:func:`per_token_rule_axes` of their rules), the per-token placement on those axes and never
+on another.
 
 **The pattern** (``T`` tokens, ``k`` experts per token, ``n = T·k`` routed rows, ``E`` experts;
 anything else leaves no region, and the sort keeps its refusal):
@@ -55,9 +59,10 @@ owner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import sympy
 
@@ -66,7 +71,11 @@ from planner.placements import P_CODE, R_CODE, decode, shard_code
 from planner.strategies.base import Strategy
 from planner.strategies.builtin import EXPERTS, is_pointwise
 
-__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "find_regions", "per_token_axes", "per_token_proposal"]
+if TYPE_CHECKING:
+    from planner.problem.model import Problem
+
+__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "find_regions", "per_token_choices", "per_token_proposal",
+           "per_token_rule_axes", "tie_regions"]
 
 PER_TOKEN = "per_token"
 """The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
@@ -104,36 +113,48 @@ class Region:
 
 
 class PerToken(NamedTuple):
-    """A region node's place on the mesh axes where its region runs per token: its placement codes
-    there (one per output, ``None`` for a non-tensor one, and one per operand)."""
+    """A region node's places: the sets of mesh axes its region may run per token on (``()``: as one
+    device would), and its placement codes on such an axis (one per output, ``None`` for a
+    non-tensor one, and one per operand)."""
 
-    axes: tuple[int, ...]
+    choices: tuple[tuple[int, ...], ...]
     outputs: tuple[int | None, ...]
     operands: tuple[int, ...]
 
 
-def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken
-                       ) -> tuple[Strategy, tuple, tuple]:
+def per_token_rule_axes(rule: str, mesh_ndim: int) -> frozenset[int]:
+    """The mesh axes on which a decision's ``rule`` (one part per axis joined by ``/``, or one for
+    all) runs its node per token (:data:`PER_TOKEN` or :data:`PER_TOKEN_EXPERTS` there)."""
+    if PER_TOKEN not in rule:
+        return frozenset()
+    parts = rule.split("/")
+    parts = parts * mesh_ndim if len(parts) == 1 else parts
+    return frozenset(a for a, part in enumerate(parts) if part.split("+")[0] == PER_TOKEN)
+
+
+def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
+                       axes: tuple[int, ...]) -> tuple[Strategy, tuple, tuple]:
     """A proposal (a strategy or None for an all-replicated fallback, and its output and operand
-    codes) with ``place``'s codes on its axes: the rule there is :data:`PER_TOKEN`, and the op's own
-    collectives over them are dropped (each rank's tokens stay its own). A grouped product whose
-    rule on such an axis is expert parallelism keeps it there (:data:`PER_TOKEN_EXPERTS`): its
+    codes) with ``place``'s codes on the mesh ``axes``: the rule there is :data:`PER_TOKEN`, and the
+    op's own collectives over them are dropped (each rank's tokens stay its own). A grouped product
+    whose rule on such an axis is expert parallelism keeps it there (:data:`PER_TOKEN_EXPERTS`): its
     codes (the experts and their gradient split by the expert dim, the rows and offsets as per
     token) and its all_to_alls, each rank's own rows dispatched to their expert's rank."""
     ndim = len(next(c for c in (*outputs, *operands) if c is not None))
     parts = ["replicate"] * ndim if strategy is None else strategy.rule.split("/")
     parts = parts if len(parts) == ndim else [strategy.rule] * ndim  # type: ignore[union-attr]
-    experts = {a for a in place.axes if parts[a] == EXPERTS}
-    axes = set(place.axes) - experts
+    experts = {a for a in axes if parts[a] == EXPERTS}
+    per_token = set(axes) - experts
 
     def placed(codes: tuple[int, ...] | None, mine: int | None) -> tuple[int, ...] | None:
-        return None if codes is None else tuple(mine if a in axes else c for a, c in enumerate(codes))  # type: ignore[misc]
+        return None if codes is None else tuple(mine if a in per_token else c for a, c in enumerate(codes))  # type: ignore[misc]
 
     outputs = tuple(placed(c, m) for c, m in zip(outputs, place.outputs))
     operands = tuple(placed(c, m) for c, m in zip(operands, place.operands))
-    rule = "/".join(PER_TOKEN if a in axes else PER_TOKEN_EXPERTS if a in experts else part for a, part in enumerate(parts))
-    reduces = () if strategy is None else tuple((a, n) for a, n in strategy.all_reduces if a not in axes)
-    exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a not in axes)
+    rule = "/".join(PER_TOKEN if a in per_token else PER_TOKEN_EXPERTS if a in experts else part
+                    for a, part in enumerate(parts))
+    reduces = () if strategy is None else tuple((a, n) for a, n in strategy.all_reduces if a not in per_token)
+    exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a not in per_token)
     made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),
                     rule, reduces, exchanged)
     return made, outputs, operands
@@ -144,17 +165,83 @@ def find_regions(graph: PlanGraph) -> list[Region]:
     return [region for node in graph if node.target in _SORTS and (region := _Builder(graph, node).build()) is not None]
 
 
-def per_token_axes(region: Region, split_axes: Sequence[tuple[frozenset[sympy.Symbol], int]], mesh_shape: Sequence[int],
-                   even: Callable[[sympy.Basic, int], bool]) -> tuple[int, ...]:
-    """The mesh axes on which ``region`` runs per token: those of ``split_axes`` ((symbols, axis): a
-    required split of a ``Dim``) whose symbols its token count mentions, of size above 1, when
-    ``even(tokens, ways)`` (the product of their sizes divides ``T`` evenly, proved or guarded)."""
-    axes = tuple(sorted({axis for symbols, axis in split_axes
-                         if mesh_shape[axis] > 1 and symbols & region.tokens.free_symbols}))
-    ways = 1
-    for axis in axes:
-        ways *= mesh_shape[axis]
-    return axes if axes and even(region.tokens, ways) else ()
+def per_token_choices(region: Region, forced: Iterable[int], mesh_shape: Sequence[int],
+                      even: Callable[[sympy.Basic, int], bool]) -> tuple[tuple[int, ...], ...]:
+    """The sets of mesh axes ``region`` may run per token on: each set of axes of size above 1 that
+    holds the ``forced`` ones (a ``RequireShard`` splits the tokens there) and whose sizes' product
+    divides its token count ``T`` evenly (``even(tokens, ways)``: proved, or a guard of the plan).
+    The empty set (the region run as one device would) is one unless some axis is forced; none at
+    all when no forced set is even."""
+    forced = frozenset(a for a in forced if mesh_shape[a] > 1)
+    axes = [a for a, size in enumerate(mesh_shape) if size > 1]
+    found = []
+    for mask in range(1 << len(axes)):
+        chosen = tuple(a for k, a in enumerate(axes) if mask >> k & 1)
+        if forced <= set(chosen) and even(region.tokens, math.prod(mesh_shape[a] for a in chosen)):
+            found.append(chosen)
+    return tuple(found)
+
+
+def tie_regions(problem: Problem, region_of: Mapping[str, str]) -> None:
+    """Make every region's nodes (``region_of``: node → its region's sort, for the regions offered
+    more than one set of per-token axes) take one set: regions whose nodes share a decision
+    (identical layers) are tied as one; a choice of a region node whose set some node of its tie
+    cannot take is dropped (until every node offers the same sets); and where several remain, the
+    tie is a :attr:`~planner.problem.Problem.agreements` entry the solvers keep (its key per choice:
+    the node's per-token axes). Call once the groups' choices are final but for this."""
+    ties: dict[str, str] = {}  # region -> a region it is tied to (union-find)
+
+    def root(region: str) -> str:
+        while ties.get(region, region) != region:
+            region = ties[region]
+        return region
+
+    group_region: dict[int, str] = {}
+    for name, region in region_of.items():
+        mine, other = root(region), root(group_region.setdefault(problem.group_of[name], region))
+        if mine != other:
+            ties[mine] = other
+    members: dict[str, list[str]] = {}
+    for name, region in region_of.items():
+        members.setdefault(root(region), []).append(name)
+    for names in members.values():
+        sorts = sorted({region_of[name] for name in names})
+        tied = _agreeing(problem, names, sorts)
+        if tied is not None:
+            problem.agreements.append(tied)
+
+
+def _agreeing(problem: Problem, names: list[str], sorts: list[str]) -> list[tuple[int, tuple]] | None:
+    """Drop the choices of ``names``' groups (the nodes of the regions headed by ``sorts``) that
+    leave them no common set of per-token axes; the agreement on the sets left, or None when one is left."""
+    ndim = problem.mesh.ndim
+    groups = list(dict.fromkeys(problem.group_of[name] for name in names))
+    nodes = {g: [name for name in names if problem.group_of[name] == g] for g in groups}
+
+    def keys(g: int) -> list[frozenset[int] | None]:  # None: the group's nodes differ at the choice
+        found = []
+        for c in range(problem.groups[g].choices):
+            axes = {per_token_rule_axes(problem.candidates[name][problem.pick[name][c]].strategy.rule, ndim) for name in nodes[g]}
+            found.append(axes.pop() if len(axes) == 1 else None)
+        return found
+
+    while True:
+        common = set.intersection(*({k for k in keys(g) if k is not None} for g in groups))
+        if not common:
+            raise ValueError(f"the nodes of the routing chain of {', '.join(sorts)} may not all run per token on one "
+                             "set of mesh axes (or all not): placement constraints ask some of them to run per token and "
+                             "others not (a node's per-token placement is its region's); drop one of them")
+        dropped = False
+        for g in groups:
+            keep = [c for c, k in enumerate(keys(g)) if k in common]
+            if len(keep) < problem.groups[g].choices:
+                problem.keep_choices(g, keep)
+                dropped = True
+        if not dropped:
+            break
+    if len(common) == 1:
+        return None
+    return [(g, tuple(keys(g))) for g in groups]
 
 
 class _Builder:

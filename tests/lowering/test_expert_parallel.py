@@ -6,7 +6,9 @@ rank no row; on a (2, 2) mesh too, the experts split over one axis, the plan fre
 and with its experts run as ``torch._grouped_mm`` (the op of GPUs) instead, transformers' block
 too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
-each rank routes its own tokens, a per-token region, and dispatches all its rows)."""
+each rank routes its own tokens, a per-token region, and dispatches all its rows), and on (2, 2)
+with its batch split on one axis and its experts on the other, where the planner runs the region
+per token on both."""
 
 import functools
 
@@ -138,20 +140,24 @@ def test_experts_of_torch_grouped_mm_split_by_the_expert_dim_run_equal_to_one_de
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
-def test_data_parallel_with_the_experts_split_on_the_same_axis_trains_equal_to_one_device_from_one_compile():
+@pytest.mark.parametrize("mesh, experts_axis", [(Mesh((2,), ("dp",)), "dp"), (Mesh((2, 2), ("dp", "ep")), "ep")],
+                         ids=["on the same axis", "on another axis, run per token there too"])
+def test_data_parallel_with_the_experts_split_trains_equal_to_one_device_from_one_compile(mesh, experts_axis):
     """transformers' MoE block, its batch split (each rank routes its own tokens: per token) and its
-    experts split over the same axis: each rank's own sorted rows go to their expert's rank and back."""
-    mesh = Mesh((2,), ("dp",))
+    experts split over the same axis: each rank's own sorted rows go to their expert's rank and back.
+    With the experts on another axis of (2, 2), the planner runs the chain per token on that axis
+    too (each of the 4 ranks routing its own tokens, dispatching them over "ep")."""
     run = functools.partial(_run, training=True, mesh=mesh, model=_moe_block, experts="experts.gate_up_proj",
-                            batches=tuple((2 * b, to_rank_0) for b, to_rank_0 in BATCHES),  # 2 rows a rank at least
-                            constraints=["Eq(Mod(batch, 2), 0)"],
-                            placement_constraints=[RequireShard("batch", "dp"), ExpertParallel("dp")])
+                            batches=tuple((mesh.size * b, to_rank_0) for b, to_rank_0 in BATCHES),  # 2 rows a rank at least
+                            constraints=[f"Eq(Mod(batch, {mesh.size}), 0)"],
+                            placement_constraints=[RequireShard("batch", "dp"), ExpertParallel(experts_axis)])
     for rank, (error, compiles, w, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
         assert error <= 1e-5
         assert compiles == 1
-        assert w == (Shard(0),)
+        assert w[-1] == Shard(0)
         assert all_to_alls == 3 * 4  # both products, forward and backward
-        assert received == [True, rank == 0, True]  # the second batch's rows all went to experts 0 and 1, on rank 0
+        # the second batch's rows all went to experts 0 and 1, on the ranks first on the experts' axis
+        assert received == [True, rank % 2 == 0, True]
 
 
 class _BFloat16(torch.nn.Module):

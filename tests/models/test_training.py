@@ -8,8 +8,9 @@ them, on 4 (mesh (2, 2), weights split by a memory budget); after each step the 
 gradient under its own name (a tied weight: one tensor, one placement, one gradient). On 2 ranks,
 LLaMA is planned with its batch split required (``RequireShard``), and Mixtral with its expert
 weights split on their hidden dim, its expert products (transformers' ``grouped_mm_fallback``)
-computing on the pieces, and again with them split by the expert dim (``ExpertParallel``: each
-rank computes its own experts, the rows dispatched to them and combined back).
+computing on the pieces, again with them split by the expert dim (``ExpertParallel``: each
+rank computes its own experts, the rows dispatched to them and combined back), and with each rank
+routing its own tokens, required or chosen by the planner unprompted.
 
 AdamW's ``eps`` is 1e-4, not 1e-8: a parameter whose true gradient is zero (BERT's attention key
 bias: softmax ignores a shift shared by all keys) gets rounding noise of about 1e-9 as its
@@ -119,12 +120,15 @@ def test_mixtral_with_its_experts_split_by_the_expert_dim_trains_equal_to_one_de
                                       placement_constraints=[ExpertParallel(0)]))
 
 
-def test_mixtral_with_its_batch_split_trains_equal_to_one_device():
+@pytest.mark.parametrize("options", [{"placement_constraints": [RequireShard("batch", 0)]}, {"batch_sizes": [4096]}],
+                         ids=["required", "weighed at batch 4096"])
+def test_mixtral_with_its_batch_split_trains_equal_to_one_device(options):
     """Data parallel: each rank routes its own tokens (the sort of the routed rows, the grouped
-    products and the scatter back, run per token), its expert weights' gradients summed."""
+    products and the scatter back, run per token), its expert weights' gradients summed; required
+    (``RequireShard``), or chosen with no constraint where it costs least (a plan for batch 4096)."""
     rules = {node: PER_TOKEN for node in ("sort", "histc", "grouped_mm_fallback", "grouped_mm_fallback_backward_1",
                                           "arange_5", "index_put_3")}
-    assert _check("mixtral", (2,), rules=rules, time_limit=10, placement_constraints=[RequireShard("batch", 0)]) == []
+    assert _check("mixtral", (2,), rules=rules, time_limit=10, **options) == []
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.distributed.tensor import Replicate, Shard
 from torch.export import Dim
 
 import planner
-from planner import PER_TOKEN, ExpertParallel, Mesh, PlacementConflict, RequireShard
+from planner import PER_TOKEN, ExpertParallel, Mesh, Pin, PlacementConflict, RequireShard
+from planner.api import prepare
 from planner.graph import read_graph
-from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions
+from planner.greedy import GreedyModel
+from planner.ilp import IlpModel
+from planner.placements import R_CODE, shard_code
+from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions, per_token_rule_axes
 from shapecore.torch import trace_for_planning
 from tests.planner.models import GroupedExperts, transformers_moe_block
 
@@ -65,10 +72,147 @@ def test_expert_parallel_on_the_data_parallel_axis_dispatches_each_ranks_own_row
 
 
 def test_data_parallel_and_expert_parallel_on_two_axes(block):
+    """Per token on "dp", experts split on "ep": the planner weighs running per token on "ep" too
+    (each rank dispatching its own rows, rather than every "ep" rank routing the "dp" group's
+    tokens), and takes it there, for every node of the region."""
     plan = _plan(block, Mesh((2, 2), ("dp", "ep")), [RequireShard("batch", "dp"), ExpertParallel("ep")])
     rules = {d.node: d.rule for d in plan.decisions.values() if "grouped_mm_fallback" in d.op}
-    assert set(rules.values()) == {f"{PER_TOKEN}/experts"}
-    assert plan.decisions["sort"].rule.split("/")[0] == PER_TOKEN
+    assert set(rules.values()) == {f"{PER_TOKEN}/{PER_TOKEN_EXPERTS}"}
+    (region,) = find_regions(read_graph(block.graph_module))
+    assert _region_axes(plan, region) == {frozenset({0, 1})}
+
+
+def _region_axes(plan, region):
+    """The sets of per-token axes the plan's decisions take across ``region``'s nodes (one: all alike)."""
+    return {per_token_rule_axes(plan.decisions[name].rule, plan.mesh.ndim) for name in region.placements}
+
+
+@pytest.mark.parametrize("batch, axes", [(65536, frozenset({0})), (4, frozenset())], ids=["large batch", "small batch"])
+def test_a_default_plan_weighs_running_the_chain_per_token(block, batch, axes):
+    """No constraint asks for it: at a large batch running the chain on each rank's own tokens costs
+    less than replicating it, and every node of the region takes it; at a small batch, none does."""
+    plan = planner.plan(block.graph_module, Mesh((2,)), shape_env=block.env, dims=block.dim_exprs, batch_sizes=[batch],
+                        constraints=CONSTRAINTS)
+    (region,) = find_regions(read_graph(block.graph_module))
+    assert _region_axes(plan, region) == {axes}
+
+
+def test_running_per_token_is_priced_as_each_ranks_share_of_the_chain(block, problems):
+    """On (2,) a region node's per-token form computes half of what its replicated form does where it
+    makes per-token rows (what makes counts, offsets or the experts' gradient, whole on each rank,
+    no more than all of it); a plan running per token redistributes nothing between region nodes,
+    the tokens split where they enter, and leaves the experts' gradient a partial sum."""
+    problem = problems["(2,)"]
+    (region,) = find_regions(problem.graph)
+    for name, (outputs, _) in region.placements.items():
+        candidates = problem.candidates[name]
+        whole = next(c for c in candidates if PER_TOKEN not in c.strategy.rule
+                     and all(codes in (None, (R_CODE,)) for codes in (*c.outputs, *c.inputs)))
+        mine = next(c for c in candidates if c.strategy.rule == PER_TOKEN)
+        if set(outputs) - {None} == {shard_code(0)}:  # (a grouped product reads its experts' weights whole)
+            assert mine.compute == pytest.approx(whole.compute / 2, rel=1e-2), name
+        else:
+            assert (mine.compute <= whole.compute).all(), name
+    plan = planner.plan(block.graph_module, Mesh((2,)), shape_env=block.env, dims=block.dim_exprs, batch_sizes=[65536],
+                        constraints=CONSTRAINTS)
+    assert _region_axes(plan, region) == {frozenset({0})}
+    assert not [r for r in plan.redistributions if r.producer in region.placements and r.consumer in region.placements]
+    assert plan.input_placements[0] == (Shard(0),)
+    assert plan.decisions["grouped_mm_fallback_backward"].strategy.startswith("S(0) | P <- ")
+
+
+def test_a_pin_on_one_region_node_decides_the_whole_region(block):
+    """The sort's permutation pinned split (only running per token gives it so) takes every node of
+    the region per token, at a batch where it would not pay; a product pinned whole besides is a
+    conflict, said as such."""
+    graph = read_graph(block.graph_module)
+    (region,) = find_regions(graph)
+    perm = next(n.name for n in graph if n.role == "getitem" and n.source == region.sort and n.index == 1)
+
+    def plan(pins):
+        return planner.plan(block.graph_module, Mesh((2,)), shape_env=block.env, dims=block.dim_exprs, batch_sizes=[4],
+                            constraints=CONSTRAINTS, placement_constraints=pins)
+
+    assert _region_axes(plan([Pin(perm, "S(0)")]), region) == {frozenset({0})}
+    with pytest.raises(ValueError, match="may not all run per token on one set of mesh axes"):
+        plan([Pin(perm, "S(0)"), Pin("grouped_mm_fallback", "R")])
+
+
+@pytest.mark.parametrize("divisibility", ["prove", "assume", "uneven"])
+def test_tokens_that_may_not_split_evenly_never_run_per_token(block, divisibility):
+    """Without ``batch % 4 == 0`` the tokens (``3*batch``) split in 2 is refuted (batch 3): no policy
+    offers the region per token, not even where it would cost least."""
+    plan = planner.plan(block.graph_module, Mesh((2,)), shape_env=block.env, dims=block.dim_exprs, batch_sizes=[65536],
+                        divisibility=divisibility)
+    assert not any(PER_TOKEN in d.rule for d in plan.decisions.values())
+
+
+MESHES = {"(2,)": Mesh((2,)), "(2, 2)": Mesh((2, 2))}
+
+
+@pytest.fixture(scope="module")
+def problems(block):
+    """The block's problem on each mesh, at a batch where running per token is worth weighing."""
+    graph = block.graph_module
+    return {name: prepare(graph, mesh, shape_env=block.env, dims=block.dim_exprs, batch_sizes=[4096],
+                          constraints=CONSTRAINTS).problem for name, mesh in MESHES.items()}
+
+
+def _mixed_regions(problem, choices):
+    """The regions whose nodes take different sets of per-token axes under ``choices``."""
+    ndim = problem.mesh.ndim
+    return [region.sort for region in find_regions(problem.graph)
+            if len({per_token_rule_axes(problem.chosen(choices, name).strategy.rule, ndim) for name in region.placements}) > 1]
+
+
+@contextlib.contextmanager
+def _priced(problem, factors):
+    """``problem`` with group ``g``'s compute per choice scaled by ``factors(g)`` for a while."""
+    before = [group.compute for group in problem.groups]
+    for g, group in enumerate(problem.groups):
+        group.compute = group.compute * factors(g)[:, None]
+    try:
+        yield
+    finally:
+        for group, compute in zip(problem.groups, before):
+            group.compute = compute
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mesh=st.sampled_from(list(MESHES)), seed=st.integers(0, 2**32 - 1))
+def test_no_plan_mixes_per_token_and_other_nodes_of_a_region(problems, mesh, seed):
+    """Whatever each choice costs, the ILP's and the greedy plans run a region's nodes per token on
+    one set of axes: on each axis all of them or none."""
+    problem = problems[mesh]
+    assert problem.agreements  # the region is weighed
+    rng = np.random.default_rng(seed)
+    with _priced(problem, lambda g: np.exp(rng.uniform(-4.0, 4.0, problem.groups[g].choices))):
+        for model in (IlpModel(problem), GreedyModel(problem)):
+            assert _mixed_regions(problem, model.solve(problem.points.weights).choices) == []
+
+
+def test_the_agreement_is_what_keeps_a_region_whole(problems):
+    """Where the grouped products find running per token dear and the rest of the region cheap, the
+    cheapest plan with no agreement mixes them; the ILP's and the greedy plans do not."""
+    problem = problems["(2,)"]
+    (members,) = problem.agreements
+    products = {problem.group_of[name] for name in problem.graph.nodes if name.startswith("grouped_mm_fallback")}
+    keys = dict(members)
+
+    def factors(g):
+        if g not in keys:
+            return np.ones(problem.groups[g].choices)
+        dear = 1e3 if g in products else 1e-3
+        return np.array([dear if key else 1 / dear for key in keys[g]])
+
+    with _priced(problem, factors):
+        problem.agreements = []
+        try:
+            assert _mixed_regions(problem, IlpModel(problem).solve(problem.points.weights).choices)
+        finally:
+            problem.agreements = [members]
+        for model in (IlpModel(problem), GreedyModel(problem)):
+            assert _mixed_regions(problem, model.solve(problem.points.weights).choices) == []
 
 
 def _bfloat16_block(training):
