@@ -664,7 +664,10 @@ class _Replay:
         if found is None:
             return None
         weight = self.redistributor.placements(node.name, 1, operands[1]) or ()
-        axes = [a for a, p in enumerate(weight) if p == Shard(0)]
+        decision = self.plan.decisions.get(node.name)
+        # per token alone, operand 1 split by dim 0 is the rank's own rows (the weight gradient's), not experts
+        alone = per_token_rule_axes(decision.rule, self.plan.mesh.ndim, experts=False) if decision else frozenset()
+        axes = [a for a, p in enumerate(weight) if p == Shard(0) and a not in alone]
         if not axes:
             return None
         rows = self.redistributor.placements(node.name, 0, operands[0]) or ()

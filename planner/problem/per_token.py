@@ -25,14 +25,15 @@ anything else leaves no region, and the sort keeps its refusal):
   ``Z[i] = X[perm[i]]``), and what row-wise ops make of rows: elementwise ops of rows alone, views,
   splits, cats, sums and (un)squeezes keeping dim 0, copies, and transformers' grouped product
   ``grouped_mm_fallback(rows, weight [E, ...], offsets)`` and its backward's rows, and
-  ``torch._grouped_mm(rows, weight [E, K, N], offsets)`` (its backward's weight gradient, a product
-  of the rows transposed, is no region node yet: a training graph of it leaves no region);
+  ``torch._grouped_mm(rows, weight [E, K, N], offsets)``; the **rows transposed** (``[K, n]``,
+  ``transpose``/``t``/``permute`` of 2-D rows), read only as the first operand of
+  ``torch._grouped_mm``'s weight gradient ``_grouped_mm(rows transposed, rows [n, N], offsets)``;
 * ``offsets = cumsum(histc(sorted, E, 0, E - 1))``, read only as the grouped products' offsets;
   ``inv = index_put(empty_like(perm), [perm], arange(n))``, read only as an index (an inference
   trace writes ``empty_permuted([n], [0])`` and ``arange(0, n)``, and ``perm // k`` as a floor ``div``);
 * what leaves it: rows back in routed order (``Y[inv]``, or ``index_put(zeros [n, ...], [perm], Y,
   accumulate)``), summed per token (``index_put(zeros [T, ...], [perm // k], Y, accumulate)``), and
-  the grouped backward's weight gradient; zeros made for it, which are zeros on every rank.
+  the grouped backwards' weight gradients ``[E, ...]``; zeros made for it, which are zeros on every rank.
 
 Every other tensor of the region is read only inside it.
 
@@ -47,8 +48,9 @@ per-token sum is ``Σ g(j)`` over token ``t``'s rows ``j``: functions of a token
 holding tokens ``[r·T/m, (r+1)·T/m)`` (``m`` divides ``T``, proved or a guard of the plan, never an
 uneven split) holds their routed rows ``[r·n/m, (r+1)·n/m)`` (routed row ``j`` is token
 ``j // k``'s), sorts and counts those alone and computes the same ``g`` of each: what leaves is
-the one-device result's piece. The weight gradient is a sum over routed rows per expert, which
-the ranks' sums add up to: ``Partial``. Inside the region the ranks' tensors are their own
+the one-device result's piece. The weight gradient is a sum over routed rows per expert (column
+``i`` of the rows transposed is row ``i``, split alike: ``Shard(1)``), which the ranks' sums add
+up to: ``Partial``. Inside the region the ranks' tensors are their own
 program's (a rank's sorted rows are not a piece of the sorted rows), so nothing inside is
 redistributed: every region node takes the per-token placement on such an axis, never another.
 A grouped product may also split its experts over that axis (:data:`PER_TOKEN_EXPERTS`): each
@@ -96,9 +98,11 @@ _GROUPED_BACKWARD = "transformers.grouped_mm_fallback_backward.default"
 _GROUPED_MM = "aten._grouped_mm.default"
 _PRODUCTS = (_GROUPED, _GROUPED_BACKWARD, _GROUPED_MM)
 
-_INNER = frozenset({"sorted", "perm", "token_of", "rows", "counts", "offsets", "scratch", "positions", "inv"})
+_TRANSPOSES = ("aten.transpose.int", "aten.t.default", "aten.permute.default")
+
+_INNER = frozenset({"sorted", "perm", "token_of", "rows", "rows_t", "counts", "offsets", "scratch", "positions", "inv"})
 """Kinds of tensor read only inside the region (the rest, zeros and what leaves, any node may read)."""
-_PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE}
+_PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE, "rows_t": shard_code(1)}
 """A kind's placement on a per-token axis, when not ``Shard(0)``."""
 
 
@@ -122,14 +126,16 @@ class PerToken(NamedTuple):
     operands: tuple[int, ...]
 
 
-def per_token_rule_axes(rule: str, mesh_ndim: int) -> frozenset[int]:
+def per_token_rule_axes(rule: str, mesh_ndim: int, *, experts: bool | None = None) -> frozenset[int]:
     """The mesh axes on which a decision's ``rule`` (one part per axis joined by ``/``, or one for
-    all) runs its node per token (:data:`PER_TOKEN` or :data:`PER_TOKEN_EXPERTS` there)."""
+    all) runs its node per token (:data:`PER_TOKEN` or :data:`PER_TOKEN_EXPERTS` there); with
+    ``experts`` only those where it also splits its experts (True) or only those where not (False)."""
     if PER_TOKEN not in rule:
         return frozenset()
     parts = rule.split("/")
     parts = parts * mesh_ndim if len(parts) == 1 else parts
-    return frozenset(a for a, part in enumerate(parts) if part.split("+")[0] == PER_TOKEN)
+    wanted = {None: (PER_TOKEN, PER_TOKEN_EXPERTS), True: (PER_TOKEN_EXPERTS,), False: (PER_TOKEN,)}[experts]
+    return frozenset(a for a, part in enumerate(parts) if part in wanted)
 
 
 def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
@@ -319,6 +325,8 @@ class _Builder:
         target = node.target
         if target in _COPIES and len(kinds) == 1 and kinds[0] in ("sorted", "rows"):
             return (kinds[0],)
+        if target in _TRANSPOSES and kinds == ["rows"] and node.output.ndim == 2 and self._swaps(node):
+            return ("rows_t",)
         if kinds == ["perm"] and node.fx.args[1:] == (self.k,) and (
                 target == "aten.floor_divide.default"
                 or target == "aten.div.Tensor_mode" and node.fx.kwargs.get("rounding_mode") == "floor"):
@@ -363,7 +371,17 @@ class _Builder:
             return ("leaves",)
         return None
 
+    def _swaps(self, node: GraphNode) -> bool:
+        """Whether a transpose of a 2-D tensor swaps its two dims (``t``, ``transpose(0, 1)``, ``permute([1, 0])``)."""
+        if node.target == "aten.t.default":
+            return True
+        if node.target == "aten.permute.default":
+            return [d % 2 for d in node.fx.args[1]] == [1, 0]
+        return {d % 2 for d in node.fx.args[1:3]} == {0, 1}
+
     def _grouped(self, node: GraphNode, kinds: list[str | None]) -> tuple[str, ...] | None:
+        if node.target == _GROUPED_MM and kinds == ["rows_t", "rows", "offsets"]:  # the weight gradient [E, K, N]
+            return ("partial",) if node.output.ndim == 3 and _same(node.output.shape[0], self.experts) else None
         weight = self.graph.operand_meta(node, 1)
         if kinds[1] is not None or not weight.shape or not _same(weight.shape[0], self.experts):
             return None

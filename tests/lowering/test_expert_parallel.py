@@ -176,11 +176,13 @@ def _bfloat16_moe_block() -> _BFloat16:
 
 
 @pytest.mark.slow  # gloo ranks, Inductor compiles
-def test_data_and_expert_parallel_on_one_axis_infers_a_torch_grouped_mm_block_equal_to_one_device():
-    """transformers' MoE block with its experts as ``torch._grouped_mm``, inferring: each rank routes
-    its own tokens (a per-token region) and dispatches its own sorted rows to their expert's rank."""
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_data_and_expert_parallel_on_one_axis_runs_a_torch_grouped_mm_block_equal_to_one_device(training):
+    """transformers' MoE block with its experts as ``torch._grouped_mm``: each rank routes its own
+    tokens (a per-token region) and dispatches its own sorted rows to their expert's rank; in
+    training the backward's products too, each weight gradient from the rows transposed."""
     mesh = Mesh((2,), ("dp",))
-    run = functools.partial(_run, training=False, mesh=mesh, model=_bfloat16_moe_block,
+    run = functools.partial(_run, training=training, mesh=mesh, model=_bfloat16_moe_block,
                             experts="block.experts.gate_up_proj", batches=((4, False), (8, True)),
                             constraints=["Eq(Mod(batch, 2), 0)"],
                             placement_constraints=[RequireShard("batch", "dp"), ExpertParallel("dp")])
@@ -188,7 +190,9 @@ def test_data_and_expert_parallel_on_one_axis_infers_a_torch_grouped_mm_block_eq
         assert error <= 2e-2  # bfloat16 products
         assert compiles == 1
         assert w == (Shard(0),)
-        assert all_to_alls == 3 * 2  # both products
+        # both products; in training the second one's rows' gradient too (the planner keeps the
+        # weight gradients partial per token, their sums scattered to the experts' owners)
+        assert all_to_alls == 3 * (2 + training)
 
 
 @given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())

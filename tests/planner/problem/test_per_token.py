@@ -20,7 +20,7 @@ from planner.api import prepare
 from planner.graph import read_graph
 from planner.greedy import GreedyModel
 from planner.ilp import IlpModel
-from planner.placements import R_CODE, shard_code
+from planner.placements import P_CODE, R_CODE, shard_code
 from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions, per_token_rule_axes
 from shapecore.torch import trace_for_planning
 from tests.planner.models import GroupedExperts, transformers_moe_block
@@ -226,17 +226,41 @@ def inferred():
     return _bfloat16_block(training=False)
 
 
-def test_torch_grouped_mm_experts_run_per_token_and_expert_parallel_in_inference(inferred):
-    """Inferring, its chain (as an inference trace writes it) is a region; in training, its weight
-    gradient (the rows transposed) is no region node yet."""
-    traced = inferred
-    (region,) = find_regions(read_graph(traced.graph_module))
-    assert sum(name.startswith("_grouped_mm") for name in region.placements) == 2
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_torch_grouped_mm_experts_run_per_token_and_expert_parallel(inferred, training):
+    """Its chain is a region, as an inference trace writes it and in training, where each weight
+    gradient is a product of the rows transposed (``Shard(1)`` per token) and the rows: ``Partial``."""
+    traced = _bfloat16_block(training=True) if training else inferred
+    graph = read_graph(traced.graph_module)
+    (region,) = find_regions(graph)
+    products = [name for name in region.placements if graph.nodes[name].target == "aten._grouped_mm.default"]
+    # in training, both weights' gradients and the second product's rows' gradient (the first one's
+    # rows are the block's input's, which takes none)
+    assert len(products) == (5 if training else 2)
+    weight_gradients = [name for name in products if graph.nodes[name].output.ndim == 3]
+    assert len(weight_gradients) == 2 * training
+    for name in weight_gradients:
+        assert region.placements[name] == ((P_CODE,), (shard_code(1), shard_code(0), R_CODE))
     for constraints, rule in (([RequireShard("batch", 0)], PER_TOKEN),
                               ([RequireShard("batch", 0), ExpertParallel(0)], PER_TOKEN_EXPERTS)):
         plan = _plan(traced, Mesh((2,)), constraints)
-        assert {d.rule for d in plan.decisions.values() if d.op == "aten._grouped_mm.default"} == {rule}
-    assert find_regions(read_graph(_bfloat16_block(training=True).graph_module)) == []
+        rules = {d.node: d.rule for d in plan.decisions.values() if d.op == "aten._grouped_mm.default"}
+        assert {rules[name] for name in products if name not in weight_gradients} == {rule}
+        # a weight gradient may also stay partial per token, its sum then scattered to the experts' owners
+        assert {rules[name] for name in weight_gradients} <= {PER_TOKEN, rule}
+
+
+def test_rows_transposed_that_are_read_outside_the_weight_gradient_are_no_region():
+    traced = _bfloat16_block(training=True)
+    graph = traced.graph_module.graph
+    product = next(n for n in graph.nodes if str(n.target) == "aten._grouped_mm.default" and n.meta["val"].dim() == 3)
+    with graph.inserting_after(product):
+        leak = graph.call_function(torch.ops.aten.sum.default, (product.args[0],))  # the rows transposed, summed
+    leak.meta["val"] = product.args[0].meta["val"].sum()
+    try:
+        assert find_regions(read_graph(traced.graph_module)) == []
+    finally:
+        graph.erase_node(leak)
 
 
 @pytest.mark.parametrize("op, change", [("aten.arange.start_step", lambda args: (1, args[1])),
