@@ -20,7 +20,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   ``slice``, ``select``;
 * elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…;
   and ``floor_divide``, which torch does not tag) with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
-  replicated tensor stay partial;
+  replicated tensor stay partial, and so does a copy but one that rounds to an integer or a mask;
 * ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
   backward; ``index_select``; ``sum``/``mean``;
@@ -170,7 +170,9 @@ def _partial_rules(node: GraphNode, metas: Sequence[TensorMeta]) -> list[AxisRul
     name, n = _packet(node.target), len(metas)
     overload = _overload(node.target)
     scalar_args = sum(1 for a in node.fx.args if isinstance(a, (int, float)) and not isinstance(a, bool))
-    if n == 1 and (name in _LINEAR_UNARY or (name in ("mul", "div") and overload == "Scalar")):
+    if n == 1 and name in _LINEAR_UNARY:
+        return [AxisRule((P,), (P,), "partial")] if _keeps_sums(metas[0], node.output) else []
+    if n == 1 and name in ("mul", "div") and overload == "Scalar":
         return [AxisRule((P,), (P,), "partial")]
     if n == 1 and name in ("mul", "div") and overload == "Tensor" and scalar_args == 1:
         return [AxisRule((P,), (P,), "partial")]
@@ -181,6 +183,17 @@ def _partial_rules(node: GraphNode, metas: Sequence[TensorMeta]) -> list[AxisRul
     if n == 2 and name == "div" and overload == "Tensor":
         return [AxisRule((P,), (P, R), "partial")]
     return []
+
+
+def _keeps_sums(src: TensorMeta, out: TensorMeta) -> bool:
+    """Whether converting ``src`` to ``out``'s dtype keeps a sum of pieces the sum of their
+    conversions: any conversion but rounding to an integer (1.5 + 1.5 is 3, 1 + 1 is 2) or to a
+    mask (1 + -1 is 0, true or true is true)."""
+    import torch
+
+    if src.dtype == out.dtype or getattr(torch, out.dtype).is_floating_point:
+        return True
+    return out.dtype != "bool" and not getattr(torch, src.dtype).is_floating_point
 
 
 # -- elementwise-like ---------------------------------------------------------------------------

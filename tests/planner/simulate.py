@@ -2,7 +2,8 @@
 
 Given a strategy (placements of every operand and output on a mesh), :func:`check_strategy`
 splits real global operands the way the placements say (``S(d)``: nested chunks, outer mesh
-axis first; ``P``: random addends that sum to the value; ``R``: a full copy), runs the aten op
+axis first; ``P``: random addends that sum to the value, a mask whole on one rank and false
+elsewhere, as the lowering makes one partial; ``R``: a full copy), runs the aten op
 on every rank's pieces, reassembles each output by its placement and compares it with the op
 on the global tensors. This is the ground truth the planner's and DTensor's rules answer to.
 """
@@ -43,7 +44,9 @@ def split(value: torch.Tensor, placements: Placements, mesh: Sequence[int], gen:
     partial_axes = [a for a, p in enumerate(placements) if isinstance(p, Partial)]
     combos = list(itertools.product(*(range(mesh[a]) for a in partial_axes)))
     addends: dict[tuple, torch.Tensor] = {}
-    if combos != [()] and value.dtype != torch.bool:
+    if combos != [()] and value.dtype == torch.bool:  # a mask is made partial one way: whole on one rank, false elsewhere
+        addends = {combo: value if combo == combos[-1] else torch.zeros_like(value) for combo in combos}
+    elif combos != [()]:
         rest = value.clone()
         for combo in combos[:-1]:
             if value.is_floating_point():

@@ -234,3 +234,18 @@ def test_empty_permuted_is_created_as_this_ranks_piece_like_the_other_factory_op
     node = next(n for n in graph if n.target == "aten.empty_permuted.default")
     rules = {s.rule for s in BuiltinProvider().strategies(node, graph, Mesh((2,)))}
     assert rules == {"replicate", "S0", "S1"}
+
+
+def test_a_conversion_keeps_a_partial_sum_only_where_it_keeps_sums():
+    """Rounding to an integer does not (1.5 + 1.5 is 3, 1 + 1 is 2), nor does a mask (1 + -1 is 0)."""
+    def fn(x):
+        return x.long(), x.long().bool(), x.float(), x.long().double(), x.long().int(), (x > 0).double()
+
+    gm, _ = trace(fn, real(4, 4))
+    graph = read_graph(gm)
+    partial = {(graph.operand_meta(n, 0).dtype, n.output.dtype):
+               any(s.rule == "partial" for s in BuiltinProvider().strategies(n, graph, Mesh((2,))))
+               for n in graph if n.target == "aten._to_copy.default"}
+    assert partial == {("float64", "int64"): False, ("int64", "bool"): False, ("float64", "float32"): True,
+                       ("int64", "float64"): True, ("int64", "int32"): True, ("bool", "float64"): True}
+    assert check_all(fn, (real(4, 4) * 4,), BuiltinProvider(), ops=["_to_copy"]) > 0
