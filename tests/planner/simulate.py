@@ -85,7 +85,9 @@ def _local_size_args(node: Node, out_shape: Sequence[int], out_placements: Place
     return local
 
 
-_SIZE_ARG_OPS = {"view", "_unsafe_view", "reshape", "expand", "slice_backward", "select_backward"}
+_SIZE_ARG_OPS = {"view": 1, "_unsafe_view": 1, "reshape": 1, "expand": 1, "slice_backward": 1, "select_backward": 1,
+                 "zeros": 0, "ones": 0, "full": 0, "new_zeros": 1, "new_ones": 1, "new_full": 1}
+"""Ops (their packet) whose size argument (its position) is the output's shape: given the local one, as the lowering does."""
 
 
 def check_strategy(node: Node, values: dict[str, Any], operand_nodes: Sequence[Node], strategy: Any, mesh: Sequence[int], seed: int = 0) -> None:
@@ -109,7 +111,7 @@ def check_strategy(node: Node, values: dict[str, Any], operand_nodes: Sequence[N
         args = list(map_aggregate(node.args, local))
         kwargs = dict(map_aggregate(dict(node.kwargs), local))
         if packet in _SIZE_ARG_OPS:
-            args[1] = _local_size_args(node, outputs[0].shape, strategy.outputs[0], mesh)
+            args[_SIZE_ARG_OPS[packet]] = _local_size_args(node, outputs[0].shape, strategy.outputs[0], mesh)
         got = node.target(*args, **kwargs)
         got = got if isinstance(got, (tuple, list)) else (got,)
         for i, g in enumerate(got):
