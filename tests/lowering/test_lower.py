@@ -14,6 +14,7 @@ from lowering.launch import launch
 from lowering.lower import EmittedCollective, lower
 from planner.mesh import Mesh
 from tests.lowering.handmade import handmade_plan, rank_view
+from tests.lowering.single_device import errors_against
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
@@ -270,17 +271,7 @@ def _scatter_back_by_a_split_index(rank, training):
     for batch, routed in ((6, 4), (10, 12)):
         generator = torch.Generator().manual_seed(batch)
         x, index = torch.randn(batch, 8, generator=generator), torch.randint(0, batch, (routed,), generator=generator)
-        out = pm(*pm.shard_inputs(x, index)).full_tensor()
-        expected = model(x, index)
-        errors.append(float((out - expected).detach().abs().max()))
-        if training:
-            out.square().sum().backward()
-            model.zero_grad()
-            expected.square().sum().backward()
-            for name, p in pm.named_parameters():
-                grad = model.get_parameter(name).grad
-                errors.append(float((p.grad.full_tensor() - grad).abs().max()) / (1 + float(grad.abs().max())))
-                p.grad = None
+        errors.extend(errors_against(pm, model, (x, index), training=training))
     rules = {d.node: d.rule for d in pm.plan.decisions.values() if "index" in d.op}
     return max(errors), pm.compile_count, rules
 
