@@ -20,10 +20,13 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   ``slice``, ``select``;
 * elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…;
   and ``floor_divide``, which torch does not tag) with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
-  replicated tensor stay partial;
+  replicated tensor stay partial, and so does a copy but one that rounds to an integer or a mask;
 * ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
-  backward; ``index_select``; ``sum``/``mean``;
+  backward; ``index_select``; advanced indexing, ``index`` and ``index_put`` (a split index
+  gathers rows, or, accumulating, adds them into a partial result), and ``scatter``/``scatter_add``/
+  ``scatter_reduce`` off their dim (``scatter_add`` along it too, into a partial result), which
+  torch 2.11's DTensor does not cover; ``sum``/``mean``;
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
   (batch and heads); ``convolution`` and its backward; pooling (``max_pool``/``avg_pool`` over 1, 2
   or 3 spatial dims, adaptive average pooling over 2 or 3, and the backwards of those over 2 or 3: the batch and the channels,
@@ -170,7 +173,9 @@ def _partial_rules(node: GraphNode, metas: Sequence[TensorMeta]) -> list[AxisRul
     name, n = _packet(node.target), len(metas)
     overload = _overload(node.target)
     scalar_args = sum(1 for a in node.fx.args if isinstance(a, (int, float)) and not isinstance(a, bool))
-    if n == 1 and (name in _LINEAR_UNARY or (name in ("mul", "div") and overload == "Scalar")):
+    if n == 1 and name in _LINEAR_UNARY:
+        return [AxisRule((P,), (P,), "partial")] if _keeps_sums(metas[0], node.output) else []
+    if n == 1 and name in ("mul", "div") and overload == "Scalar":
         return [AxisRule((P,), (P,), "partial")]
     if n == 1 and name in ("mul", "div") and overload == "Tensor" and scalar_args == 1:
         return [AxisRule((P,), (P,), "partial")]
@@ -181,6 +186,17 @@ def _partial_rules(node: GraphNode, metas: Sequence[TensorMeta]) -> list[AxisRul
     if n == 2 and name == "div" and overload == "Tensor":
         return [AxisRule((P,), (P, R), "partial")]
     return []
+
+
+def _keeps_sums(src: TensorMeta, out: TensorMeta) -> bool:
+    """Whether converting ``src`` to ``out``'s dtype keeps a sum of pieces the sum of their
+    conversions: any conversion but rounding to an integer (1.5 + 1.5 is 3, 1 + 1 is 2) or to a
+    mask (1 + -1 is 0, true or true is true)."""
+    import torch
+
+    if src.dtype == out.dtype or getattr(torch, out.dtype).is_floating_point:
+        return True
+    return out.dtype != "bool" and not getattr(torch, src.dtype).is_floating_point
 
 
 # -- elementwise-like ---------------------------------------------------------------------------
@@ -713,6 +729,127 @@ def _index_select(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     dim = _dim(_args(node)[1], x.ndim)
     rules = [_replicate_all(node), AxisRule((Shard(dim),), (R, Shard(0)), "index")]
     rules.extend(AxisRule((Shard(d),), (Shard(d), R), f"S{d}") for d in range(x.ndim) if d != dim)
+    return rules
+
+
+class _Indexing:
+    """How ``x[indices]`` lays out its result, ``indices`` a list of index tensors or ``None``
+    (advanced indexing, ``aten.index.Tensor``): the index tensors broadcast to one shape, which
+    takes the place of the dims they index where those are adjacent and leads the result where
+    they are not; each dim of ``x`` no tensor indexes is kept, in order."""
+
+    def __init__(self, x: TensorMeta, indices: Sequence[Any], metas: Sequence[TensorMeta]) -> None:
+        indexed = [i for i, index in enumerate(indices) if index is not None]
+        adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
+        self.metas = metas
+        self.ndim = max(m.ndim for m in metas)
+        """The broadcast shape's rank."""
+        self.start = indexed[0] if adjacent else 0
+        """The result's dim of broadcast dim 0."""
+        kept = [d for d in range(x.ndim) if d not in indexed]
+        self.kept = {d: (d if d < self.start else d - len(indexed) + self.ndim) if adjacent else self.ndim + k
+                     for k, d in enumerate(kept)}
+        """Each dim of ``x`` no tensor indexes -> its dim in the result."""
+        self.rank = len(kept) + self.ndim
+        """The result's rank."""
+
+    def _dim(self, m: TensorMeta, j: int) -> int:
+        """Index tensor ``m``'s dim at broadcast dim ``j`` (negative where ``m`` has none there)."""
+        return j - self.ndim + m.ndim
+
+    def index_placements(self, j: int) -> tuple[Placement, ...] | None:
+        """The index tensors split along broadcast dim ``j`` (each broadcast there whole), or
+        ``None`` where their sizes there are not provably one size above 1."""
+        sizes = [m.shape[self._dim(m, j)] for m in self.metas if self._dim(m, j) >= 0]
+        split = [size for size in sizes if not _is_one(size)]
+        if not split or any(sympy.expand(size - split[0]) != 0 for size in split):
+            return None
+        return tuple(Shard(self._dim(m, j)) if self._dim(m, j) >= 0 and not _is_one(m.shape[self._dim(m, j)]) else R
+                     for m in self.metas)
+
+
+def _indexing(node: GraphNode, graph: PlanGraph) -> _Indexing | None:
+    """The layout of an ``index``/``index_put`` node, or ``None`` where an index is a mask (its
+    result's size is its count of true entries)."""
+    x, indices = graph.operand_meta(node, 0), _args(node)[1]
+    count = sum(index is not None for index in indices)
+    metas = [graph.operand_meta(node, 1 + k) for k in range(count)]
+    if not count or len(indices) > x.ndim or any(m.dtype in ("bool", "uint8") for m in metas):
+        return None
+    return _Indexing(x, indices, metas)
+
+
+@_rule("index", "_unsafe_index")
+def _index(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``x[indices]`` (advanced indexing): a dim of ``x`` no tensor indexes splits the result's
+    alike (every index whole); a broadcast dim of the index tensors splits the result's alike,
+    ``x`` whole (a gather of rows by a split index, as ``index_select``); linear in ``x``."""
+    layout = _indexing(node, graph)
+    if layout is None or layout.rank != node.output.ndim:
+        return None
+    indices = (R,) * len(layout.metas)
+    rules = [_replicate_all(node), AxisRule((P,), (P, *indices), "partial")]
+    rules.extend(AxisRule((Shard(o),), (Shard(d), *indices), f"S{o}") for d, o in layout.kept.items())
+    for j in range(layout.ndim):
+        split = layout.index_placements(j)
+        if split is not None:
+            rules.append(AxisRule((Shard(layout.start + j),), (R, *split), f"index{j}"))
+    return rules
+
+
+@_rule("index_put", "_unsafe_index_put")
+def _index_put(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``x[indices] = values`` out of place (``+=`` with ``accumulate``), ``values`` broadcast to
+    ``x[indices]``'s shape. A dim of ``x`` no tensor indexes splits the result alike (``values``
+    with it, every index whole). Accumulating, the op is linear in ``x`` and ``values`` together,
+    and a broadcast dim of the index tensors may split them and ``values`` alike with ``x``
+    partial: each rank adds its own rows, the ranks' sum adds them all (``index``'s backward by
+    rows). Not accumulating, a rank holding part of ``x`` or of the indices cannot tell what
+    another rank writes where: neither is offered."""
+    layout = _indexing(node, graph)
+    if layout is None or len(node.operands) != 2 + len(layout.metas):
+        return None
+    values = graph.operand_meta(node, len(node.operands) - 1)
+    if values.ndim > layout.rank:
+        return None
+
+    def aligned(o: int) -> Placement:  # values, broadcast to x[indices], where that is split on its dim o
+        j = o - (layout.rank - values.ndim)
+        return R if j < 0 or _is_one(values.shape[j]) else Shard(j)
+
+    indices = (R,) * len(layout.metas)
+    rules = [_replicate_all(node)]
+    rules.extend(AxisRule((Shard(d),), (Shard(d), *indices, aligned(o)), f"S{d}") for d, o in layout.kept.items())
+    if _kwarg(node, 3, "accumulate", False):
+        rules.append(AxisRule((P,), (P, *indices, P), "partial"))
+        for j in range(layout.ndim):
+            split = layout.index_placements(j)
+            if split is not None:
+                rules.append(AxisRule((P,), (P, *split, aligned(layout.start + j)), f"index{j}"))
+    return rules
+
+
+@_rule("scatter", "scatter_add", "scatter_reduce")
+def _scatter(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``scatter(x, dim, index, src or value)`` and its reducing kinds: ``x``'s element at
+    ``index[i]`` along ``dim`` (``i`` elsewhere) takes ``src[i]``. A dim other than ``dim`` splits
+    the result alike where ``x``, ``index`` and ``src`` have one size there (``index`` may be
+    smaller: its pieces would not line up). ``scatter_add`` is linear in ``x`` and ``src``
+    together, and splitting ``index`` and ``src`` along ``dim`` (one size there) with ``x`` partial
+    adds each rank's own elements: the ranks' sum adds them all (``gather``'s backward)."""
+    metas = _metas(node, graph)
+    x, index = metas[0], metas[1]
+    dim = _dim(_args(node)[1], x.ndim) if x.ndim else 0
+    if any(m.ndim != x.ndim for m in metas):
+        return None
+    rules = [_replicate_all(node)]
+    for d in range(x.ndim):
+        if d != dim and all(sympy.expand(m.shape[d] - x.shape[d]) == 0 for m in metas):
+            rules.append(AxisRule((Shard(d),), (Shard(d),) * len(metas), f"S{d}"))
+    if _packet(node.target) == "scatter_add":
+        rules.append(AxisRule((P,), (P, R, P), "partial"))
+        if x.ndim and sympy.expand(index.shape[dim] - metas[2].shape[dim]) == 0:
+            rules.append(AxisRule((P,), (P, Shard(dim), Shard(dim)), f"scatter{dim}"))
     return rules
 
 

@@ -1,6 +1,8 @@
 """lower(): the local graph emits exactly the plan's collectives, has polynomial shapes, and
 computes the single-device result (run eagerly here; compiled runs are in test_parallel)."""
 
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -12,6 +14,7 @@ from lowering.launch import launch
 from lowering.lower import EmittedCollective, lower
 from planner.mesh import Mesh
 from tests.lowering.handmade import handmade_plan, rank_view
+from tests.lowering.single_device import errors_against
 
 pytestmark = pytest.mark.slow  # gloo ranks
 
@@ -241,3 +244,43 @@ def test_factory_ops_created_as_this_ranks_piece_compute_the_single_device_resul
     for same, compiles, placed in launch(_factory_pieces, 2, timeout=300):
         assert same == [True, True] and compiles == 1
         assert set(placed) == {"(Shard(dim=0),)"}
+
+
+class _ScatterBack(nn.Module):
+    """Rows picked by an index (``x[index]``), through a layer, added back where they came from
+    (``index_put`` accumulating): a mixture of experts' routing by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, index):
+        return torch.zeros_like(x).index_put((index,), self.fc(x[index]), accumulate=True)
+
+
+def _scatter_back_by_a_split_index(rank, training):
+    from lowering.parallel import ParallelModule
+    from planner import Pin, RequireShard
+
+    torch.manual_seed(0)
+    model = _ScatterBack()
+    pm = ParallelModule(model, (torch.randn(6, 8), torch.randint(0, 6, (4,))), mesh=Mesh((2,)), training=training,
+                        dynamic_shapes=({0: Dim("batch")}, {0: 2 * Dim("routed")}),
+                        placement_constraints=[RequireShard("routed", 0), Pin("index_put", "P")])
+    errors = []
+    for batch, routed in ((6, 4), (10, 12)):
+        generator = torch.Generator().manual_seed(batch)
+        x, index = torch.randn(batch, 8, generator=generator), torch.randint(0, batch, (routed,), generator=generator)
+        errors.extend(errors_against(pm, model, (x, index), training=training))
+    rules = {d.node: d.rule for d in pm.plan.decisions.values() if "index" in d.op}
+    return max(errors), pm.compile_count, rules
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_rows_gathered_and_added_back_by_a_split_index_compute_the_single_device_result(training):
+    """``x[index]`` split by the index's pieces (``x`` whole), and ``index_put`` accumulating each
+    rank's rows into a partial result (its backward gathers the gradient's rows alike)."""
+    for error, compiles, rules in launch(functools.partial(_scatter_back_by_a_split_index, training=training), 2,
+                                         timeout=300):
+        assert error < 1e-5 and compiles == 1
+        assert set(rules.values()) == {"index0"}, rules

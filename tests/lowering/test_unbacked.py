@@ -10,6 +10,7 @@ from torch.export import Dim
 from lowering import launch
 from lowering.parallel import ParallelModule
 from planner import RequireShard
+from tests.lowering.single_device import errors_against
 from tests.planner.models import Routed, RoutedThroughViews
 
 
@@ -129,17 +130,7 @@ def _sorted_experts(rank, training):
     errors = []
     for batch in (2, 4, 6):
         x = torch.randn(batch, 6, 8, generator=torch.Generator().manual_seed(batch))
-        out = pm(*pm.shard_inputs(x)).full_tensor()
-        expected = model(x)
-        errors.append(float((out - expected).abs().max()))
-        if training:
-            out.square().sum().backward()
-            model.zero_grad()
-            expected.square().sum().backward()
-            for name, p in pm.named_parameters():
-                grad = model.get_parameter(name).grad
-                errors.append(float((p.grad.full_tensor() - grad).abs().max()) / (1 + float(grad.abs().max())))
-                p.grad = None
+        errors.extend(errors_against(pm, model, (x,), training=training))
     # in training, the backward's expand to the routed rows takes their size off the forward's cat
     expands = [n for n in pm.program.graph_module.graph.nodes if n.target == torch.ops.aten.expand.default]
     return max(errors), pm.compile_count, [str(n.args[1][0].target) for n in expands]

@@ -2,7 +2,8 @@
 
 Given a strategy (placements of every operand and output on a mesh), :func:`check_strategy`
 splits real global operands the way the placements say (``S(d)``: nested chunks, outer mesh
-axis first; ``P``: random addends that sum to the value; ``R``: a full copy), runs the aten op
+axis first; ``P``: random addends that sum to the value, a mask whole on one rank and false
+elsewhere, as the lowering makes one partial; ``R``: a full copy), runs the aten op
 on every rank's pieces, reassembles each output by its placement and compares it with the op
 on the global tensors. This is the ground truth the planner's and DTensor's rules answer to.
 """
@@ -43,7 +44,9 @@ def split(value: torch.Tensor, placements: Placements, mesh: Sequence[int], gen:
     partial_axes = [a for a, p in enumerate(placements) if isinstance(p, Partial)]
     combos = list(itertools.product(*(range(mesh[a]) for a in partial_axes)))
     addends: dict[tuple, torch.Tensor] = {}
-    if combos != [()] and value.dtype != torch.bool:
+    if combos != [()] and value.dtype == torch.bool:  # a mask is made partial one way: whole on one rank, false elsewhere
+        addends = {combo: value if combo == combos[-1] else torch.zeros_like(value) for combo in combos}
+    elif combos != [()]:
         rest = value.clone()
         for combo in combos[:-1]:
             if value.is_floating_point():
@@ -82,7 +85,9 @@ def _local_size_args(node: Node, out_shape: Sequence[int], out_placements: Place
     return local
 
 
-_SIZE_ARG_OPS = {"view", "_unsafe_view", "reshape", "expand", "slice_backward", "select_backward"}
+_SIZE_ARG_OPS = {"view": 1, "_unsafe_view": 1, "reshape": 1, "expand": 1, "slice_backward": 1, "select_backward": 1,
+                 "zeros": 0, "ones": 0, "full": 0, "new_zeros": 1, "new_ones": 1, "new_full": 1}
+"""Ops (their packet) whose size argument (its position) is the output's shape: given the local one, as the lowering does."""
 
 
 def check_strategy(node: Node, values: dict[str, Any], operand_nodes: Sequence[Node], strategy: Any, mesh: Sequence[int], seed: int = 0) -> None:
@@ -106,7 +111,7 @@ def check_strategy(node: Node, values: dict[str, Any], operand_nodes: Sequence[N
         args = list(map_aggregate(node.args, local))
         kwargs = dict(map_aggregate(dict(node.kwargs), local))
         if packet in _SIZE_ARG_OPS:
-            args[1] = _local_size_args(node, outputs[0].shape, strategy.outputs[0], mesh)
+            args[_SIZE_ARG_OPS[packet]] = _local_size_args(node, outputs[0].shape, strategy.outputs[0], mesh)
         got = node.target(*args, **kwargs)
         got = got if isinstance(got, (tuple, list)) else (got,)
         for i, g in enumerate(got):

@@ -42,12 +42,14 @@ def test_the_uneven_split_is_a_costed_option_of_the_expert():
 
 
 def test_a_wide_expert_on_gloo_splits_its_routed_tokens_unevenly_where_the_cost_model_prices_that_cheaper():
-    wide = planner.plan_module(Routed(512), (torch.randn(8, 512),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+    # 511 features, which no axis splits: 512 would split the expert's columns and scatter them back
+    # by columns (index_put off its indexed dim), cheaper still
+    wide = planner.plan_module(Routed(511), (torch.randn(8, 511),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
                                mesh=Mesh((2,)), batch_sizes=[64, 256, 512], hardware="cpu-gloo")
     assert any(p.node == "addmm_1" for p in _uneven(wide))
     assert all(p.status == "uneven" and p.method == "data-dependent" for p in _uneven(wide))  # never passed off as even
     assert "u0 split unevenly" in str(wide)
-    whole = planner.plan_module(Routed(512), (torch.randn(8, 512),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
+    whole = planner.plan_module(Routed(511), (torch.randn(8, 511),), dynamic_shapes={"x": {0: 2 * Dim("batch", max=512)}},
                                 mesh=Mesh((2,)), batch_sizes=[64, 256, 512], hardware="cpu-gloo",
                                 placement_constraints=[ForbidShard("u0", 0)])
     assert not _uneven(whole) and whole.cost.total > wide.cost.total

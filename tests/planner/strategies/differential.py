@@ -82,6 +82,14 @@ CASES = {
     "embedding": (lambda w, i: F.embedding(i, w), (real(8, 4), torch.randint(0, 8, (4, 4)))),
     "floor_divide": (lambda x, i: x * (i // 2) + (i // i.clamp(min=1)), (real(4, 8), torch.randint(-8, 8, (4, 8)))),
     "index_select": (lambda x, i: x.index_select(1, i), (real(4, 8, 4), torch.randint(0, 8, (4,)))),
+    "index": (lambda x, i, j: x[i] * x[:, j] + x[:, :, j] + x[i[:, None], j] + (x[i, :, j] - x[:, i, j])[:, None],
+              (real(4, 4, 4), torch.randint(0, 4, (4,)), torch.randint(0, 4, (4,)))),
+    "index_put": (lambda x, i, j, p, v: torch.ops.aten.index_put(x, [p], v) + torch.ops.aten.index_put(x, [i], v, True)
+                  + torch.ops.aten.index_put(x, [None, i], v[0], True) + torch.ops.aten.index_put(x, [i[:, None], None, j], v, True),
+                  (real(4, 4, 4), torch.randint(0, 4, (4,)), torch.randint(0, 4, (4,)), torch.randperm(4), real(4, 4, 4))),
+    "scatter": (lambda x, i, s: x.scatter(1, i, s) + x.scatter(1, i, 2.0) + x.scatter_add(1, i, s)
+                + x.scatter_reduce(1, i, s, "amax") + x.scatter_add(1, i[:2], s[:2]),
+                (real(4, 8, 4), torch.rand(4, 8, 4).argsort(1)[:, :4], real(4, 4, 4))),
     "reductions": (lambda x: x.sum((0, 2), keepdim=True) + x.mean(1, keepdim=True) + x.sum(), (real(4, 4, 8),)),
     "cat_split": (lambda x, y: torch.cat([x, y], 1).split([4, 8], dim=1)[1] + torch.chunk(y, 2, 2)[0].repeat(1, 1, 2), (real(4, 4, 8), real(4, 8, 8))),
     "stack_unbind": (lambda x, y: (torch.stack([x, y], 1).unbind(2)[1], torch.stack(x.unbind(0), 2)), (real(4, 4, 8), real(4, 4, 8))),

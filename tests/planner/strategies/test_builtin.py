@@ -34,7 +34,7 @@ def test_builtin_rules_compute_the_op(case):
 
 
 @pytest.mark.parametrize("case", ["linear", "norms", "embedding", "attention", "conv", "pooling", "softmax", "broadcast",
-                                  "slicing"])
+                                  "slicing", "index", "index_put", "scatter"])
 def test_builtin_rules_compute_the_backward_ops(case):
     fn, args = _with_grads(*CASES[case])
     assert check_all(fn, args, BuiltinProvider(), mesh=Mesh((2,))) > 0
@@ -234,3 +234,37 @@ def test_empty_permuted_is_created_as_this_ranks_piece_like_the_other_factory_op
     node = next(n for n in graph if n.target == "aten.empty_permuted.default")
     rules = {s.rule for s in BuiltinProvider().strategies(node, graph, Mesh((2,)))}
     assert rules == {"replicate", "S0", "S1"}
+
+
+def test_scatter_splits_no_dim_along_which_its_index_is_smaller():
+    """``index`` may be smaller than ``src`` (and, off ``dim``, than ``x``): their pieces would not line up."""
+    i, s = torch.rand(4, 8, 4).argsort(1)[:, :4], real(4, 4, 4)
+    gm, _ = trace(lambda x, i, s: (x.scatter_add(1, i[:, :2], s), x.scatter(1, i[:2], s)), real(4, 8, 4), i, s)
+    graph = read_graph(gm)
+    rules = {n.target: {s.rule for s in BuiltinProvider().strategies(n, graph, Mesh((2,)))}
+             for n in graph if n.role == "op" and "scatter" in n.target}
+    assert rules == {"aten.scatter_add.default": {"replicate", "S0", "S2", "partial"},
+                     "aten.scatter.src": {"replicate", "S2"}}
+
+
+def test_indexing_by_a_mask_is_left_to_the_next_provider():
+    """A mask's result has as many rows as it has true entries."""
+    gm, _ = trace(lambda x, m, v: torch.ops.aten.index_put(x, [m], v, True), real(4, 4), real(4) > 0, real(4))
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.target == "aten.index_put.default")
+    assert BuiltinProvider().strategies(node, graph, Mesh((2,))) is None
+
+
+def test_a_conversion_keeps_a_partial_sum_only_where_it_keeps_sums():
+    """Rounding to an integer does not (1.5 + 1.5 is 3, 1 + 1 is 2), nor does a mask (1 + -1 is 0)."""
+    def fn(x):
+        return x.long(), x.long().bool(), x.float(), x.long().double(), x.long().int(), (x > 0).double()
+
+    gm, _ = trace(fn, real(4, 4))
+    graph = read_graph(gm)
+    partial = {(graph.operand_meta(n, 0).dtype, n.output.dtype):
+               any(s.rule == "partial" for s in BuiltinProvider().strategies(n, graph, Mesh((2,))))
+               for n in graph if n.target == "aten._to_copy.default"}
+    assert partial == {("float64", "int64"): False, ("int64", "bool"): False, ("float64", "float32"): True,
+                       ("int64", "float64"): True, ("int64", "int32"): True, ("bool", "float64"): True}
+    assert check_all(fn, (real(4, 4) * 4,), BuiltinProvider(), ops=["_to_copy"]) > 0
