@@ -21,7 +21,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
 * elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…;
   and ``floor_divide``, which torch does not tag) with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
   replicated tensor stay partial;
-* ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
+* ``_softmax``/``_safe_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
   backward; ``index_select``; ``sum``/``mean``;
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
@@ -567,7 +567,7 @@ def _same_shape_except(node: GraphNode, graph: PlanGraph, banned: set[int]) -> l
     return rules
 
 
-@_rule("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data")
+@_rule("_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data")
 def _softmax(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     ndim = node.output.ndim
     position = 2 if "backward" in node.target else 1
