@@ -233,6 +233,14 @@ class _SwitchDelta:
             found = self._moves[key] = float(self.problem.move_cost(meta, src, dst, self.weights) @ self.weights)
         return found
 
+    def _move_to(self, meta: Any, src: Codes, dst: Codes) -> float:
+        """:meth:`_move` read from the cheapest costs into ``dst`` (one search per reader's need,
+        where :meth:`_move` would search from every candidate's output)."""
+        if src == dst:
+            return 0.0
+        graph = self.problem.state_graph(meta)
+        return graph.distances_to(dst, self.weights)[graph.index[src]]
+
     def __call__(self, new: int) -> float:
         old_c, new_c = self.old, self.cands[new]
         delta = float((new_c.compute - old_c.compute) @ self.weights)
@@ -241,5 +249,5 @@ class _SwitchDelta:
         for index, meta, needs in self.readers:
             old_out, new_out = old_c.outputs[index], new_c.outputs[index]
             for need in needs:
-                delta += self._move(meta, new_out, need) - self._move(meta, old_out, need)  # type: ignore[arg-type]
+                delta += self._move_to(meta, new_out, need) - self._move_to(meta, old_out, need)  # type: ignore[arg-type]
         return delta

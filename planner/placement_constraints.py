@@ -387,6 +387,8 @@ def constrained_nodes(nodes: Sequence[GraphNode], constraints: Sequence[Placemen
 
     A targeted constraint that applies to no node is an error naming it.
     """
+    if not constraints:
+        return {}
     for c in constraints:
         c.bind(mesh, dims, data_dependent)
         if isinstance(c, RequireShard) and not any(c._has_dim(m) for node in nodes for m in node.outputs):

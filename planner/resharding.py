@@ -105,38 +105,39 @@ class StateGraph:
         for a, (i, _, _, _) in enumerate(arcs):
             self.out[i].append(a)
         self._trees: dict[tuple[int, bytes], tuple[list[float], list[int]]] = {}
-        self._adjacency: dict[bytes, list[list[tuple[int, float, int]]]] = {}
+        self._reverse_trees: dict[tuple[int, bytes], list[float]] = {}
+        self._adjacencies: dict[tuple[bytes, bool], list[list[tuple[int, float, int]]]] = {}
 
     def _tree(self, src: int, weights: np.ndarray) -> tuple[list[float], list[int]]:
         """Dijkstra from ``src``: distance and the arc into each state (-1: none)."""
         key = (src, weights.tobytes())
         found = self._trees.get(key)
-        if found is not None:
-            return found
-        adjacency = self._adjacency.get(weights.tobytes())
-        if adjacency is None:
+        if found is None:
+            found = self._trees[key] = _dijkstra(src, self._adjacency(weights, reverse=False))
+        return found
+
+    def distances_to(self, dst: Codes, weights: np.ndarray) -> list[float]:
+        """The cost under ``weights`` of the cheapest redistribution from every state (by index)
+        to ``dst`` (inf where there is none): one Dijkstra over the arcs reversed, where asking
+        :meth:`path` from each state would run one per state."""
+        key = (self.index[dst], weights.tobytes())
+        found = self._reverse_trees.get(key)
+        if found is None:
+            found = self._reverse_trees[key] = _dijkstra(key[0], self._adjacency(weights, reverse=True))[0]
+        return found
+
+    def _adjacency(self, weights: np.ndarray, *, reverse: bool) -> list[list[tuple[int, float, int]]]:
+        """Per state, its arcs as (other end, cost under ``weights``, arc): leaving it, or with
+        ``reverse`` entering it."""
+        key = (weights.tobytes(), reverse)
+        found = self._adjacencies.get(key)
+        if found is None:
             scalar = (self.costs @ weights).tolist()
-            adjacency = self._adjacency[weights.tobytes()] = [
-                [(self.arcs[a][1], scalar[a], a) for a in arcs] for arcs in self.out
-            ]
-        inf = float("inf")
-        dist = [inf] * len(self.states)
-        via = [-1] * len(self.states)
-        dist[src] = 0.0
-        heap = [(0.0, src)]
-        pop, push = heapq.heappop, heapq.heappush
-        while heap:
-            d, i = pop(heap)
-            if d > dist[i]:
-                continue
-            for j, cost, a in adjacency[i]:
-                nd = d + cost
-                if nd < dist[j] - 1e-15 * nd:
-                    dist[j] = nd
-                    via[j] = a
-                    push(heap, (nd, j))
-        self._trees[key] = (dist, via)
-        return dist, via
+            found = [[] for _ in self.states]
+            for a, (i, j, _, _) in enumerate(self.arcs):
+                found[j if reverse else i].append((i if reverse else j, scalar[a], a))
+            self._adjacencies[key] = found
+        return found
 
     def path(self, src: Codes, dst: Codes, weights: np.ndarray) -> list[int] | None:
         """Arcs of the cheapest path from ``src`` to ``dst`` under ``weights`` (None if unreachable)."""
@@ -150,3 +151,25 @@ class StateGraph:
             arcs.append(a)
             t = self.arcs[a][0]
         return arcs[::-1]
+
+
+def _dijkstra(src: int, adjacency: list[list[tuple[int, float, int]]]) -> tuple[list[float], list[int]]:
+    """Distance from ``src`` to every state over ``adjacency`` (:meth:`StateGraph._adjacency`), and
+    the arc into each on a cheapest path (-1: none; a tie keeps the arc found first)."""
+    inf = float("inf")
+    dist = [inf] * len(adjacency)
+    via = [-1] * len(adjacency)
+    dist[src] = 0.0
+    heap = [(0.0, src)]
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        d, i = pop(heap)
+        if d > dist[i]:
+            continue
+        for j, cost, a in adjacency[i]:
+            nd = d + cost
+            if nd < dist[j] - 1e-15 * nd:
+                dist[j] = nd
+                via[j] = a
+                push(heap, (nd, j))
+    return dist, via

@@ -21,7 +21,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
 * elementwise ops (``torch.Tag.pointwise``: ``gelu``, ``silu``, their backwards, arithmetic…;
   and ``floor_divide``, which torch does not tag) with broadcasting; ``add``/``sub`` of partials and ``mul``/``div`` of a partial by a
   replicated tensor stay partial, and so does a copy but one that rounds to an integer or a mask;
-* ``_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
+* ``_softmax``/``_safe_softmax``/``_log_softmax`` and their backwards; ``layer_norm``/``native_layer_norm``,
   ``rms_norm``/``_fused_rms_norm`` and their backwards; batch norm (below); ``embedding`` and its
   backward; ``index_select``; advanced indexing, ``index`` and ``index_put`` (a split index
   gathers rows, or, accumulating, adds them into a partial result), and ``scatter``/``scatter_add``/
@@ -583,7 +583,7 @@ def _same_shape_except(node: GraphNode, graph: PlanGraph, banned: set[int]) -> l
     return rules
 
 
-@_rule("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data")
+@_rule("_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data")
 def _softmax(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     ndim = node.output.ndim
     position = 2 if "backward" in node.target else 1

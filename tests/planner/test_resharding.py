@@ -118,6 +118,19 @@ def test_cheapest_path_is_cheapest(data):
     assert cost == pytest.approx(_cheapest_by_enumeration(graph, src, dst, weights), rel=1e-12)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_distances_to_a_state_are_the_cheapest_paths_costs(data):
+    graph = _graph((2, 2))
+    dst = data.draw(st.sampled_from(graph.states))
+    weights = np.array(data.draw(st.sampled_from([(1.0, 0.0), (0.0, 1.0), (0.5, 0.5)])))
+    distances = graph.distances_to(dst, weights)
+    for i, src in enumerate(graph.states):
+        path = graph.path(src, dst, weights)
+        expected = math.inf if path is None else sum(float(graph.costs[a] @ weights) for a in path)
+        assert distances[i] == pytest.approx(expected, rel=1e-12)
+
+
 def test_disallowed_states_are_never_passed_through():
     graph = StateGraph(2, 2, lambda s: S1 not in s, lambda s: np.ones(1), lambda k, a, b, c: np.ones((len(b), 1)))
     assert all(S1 not in s for s in graph.states)

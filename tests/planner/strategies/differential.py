@@ -78,6 +78,7 @@ CASES = {
     "expand": (lambda x: x.expand(4, 4, 8), (real(4, 1, 8),)),
     "broadcast": (lambda x, y, z: torch.where(x > 0, x * y - z / 2, -x) + F.gelu(x) + F.silu(y), (real(4, 4, 8), real(4, 8), real(8))),
     "softmax": (lambda x: torch.softmax(x, -1) + torch.log_softmax(x, 1), (real(4, 4, 8),)),
+    "safe_softmax": (lambda x: torch.ops.aten._safe_softmax(x, -1), (real(4, 4, 8),)),  # SDPA's math path in a trace
     "norms": (lambda x, w, b: F.layer_norm(x, (8,), w, b) + F.rms_norm(x, (8,), w), (real(4, 4, 8), real(8), real(8))),
     "embedding": (lambda w, i: F.embedding(i, w), (real(8, 4), torch.randint(0, 8, (4, 4)))),
     "floor_divide": (lambda x, i: x * (i // 2) + (i // i.clamp(min=1)), (real(4, 8), torch.randint(-8, 8, (4, 8)))),

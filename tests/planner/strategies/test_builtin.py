@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner import BuiltinProvider, Mesh
+from planner import BuiltinProvider, DTensorProvider, Mesh
 from planner.graph import read_graph
 from planner.placements import Replicate, Shard
 from planner.strategies.builtin import splits_experts
@@ -268,3 +268,17 @@ def test_a_conversion_keeps_a_partial_sum_only_where_it_keeps_sums():
     assert partial == {("float64", "int64"): False, ("int64", "bool"): False, ("float64", "float32"): True,
                        ("int64", "float64"): True, ("int64", "int32"): True, ("bool", "float64"): True}
     assert check_all(fn, (real(4, 4) * 4,), BuiltinProvider(), ops=["_to_copy"]) > 0
+
+
+def test_safe_softmax_offers_the_placements_dtensor_does():
+    """SDPA's math path traces to ``_safe_softmax``; the built-in rule gives what DTensor's whole-mesh
+    rule did (which priced every pair of its 125 placements on a 3-axis mesh, 1.4 CPU s per plan)."""
+    gm, _ = trace(*CASES["safe_softmax"][:1], *CASES["safe_softmax"][1])
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.target == "aten._safe_softmax.default")
+
+    def placements(provider, mesh):
+        return {(s.outputs, s.inputs) for s in provider.strategies(node, graph, mesh)}
+
+    for mesh in [*MESHES, Mesh((2, 2, 2))]:
+        assert placements(BuiltinProvider(), mesh) == placements(DTensorProvider(), mesh)
