@@ -171,7 +171,8 @@ def bind_all(
     knowledge: Knowledge,
     hints: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
-    """``values`` extended to bind every one of ``symbols``.
+    """``values`` extended to bind every one of ``symbols`` (under a ``knowledge`` with no
+    contradiction: one that has leaves no range to bind in).
 
     An unbound symbol that is not replaced takes its first candidate value (its hint when it
     has one, else a value in its range and residue class); a replaced one, its replacement's
