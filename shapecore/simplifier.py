@@ -685,7 +685,10 @@ class _GroupSettling:
         for atom in unique:
             if atom.fate is not None and atom.fate[0] != "summary":
                 continue
-            cand = by_key.get(_relation_key(canonicalize(atom.current)))
+            try:
+                cand = by_key.get(_relation_key(canonicalize(atom.current)))
+            except ZeroDivisionError:  # a divisor folds to 0: no summary guard is this atom as written
+                cand = None
             if cand is not None and cand.atom is None:  # the atom is a summary guard as written
                 cand.expr, cand.atom, cand.order = atom.current, atom, min(cand.order, atom.index)
                 atom.fate = ("open", cand)

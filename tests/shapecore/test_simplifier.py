@@ -10,7 +10,7 @@ import sys
 import pytest
 import sympy
 import z3
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import shapecore.simplifier as simplify_module
@@ -495,8 +495,14 @@ def test_stopped_at_any_step_the_answer_is_equivalent():
     assert stages == {"normalizing", "digesting", "deciding", "z3"}
 
 
+_ZERO = "ModularIndexing(s0, 1, -1)"  # s0 % -1: 0 wherever defined, so a divisor that folds to 0
+
+
 @settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(guard_sets, scopes, st.integers(0, 25))
+@example([parse(f"Eq(s0, CeilDiv(s0, {_ZERO})**2)")], {"s0": (None, None)}, 0)  # the early stop raised
+@example([parse(f"Eq(s0, Mod(s0, {_ZERO})**2)")], {"s0": (None, None)}, 1)  # ZeroDivisionError (torch 2.11's run)
+@example([parse(f"Eq(s0, FloorDiv(s0, {_ZERO})**2)")], {"s0": (None, None)}, 2)
 def test_however_far_a_run_got_its_answer_is_equivalent(guards, ranges, steps):
     """Stopped by its time limit after any number of steps, the run's answer accepts exactly what the input does."""
     progress = Progress(time_limit_s=steps, clock=ticking())
