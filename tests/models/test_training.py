@@ -10,7 +10,8 @@ LLaMA is planned with its batch split required (``RequireShard``), and Mixtral w
 weights split on their hidden dim, its expert products (transformers' ``grouped_mm_fallback``)
 computing on the pieces, again with them split by the expert dim (``ExpertParallel``: each
 rank computes its own experts, the rows dispatched to them and combined back), and with each rank
-routing its own tokens, required or chosen by the planner unprompted.
+routing its own tokens (required; that the planner chooses it unprompted at a large batch is
+checked by planning alone).
 
 AdamW's ``eps`` is 1e-4, not 1e-8: a parameter whose true gradient is zero (BERT's attention key
 bias: softmax ignores a shift shared by all keys) gets rounding noise of about 1e-9 as its
@@ -27,6 +28,7 @@ import torch
 from torch.export import Dim
 
 import lowering
+import planner
 from lowering import launch
 from planner import PER_TOKEN, ExpertParallel, RequireShard
 from tests.models.zoo import CASES, MIXTRAL_EXPERTS_SPLIT, train_one_device
@@ -111,6 +113,10 @@ TWO_RANKS = {
 }
 
 
+PER_TOKEN_RULES = {node: PER_TOKEN for node in ("sort", "histc", "grouped_mm_fallback", "grouped_mm_fallback_backward_1",
+                                                "arange_5", "index_put_3")}
+
+
 def test_mixtral_with_its_experts_split_by_the_expert_dim_trains_equal_to_one_device():
     """Expert parallel: each rank holds 2 of the 4 experts of every layer (gate-up and down), its
     tokens' rows dispatched to their expert's rank and combined back, in the forward and the backward."""
@@ -120,15 +126,23 @@ def test_mixtral_with_its_experts_split_by_the_expert_dim_trains_equal_to_one_de
                                       placement_constraints=[ExpertParallel(0)]))
 
 
-@pytest.mark.parametrize("options", [{"placement_constraints": [RequireShard("batch", 0)]}, {"batch_sizes": [4096]}],
-                         ids=["required", "weighed at batch 4096"])
-def test_mixtral_with_its_batch_split_trains_equal_to_one_device(options):
+def test_mixtral_with_its_batch_split_trains_equal_to_one_device():
     """Data parallel: each rank routes its own tokens (the sort of the routed rows, the grouped
-    products and the scatter back, run per token), its expert weights' gradients summed; required
-    (``RequireShard``), or chosen with no constraint where it costs least (a plan for batch 4096)."""
-    rules = {node: PER_TOKEN for node in ("sort", "histc", "grouped_mm_fallback", "grouped_mm_fallback_backward_1",
-                                          "arange_5", "index_put_3")}
-    assert _check("mixtral", (2,), rules=rules, time_limit=10, **options) == []
+    products and the scatter back, run per token), its expert weights' gradients summed."""
+    assert _check("mixtral", (2,), rules=PER_TOKEN_RULES, time_limit=10,
+                  placement_constraints=[RequireShard("batch", 0)]) == []
+
+
+def test_mixtral_planned_for_a_large_batch_routes_per_token_unprompted():
+    """With no constraint, at batch 4096 the plan runs the routing per token (what the test above
+    trains), its batch split: the planner weighs the region on a whole model by itself."""
+    case = CASES["mixtral"]
+    inputs, _ = case.batch(BATCH_SIZES[0])
+    plan = planner.plan_module(case.model(), (inputs,), dynamic_shapes=({0: Dim("batch")},), mesh=(2,), training=True,
+                               constraints=[CONSTRAINT], hardware="cpu-gloo", regret="off", time_limit=10,
+                               batch_sizes=[4096])
+    assert {node: plan.decisions[node].rule for node in PER_TOKEN_RULES} == PER_TOKEN_RULES
+    assert str(plan.input_placements[0]).startswith("(Shard(dim=0)"), plan.input_placements
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -152,5 +166,8 @@ def test_training_with_weights_split_on_a_two_by_two_mesh_equals_one_device(name
     # The greedy solver: under these budgets the ILP runs to its time limit (10 s leave it gaps of
     # 3-100% on this box, bench/memory_budget.py), so its plan would depend on how loaded the
     # machine is (at worst the greedy plan it starts from).
-    assert _check(name, (2, 2), memory_budget=CASES[name].memory_budget, solver="greedy")  # some weight split
+    split = _check(name, (2, 2), memory_budget=CASES[name].memory_budget, solver="greedy")
+    assert split  # some weight split
+    if name == "gpt2":  # the tied embedding among them: a split tied weight computes, forward and gradient
+        assert "m.transformer.wte.weight" in split
 
