@@ -11,20 +11,32 @@ unless already set): the suite runs two xdist workers on two cores, and a proces
 OpenMP threads on cores another process holds slows down many times over (the CPU run of
 ``bench/gpu.py`` took 646 s beside a (2, 2) model test with the default threads, 392 s with one).
 
+One Inductor cache serves the whole test session (``TORCHINDUCTOR_CACHE_DIR``): made here, in
+the process pytest starts, before pytest-xdist starts its workers, so the workers, the ranks they
+launch and the interpreters the tests start inherit it and a program one of them compiled is
+not compiled again by another; fresh per session, so timings do not depend on earlier runs, and
+removed when that process exits.
+
 The ranks that the model tests launch build transformers models: their forkserver imports
 transformers' model base once (:func:`lowering.preload`), not every rank of every launch
 (~2 CPU seconds each).
 """
 
+import atexit
 import contextlib
 import fcntl
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported (see the docstring)
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="shapecore-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
