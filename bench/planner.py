@@ -16,7 +16,10 @@ costs no memory. The batch is dynamic (``Eq(Mod(batch, 8), 0)``) and costed at b
 * peers in the same run: the single-size plan (solved at batch 8 alone, as a planner that
   sees one example size does) and its worst regret; the greedy baseline's cost relative to
   the ILP; optionally (``--peer-unclustered``) the same ILP without clustering and follower
-  merging, its build+solve seconds and the speed-up.
+  merging, its build+solve seconds and the speed-up; optionally (``--ranges``) the least worst
+  regret that plans one per batch size, the parameters placed alike in all (as a module holds
+  them, its optimizer state with them), can reach: no plan per batch range sharing its
+  parameters does better (``IlpModel.worst_regret_per_range``).
 
     python bench/planner.py                                   # every case (minutes)
     python bench/planner.py --layers 2 --meshes 8 2x4         # a quick look
@@ -35,6 +38,7 @@ says which blocks were copied); ``--trace-whole`` plans with ``plan_module(share
 every block traced; ``--model 70b`` takes LLaMA-3-70B's dims; the table gives the peak RSS:
 
     python bench/planner.py --whole --model 70b --layers 80 --meshes 8x8 4x8x8
+    python bench/planner.py --model 70b --layers 80 --modes training --meshes 8x8 --ranges --regret-time-limit 900
 """
 
 from __future__ import annotations
@@ -149,11 +153,11 @@ PEER_MODELS = {"8b": {"dim": 4096, "n_heads": 32, "multiple_of": 1024}, "70b": {
 """The peer's ``TransformerModelArgs`` per model, the same dims (its FFN: 14336 and 28672)."""
 
 
-def _trace(layers: int, training: bool, options: PlanOptions) -> tuple[planner.ModuleTrace, float]:
-    """The decoder traced as ``plan_module`` traces it (:func:`planner.trace_module`, at the largest
-    batch size costed), and the seconds that took."""
+def _trace(layers: int, training: bool, options: PlanOptions, dims: dict | None = None) -> tuple[planner.ModuleTrace, float]:
+    """The decoder (``Llama(layers, **dims)``) traced as ``plan_module`` traces it (:func:`planner.trace_module`,
+    at the largest batch size costed), and the seconds that took."""
     with torch.device("meta"):
-        model = Llama(layers).to(torch.bfloat16)
+        model = Llama(layers, **(dims or {})).to(torch.bfloat16)
         tokens = torch.randint(0, 128256, (16, SEQ))
     start = time.perf_counter()
     traced = planner.trace_module(model, (tokens,), dynamic_shapes={"tokens": {0: Dim("batch")}}, training=training,
@@ -225,6 +229,12 @@ def run_case(traced: planner.ModuleTrace, mesh: Mesh, options: PlanOptions, args
         "single_size_regret": regret(singles[0]).tolist(),  # solved at the first (smallest) size alone
         "greedy_over_ilp": greedy.objective / expected.objective,
     }
+    if args.ranges:
+        ranges = model.worst_regret_per_range(weights, optima, [(k,) for k in range(len(weights))],
+                                              time_limit=args.regret_time_limit)
+        row["ranges_worst_regret"] = max(float(problem.evaluate(plan, eye[k]).total[k] / optima[k])
+                                         for k, plan in enumerate(ranges.choices))
+        row["ranges_bound"], row["ranges_optimal"], row["ranges_s"] = ranges.bound, ranges.optimal, ranges.solve_seconds
     if args.peer_unclustered:
         flat = _solve(traced, mesh, dataclasses.replace(options, cluster=False, merge_followers=False))
         row["unclustered_build_s"] = flat["build"]
@@ -379,12 +389,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=600.0, help="seconds per expected-cost solve")
     parser.add_argument("--regret-time-limit", type=float, default=60.0, help="seconds for the worst-regret solve")
     parser.add_argument("--peer-unclustered", action="store_true", help="also solve without clustering and follower merging")
+    parser.add_argument("--ranges", action="store_true",
+                        help="also solve for the least worst regret of a plan per batch size sharing the parameters' "
+                             "placements (IlpModel.worst_regret_per_range; minutes on deep models)")
     parser.add_argument("--whole", action="store_true",
                         help="time whole plan_module(training=True, objective='regret') calls per phase instead")
     parser.add_argument("--trace-whole", action="store_true",
                         help="with --whole: plan_module(share_layers=False), every block traced")
     parser.add_argument("--model", choices=sorted(MODELS), default="8b",
-                        help="with --whole: LLaMA-3-8B's dims or LLaMA-3-70B's (dim 8192, 64 heads, FFN 28672)")
+                        help="LLaMA-3-8B's dims or LLaMA-3-70B's (dim 8192, 64 heads, FFN 28672)")
     parser.add_argument("--peer-autoparallel", metavar="PATH",
                         help="with --whole: also run meta-pytorch/autoparallel (a checkout at PATH) on its LLaMA-3")
     parser.add_argument("--json", help="write the rows to this file")
@@ -395,11 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     header = (f"{'mode':8} {'L':>2} {'mesh':6} {'nodes':>6} {'dec':>4} {'vars':>7} {'cons':>6} {'build':>6} {'bounds':>6} "
               f"{'exp s':>6} {'exp worst':>9} {'reg s':>6} {'plan s':>6} {'plan()':>6} {'reg worst':>9} {'≤ rep':>6} {'mm s':>6} {'mm worst':>8} "
-              f"{'exact s':>7} {'1-size':>6} {'greedy':>6}" + (f" {'flat s':>7} {'speedup':>7}" if args.peer_unclustered else ""))
+              f"{'exact s':>7} {'1-size':>6} {'greedy':>6}" + (f" {'flat s':>7} {'speedup':>7}" if args.peer_unclustered else "")
+              + (f" {'ranges':>6} {'≥':>6} {'rng s':>6}" if args.ranges else ""))
     print(header, flush=True)
     for mode in args.modes:
         for layers in args.layers:
-            traced, trace_s = _trace(layers, mode == "training", options)
+            traced, trace_s = _trace(layers, mode == "training", options, MODELS[args.model])
             print(f"# traced {mode} L={layers} in {trace_s:.1f} s (not included below)", flush=True)
             for text in args.meshes:
                 row = run_case(traced, _mesh(text), options, args)
@@ -413,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{row['greedy_over_ilp']:>6.2f}")
                 if args.peer_unclustered:
                     line += f" {row['unclustered_build_s'] + row['unclustered_solve_s']:>7.2f} {row['speedup']:>7.1f}"
+                if args.ranges:
+                    line += (f" {row['ranges_worst_regret']:>6.3f} {row['ranges_bound']:>6.3f}"
+                             f"{'' if row['ranges_optimal'] else '*'} {row['ranges_s']:>6.1f}")
                 print(line, flush=True)
     print("columns (seconds unless said): build = read graph, decide obligations, build problem and ILP; bounds = each batch "
           "size's optimum bounded below by its LP relaxation; exp = objective='expected' (its solve, its worst regret); "
@@ -420,7 +437,10 @@ def main(argv: list[str] | None = None) -> int:
           "a whole planner.plan(objective='regret') call (tracing excluded), its worst regret against the exact optima and '≤ rep' as the plan reports it (against the bounds); "
           "mm = objective='worst-regret'; exact s = the exact per-size optima (regret='exact'); 1-size = worst regret of the "
           "plan solved at the smallest batch size alone, as a planner that sees one example size; greedy = greedy cost / "
-          "ILP cost; flat s = build+solve without clustering or merging")
+          "ILP cost; flat s = build+solve without clustering or merging; ranges = worst regret (against the exact "
+          "optima) of the best plans found one per batch size with the parameters placed alike in all (a plan per batch "
+          "range with its parameters shared reaches no less), ≥ = the MIP's lower bound on it (against the same optima; "
+          "* = stopped at --regret-time-limit), rng s = its solve")
     _write_json(args.json, rows)
     return 0
 

@@ -72,10 +72,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+import highspy
 import mip
 import numpy as np
 
@@ -84,7 +85,7 @@ from planner.problem import EdgeClass, Problem
 from planner.relaxation import LinearRows, LpRelaxation, RelaxedBound
 from shapecore.errors import ShapecoreError
 
-__all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "Solution", "SOLVERS", "solve_mean_regret"]
+__all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "RangePlans", "Solution", "SOLVERS", "solve_mean_regret"]
 
 SOLVERS = {"highs": mip.HIGHS, "cbc": mip.CBC}
 _SCALE = 1e6  # seconds -> microseconds
@@ -109,6 +110,17 @@ class Optimum(NamedTuple):
     value: float
     exact: bool
     source: str
+
+
+class RangePlans(NamedTuple):
+    """:meth:`IlpModel.worst_regret_per_range`'s answer: one plan (a choice per group) per range, whether
+    the MIP proved ``worst`` (the least worst regret, within 1%), the bound it reached, and the seconds."""
+
+    choices: list[list[int]]
+    optimal: bool
+    worst: float
+    bound: float
+    solve_seconds: float
 
 
 @dataclass
@@ -548,13 +560,17 @@ class IlpModel:
         """
         costs, constant = self._objective(weights)
         if self._relaxation is None:
-            transport = np.array([v for _, ys in self.transport for row in ys for v in row], dtype=np.int64)
-            self._relaxation = LpRelaxation(self.lp, unit_columns=np.concatenate([transport, self._flow_costs()[0]]))
+            self._relaxation = LpRelaxation(self.lp, unit_columns=self._unit_columns())
         bound, choices = self._relaxed(costs, time_limit)
         if bound.finished:
             return Optimum(bound.value / _SCALE + constant, exact=choices is not None, source="lp relaxation")
         return Optimum(max(bound.value / _SCALE + constant, self.decision_minimum(weights)), exact=False,
                        source="partial lp relaxation")
+
+    def _unit_columns(self) -> np.ndarray:
+        """The routing columns (transportation and flow), which no optimum sets above 1 (see the module docstring)."""
+        transport = np.array([v for _, ys in self.transport for row in ys for v in row], dtype=np.int64)
+        return np.concatenate([transport, self._flow_costs()[0]])
 
     def _relaxed(self, costs: np.ndarray, time_limit: float) -> tuple[RelaxedBound, list[int] | None]:
         """The LP relaxation minimized for the objective ``costs`` (:meth:`_objective`'s), and the
@@ -682,6 +698,78 @@ class IlpModel:
             build_seconds=self.build_seconds,
             solve_seconds=time.perf_counter() - start,
         )
+
+    def worst_regret_per_range(self, weights: np.ndarray, optima: np.ndarray, ranges: Sequence[Sequence[int]], *,
+                               time_limit: float = 60.0) -> RangePlans:
+        """The least worst regret of one plan per batch range whose parameters are placed alike in
+        every range (the placements a module holds its parameters, gradients and optimizer state
+        in), and those plans.
+
+        ``ranges``: the points of each range (each point in one). One copy of the model per range,
+        each copy's ratio rows ``cost_k(x_r) ≤ t·optimum_k`` for its points ``k`` (redistributions
+        that are not flows routed for the range's ``weights``), and ``x_r[g, c] = x_s[g, c]`` for
+        every group ``g`` holding a parameter placeholder (whole: the parameter's views and its
+        gradient's delivery, which follow it in every plan, too); minimizes ``t`` with HiGHS to
+        within 1% of its bound. Splitting a range only frees plans, so a range per point gives the
+        least any ranges reach. What plans per range can reach, not a plan the planner makes: a
+        MIP ``len(ranges)`` times the size of the plan's (on the 80-layer LLaMA-3-70B-shaped training
+        graph on (8, 8), minutes).
+        """
+        if self.memory_budget is not None:
+            raise ValueError("worst_regret_per_range does not take a memory budget: build the model without one")
+        start = time.perf_counter()
+        lp, columns, copies = self.lp, self.lp.columns, len(ranges)
+        seed = solve_mean_regret(self, weights, optima, time_limit=time_limit).choices  # in every range: a start
+        highs = highspy.Highs()
+        for name, value in {"output_flag": False, "threads": 1, "mip_rel_gap": _REGRET_GAP,
+                            "time_limit": float(time_limit)}.items():
+            highs.setOptionValue(name, value)
+        t = columns * copies
+        upper = np.array(lp.upper)
+        upper[self._unit_columns()] = 1.0  # as the relaxation bounds them
+        highs.addVars(t + 1, np.concatenate([np.tile(lp.lower, copies), [0.0]]),
+                      np.concatenate([np.tile(upper, copies), [highspy.kHighsInf]]))
+        index, starts = np.array(lp.index, dtype=np.int64), np.array(lp.starts[:-1], dtype=np.int32)
+        binary = np.array(self._binary, dtype=np.int64)
+        for r in range(copies):
+            highs.addRows(len(lp.row_lower), np.array(lp.row_lower), np.array(lp.row_upper), len(index), starts,
+                          (index + r * columns).astype(np.int32), np.array(lp.value))
+            highs.changeColsIntegrality(len(binary), (binary + r * columns).astype(np.int32),
+                                        np.full(len(binary), highspy.HighsVarType.kInteger))
+        routes = [np.where(np.isin(np.arange(len(weights)), points), weights, 0.0) for points in ranges]
+        routes = [route / route.sum() for route in routes]  # each range's redistributions routed for its weights
+        initial, seeded = np.zeros(t + 1), 0.0
+        for r, (points, route) in enumerate(zip(ranges, routes)):
+            matrix, constant = self._cost_matrix(route)
+            for k in points:
+                used = np.flatnonzero(matrix[:, k])
+                highs.addRow(-highspy.kHighsInf, -constant[k] / optima[k], len(used) + 1,
+                             np.concatenate([used + r * columns, [t]]).astype(np.int32),
+                             np.concatenate([matrix[used, k] / optima[k], [-1.0]]))
+            for v, value in self._values(seed, route).items():
+                initial[v + r * columns] = value
+            seeded = max(seeded, float((self.problem.evaluate(seed, route).total / optima)[list(points)].max()))
+        graph = self.problem.graph
+        for g, group in enumerate(self.problem.groups):
+            if self.x[g] is not None and any(graph.nodes[name].role == "param" for name in group.nodes):
+                for v in self.x[g]:
+                    for r in range(1, copies):
+                        highs.addRow(0.0, 0.0, 2, np.array([v, v + r * columns], dtype=np.int32), np.array([1.0, -1.0]))
+        highs.changeColCost(t, 1.0)
+        initial[t] = seeded * (1 + 1e-6)
+        solution = highspy.HighsSolution()
+        solution.col_value = initial.tolist()
+        highs.setSolution(solution)
+        highs.run()
+        info = highs.getInfo()
+        if info.primal_solution_status != highspy.SolutionStatus.kSolutionStatusFeasible:
+            raise ValueError(f"the solver found no plans ({highs.modelStatusToString(highs.getModelStatus())}); "
+                             "raise time_limit")
+        values = np.array(highs.getSolution().col_value)
+        choices = [[0 if xs is None else int(np.argmax(values[np.array(xs) + r * columns])) for xs in self.x]
+                   for r in range(copies)]
+        return RangePlans(choices, highs.getModelStatus() == highspy.HighsModelStatus.kOptimal,
+                          float(info.objective_function_value), float(info.mip_dual_bound), time.perf_counter() - start)
 
     def _failure(self, status: mip.OptimizationStatus, time_limit: float) -> ValueError:
         if status == mip.OptimizationStatus.INFEASIBLE:

@@ -340,3 +340,49 @@ def test_a_relaxation_out_of_time_weakens_the_regret_report_instead_of_failing_t
         assert weak.regret >= weak.cost / tight.optimum * (1 - 1e-9)  # an upper bound on the true regret
     assert str(plan).count("(the LP relaxation stopped early), regret ≤") == 3
     assert [b.optimum_source for b in planner.Plan.from_json(plan.to_json()).batch_costs] == ["partial lp relaxation"] * 3
+
+
+
+@pytest.fixture(scope="module")
+def parameters_bind():
+    """An MLP whose best plans at batch 4 and at 65536 place its parameters apart (one plan: regret 1.30)."""
+    return problem_of(on_meta(MLP, 256, 1024), torch.randn(16, 256, device="meta"), Mesh((2,)), batch_sizes=[4, 65536])
+
+
+def _per_point_with_parameters_fixed(problem, optima):
+    """min over the parameters' placements of the worst, over points, of the point's best ratio with them fixed
+    (every placement of theirs tried; each point's MIP with the other choices barred)."""
+    model = IlpModel(problem)
+    model.model.max_mip_gap = 0.0
+    state = [g for g, group in enumerate(problem.groups) if model.x[g] is not None
+             and any(problem.graph.nodes[name].role == "param" for name in group.nodes)]
+    columns, best = model.model.vars, math.inf
+    for key in itertools.product(*(range(problem.groups[g].choices) for g in state)):
+        for g, c in zip(state, key):
+            for other, v in enumerate(model.x[g]):
+                columns[v].ub = float(other == c)
+        ratios = [model.solve(np.eye(len(optima))[k]).objective / optima[k] for k in range(len(optima))]
+        best = min(best, max(ratios))
+    return best
+
+
+def test_plans_per_range_sharing_the_parameters_reach_the_least_worst_regret_there_is(parameters_bind):
+    problem, weights = parameters_bind, parameters_bind.points.weights
+    model = IlpModel(problem)
+    model.model.max_mip_gap = 0.0
+    optima = np.array([model.solve(np.eye(2)[k]).objective for k in range(2)])
+    per_point = model.worst_regret_per_range(weights, optima, [(0,), (1,)])
+    truth = _per_point_with_parameters_fixed(problem, optima)
+    assert 1.01 < truth < 1.1  # the parameters bind, and a plan per point helps
+    assert per_point.optimal and truth * (1 - 1e-6) <= per_point.worst <= truth * 1.01 + 1e-9  # its 1% gap
+    assert per_point.bound <= truth * (1 + 1e-6)
+    state = [g for g, group in enumerate(problem.groups) if any(problem.graph.nodes[n].role == "param" for n in group.nodes)]
+    assert all(per_point.choices[0][g] == per_point.choices[1][g] for g in state)
+    for k, plan in enumerate(per_point.choices):  # each plan costs what it says at its point
+        assert problem.evaluate(plan, np.eye(2)[k]).total[k] / optima[k] <= per_point.worst * (1 + 1e-6)
+    one = model.worst_regret_per_range(weights, optima, [(0, 1)])  # one range: the worst-regret objective's plan
+    minimax = model.solve_worst_regret(weights, optima)
+    worst = (problem.evaluate(minimax.choices, weights).total / optima).max()
+    assert one.worst == pytest.approx(worst, rel=0.011) and one.worst > 1.25
+    with pytest.raises(ValueError, match="memory budget"):
+        IlpModel(problem, memory_budget=1e12).worst_regret_per_range(weights, optima, [(0,), (1,)])
