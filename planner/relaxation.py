@@ -150,8 +150,8 @@ class LpRelaxation:
             return RelaxedBound(0.0, True, values=np.zeros(0))
         restricted = zero is not None and len(zero) > 0
         if restricted:
-            zero = np.asarray(zero, dtype=np.int32)
-            self.highs.changeColsBounds(len(zero), zero, self.lower[zero], np.zeros(len(zero)))
+            zero = np.unique(np.asarray(zero, dtype=np.int32))  # HiGHS refuses a set that names a column twice
+            self._bound(zero, np.zeros(len(zero)))
         else:
             self._start(costs)
         self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), costs)
@@ -176,8 +176,14 @@ class LpRelaxation:
             bound = RelaxedBound(self.lagrangian(costs, np.array(self.highs.getSolution().row_dual)), False)
         self._held = len(self.starts) - 1 if status == highspy.HighsModelStatus.kOptimal and not restricted else None
         if restricted:  # changing the model clears HiGHS's solution: restored once it is read
-            self.highs.changeColsBounds(len(zero), zero, self.lower[zero], self.upper[zero])
+            self._bound(zero, self.upper[zero])
         return bound
+
+    def _bound(self, columns: np.ndarray, upper: np.ndarray) -> None:
+        """Set the upper bounds of ``columns`` (distinct), their lower bounds as built."""
+        status = self.highs.changeColsBounds(len(columns), columns, self.lower[columns], upper)
+        if status != highspy.HighsStatus.kOk:
+            raise RuntimeError(f"HiGHS refused the bounds of {len(columns)} columns ({status})")
 
     def _start(self, costs: np.ndarray) -> None:
         """Give HiGHS the basis of the earlier optimal solution that costs least under ``costs``
