@@ -44,11 +44,14 @@ infeasibility: a :class:`MemoryBudgetError` with what the plan needing the least
 (:meth:`IlpModel.least_peak_choices`: the same constraints, minimizing the peak) and what
 dominates it. The LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so
 far: a valid, possibly weaker, bound. The rounds share the solve's time limit, and each starts
-from the greedy plan (:class:`~planner.greedy.GreedyModel`, which prices the same peak) when it
-fits: a solve out of time returns the best plan found, at worst that one. Under a tight budget
-the MIP's bound is weak (a mixture of plans fits where none does: on the 1-layer LLaMA training
-graph on (2, 2) the root relaxation lies 4% below the best plan known, ``bench/memory_budget.py``), so
-such a solve usually ends at its time limit with a plan and a gap.
+from the LP relaxation rounded to a plan that fits (:meth:`IlpModel._relax_and_fix`), else from
+the greedy plan (:class:`~planner.greedy.GreedyModel`, which prices the same peak) when it
+fits: a solve out of time returns the best plan found, at worst that one, and the larger of the
+MIP's bound and the relaxation's. Under a tight budget the bound is weak (a mixture of plans fits
+where none does: on the 1-layer LLaMA training graph on (2, 2) the root relaxation lies 4.3%
+below the optimum, which HiGHS proves in about 135 CPU s, ``bench/memory_budget.py``), so such a
+solve usually ends at its time limit with a plan and a gap; the rounded plan lies 0.12% above
+the optimum there.
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
 (:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)

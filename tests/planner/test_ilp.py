@@ -106,8 +106,9 @@ def test_every_memory_constraint_at_a_plans_values_is_its_memory_at_that_step(tr
 
 
 def test_a_solve_out_of_time_under_a_budget_returns_the_greedy_plan_it_started_from(training_mlp, monkeypatch):
-    """The MIP starts from the greedy plan when it fits, so running out of time still gives a plan
-    (was: "the solver found no plan within the time limit")."""
+    """The MIP starts from the greedy plan when it fits and the relaxation gave no plan to round
+    (here it has no time either), so running out of time still gives a plan (was: "the solver
+    found no plan within the time limit")."""
     weights = training_mlp.points.weights
     budget = 0.5 * float(training_mlp.peak_memory(GreedyModel(training_mlp).solve(weights).choices).total.max())
     greedy = GreedyModel(training_mlp, memory_budget=budget).solve(weights)
