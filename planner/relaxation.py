@@ -135,10 +135,10 @@ class LpRelaxation:
         if first_column and (len(lower) or len(row_lower)):
             self.starts, self._held = [], None
         self.columns = rows.columns
-        self.lower, self.upper = np.concatenate([self.lower, lower]), np.concatenate([self.upper, upper])
-        self.entry_row = np.concatenate([self.entry_row, np.repeat(np.arange(first_row, first_row + len(row_lower)), np.diff(starts))])
-        self.row_lower, self.row_upper = np.concatenate([self.row_lower, row_lower]), np.concatenate([self.row_upper, row_upper])
-        self.entry_column, self.entry_value = np.concatenate([self.entry_column, column]), np.concatenate([self.entry_value, value])
+        self.lower, self.upper = np.append(self.lower, lower), np.append(self.upper, upper)
+        self.row_lower, self.row_upper = np.append(self.row_lower, row_lower), np.append(self.row_upper, row_upper)
+        self.entry_row = np.append(self.entry_row, np.repeat(np.arange(first_row, first_row + len(row_lower)), np.diff(starts)))
+        self.entry_column, self.entry_value = np.append(self.entry_column, column), np.append(self.entry_value, value)
 
     def minimize(self, costs: np.ndarray, *, time_limit: float, zero: np.ndarray | None = None) -> RelaxedBound:
         """A lower bound on ``min costs·x`` over the relaxation, the columns ``zero`` held at 0:
