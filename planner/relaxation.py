@@ -8,7 +8,10 @@ through python-mip, 7 here, ``bench/planner.py --whole``):
 
 * HiGHS's LP presolve costs more than it saves here (it does not see the one-hot structure
   its MIP presolve uses): presolve is off and the dual simplex runs on the model as built
-  (the barrier, the primal simplex, and the MIP stopped at its root or at a 1% gap were slower);
+  (the barrier, the primal simplex, and the MIP stopped at its root or at a 1% gap were slower).
+  Under a memory budget the first solve is the interior point method's, with crossover to a
+  basis for the later ones (``barrier_first``): on the 1-layer LLaMA training graph on (2, 2)
+  under its budget 1.2 CPU s, the dual simplex 2.7 (7.1k iterations), the primal 31;
 * between solves only the objective changes, so each starts from an earlier solve's optimal
   basis: the one whose solution costs least under the new objective (each is a vertex of the
   same polytope, so the least costly is the nearest start by that measure). On that graph the
@@ -20,6 +23,12 @@ through python-mip, 7 here, ``bench/planner.py --whole``):
 * the model reaches HiGHS as arrays (:class:`LinearRows`, which the ILP fills beside its
   python-mip model) rather than through a model file, which took about a second to write and
   read back at that size.
+
+A solve may hold some columns at 0 (``zero``, :meth:`LpRelaxation.minimize`: the relaxation
+with some choices ruled out, as relax-and-fix asks, :meth:`~planner.ilp.IlpModel.solve`); such
+a solve's basis is no start for later ones. Rows and columns added to the :class:`LinearRows`
+after the relaxation was built join it by :meth:`LpRelaxation.extend` (memory constraints
+found on the way), HiGHS's basis growing with them.
 
 Columns the caller names in ``unit_columns`` are bounded above by 1 (a relaxation of the
 problem with that bound, which the caller vouches has the same optimum). When a solve stops
@@ -90,47 +99,91 @@ class LinearRows:
 class LpRelaxation:
     """The linear program ``rows`` (as built so far), in a HiGHS instance of its own."""
 
-    def __init__(self, rows: LinearRows, *, unit_columns: np.ndarray) -> None:
+    def __init__(self, rows: LinearRows, *, unit_columns: np.ndarray, barrier_first: bool = False) -> None:
         self.highs = highspy.Highs()
         for name, value in _OPTIONS.items():
             self.highs.setOptionValue(name, value)
-        self.columns = rows.columns
-        self.lower, self.upper = np.array(rows.lower), np.array(rows.upper)
-        unit = np.asarray(unit_columns, dtype=np.int64)
-        self.upper[unit] = np.minimum(self.upper[unit], 1.0)
-        self.row_lower, self.row_upper = np.array(rows.row_lower), np.array(rows.row_upper)
-        starts = np.array(rows.starts, dtype=np.int64)
-        self.entry_column = np.array(rows.index, dtype=np.int64)
-        self.entry_value = np.array(rows.value)
-        self.entry_row = np.repeat(np.arange(len(self.row_lower), dtype=np.int64), np.diff(starts))
+        self._barrier = barrier_first  # the first solve by the interior point method (and crossover, for a basis)
+        self.columns = 0
+        self.lower, self.upper = np.zeros(0), np.zeros(0)
+        self.row_lower, self.row_upper = np.zeros(0), np.zeros(0)
+        self.entry_column, self.entry_value, self.entry_row = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
         self.starts: list[tuple[np.ndarray, highspy.HighsBasis]] = []
         """Earlier optimal solutions and their bases, the most recent last, for :meth:`_start`."""
         self._held: int | None = None  # the start whose basis HiGHS holds
-        if self.columns:
-            self.highs.addVars(self.columns, self.lower, self.upper)
-            self.highs.addRows(len(self.row_lower), self.row_lower, self.row_upper, len(self.entry_column),
-                               starts[:-1].astype(np.int32), self.entry_column.astype(np.int32), self.entry_value)
+        self.extend(rows, unit_columns=unit_columns)
 
-    def minimize(self, costs: np.ndarray, *, time_limit: float) -> RelaxedBound:
-        """A lower bound on ``min costs·x`` over the relaxation: its minimum if found within
-        ``time_limit`` seconds, else the Lagrangian at the duals reached (see the module docstring).
-        The solve starts from :meth:`_start`'s basis."""
+    def extend(self, rows: LinearRows, *, unit_columns: np.ndarray | None = None) -> None:
+        """Add the columns and rows of ``rows`` beyond those the relaxation holds (``unit_columns``
+        among the new columns bounded by 1). HiGHS keeps its basis, the new rows' slacks basic;
+        the earlier solutions, shorter than the columns now, are dropped as starts."""
+        first_column, first_row = self.columns, len(self.row_lower)
+        lower, upper = np.array(rows.lower[first_column:]), np.array(rows.upper[first_column:])
+        if unit_columns is not None:
+            unit = np.asarray(unit_columns, dtype=np.int64) - first_column
+            upper[unit] = np.minimum(upper[unit], 1.0)
+        starts = np.array(rows.starts[first_row:], dtype=np.int64)
+        row_lower, row_upper = np.array(rows.row_lower[first_row:]), np.array(rows.row_upper[first_row:])
+        column, value = np.array(rows.index[starts[0]:], dtype=np.int64), np.array(rows.value[starts[0]:])
+        if not rows.columns:  # nothing to solve (minimize answers 0)
+            return
+        if len(lower):
+            self.highs.addVars(len(lower), lower, upper)
+        if len(row_lower):
+            self.highs.addRows(len(row_lower), row_lower, row_upper, len(column), (starts[:-1] - starts[0]).astype(np.int32),
+                               column.astype(np.int32), value)
+        if first_column and (len(lower) or len(row_lower)):
+            self.starts, self._held = [], None
+        self.columns = rows.columns
+        self.lower, self.upper = np.append(self.lower, lower), np.append(self.upper, upper)
+        self.row_lower, self.row_upper = np.append(self.row_lower, row_lower), np.append(self.row_upper, row_upper)
+        self.entry_row = np.append(self.entry_row, np.repeat(np.arange(first_row, first_row + len(row_lower)), np.diff(starts)))
+        self.entry_column, self.entry_value = np.append(self.entry_column, column), np.append(self.entry_value, value)
+
+    def minimize(self, costs: np.ndarray, *, time_limit: float, zero: np.ndarray | None = None) -> RelaxedBound:
+        """A lower bound on ``min costs·x`` over the relaxation, the columns ``zero`` held at 0:
+        its minimum if found within ``time_limit`` seconds, else the Lagrangian at the duals
+        reached (see the module docstring). The solve starts from :meth:`_start`'s basis, or with
+        ``zero``, from the basis HiGHS holds (the previous solve's: relax-and-fix rules out a few
+        more choices each time); only solves without ``zero`` are kept as starts."""
         if not self.columns:
             return RelaxedBound(0.0, True, values=np.zeros(0))
-        self._start(costs)
+        restricted = zero is not None and len(zero) > 0
+        if restricted:
+            zero = np.unique(np.asarray(zero, dtype=np.int32))  # HiGHS refuses a set that names a column twice
+            self._bound(zero, np.zeros(len(zero)))
+        else:
+            self._start(costs)
         self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), costs)
         self.highs.setOptionValue("time_limit", self.highs.getRunTime() + float(time_limit))  # HiGHS's clock runs on across runs
+        if self._barrier:
+            self.highs.setOptionValue("solver", "ipm")
         self.highs.run()
+        if self._barrier:
+            self.highs.setOptionValue("solver", _OPTIONS["solver"])
+            self._barrier = False
         status = self.highs.getModelStatus()
         if status == highspy.HighsModelStatus.kOptimal:
             values = np.array(self.highs.getSolution().col_value)
-            self.starts = [*self.starts[-(_STARTS - 1):], (values, self.highs.getBasis())]
-            self._held = len(self.starts) - 1
-            return RelaxedBound(float(self.highs.getInfo().objective_function_value), True, values=values)
-        self._held = None
-        if status == highspy.HighsModelStatus.kInfeasible:
-            return RelaxedBound(float("inf"), True, infeasible=True)
-        return RelaxedBound(self.lagrangian(costs, np.array(self.highs.getSolution().row_dual)), False)
+            bound = RelaxedBound(float(self.highs.getInfo().objective_function_value), True, values=values)
+            if not restricted:
+                self.starts = [*self.starts[-(_STARTS - 1):], (values, self.highs.getBasis())]
+        elif status == highspy.HighsModelStatus.kInfeasible:
+            bound = RelaxedBound(float("inf"), True, infeasible=True)
+        elif restricted:  # a Lagrangian would bound the restricted problem, not this relaxation
+            bound = RelaxedBound(float("-inf"), False)
+        else:
+            bound = RelaxedBound(self.lagrangian(costs, np.array(self.highs.getSolution().row_dual)), False)
+        self._held = len(self.starts) - 1 if status == highspy.HighsModelStatus.kOptimal and not restricted else None
+        if restricted:  # changing the model clears HiGHS's solution: restored once it is read
+            self._bound(zero, self.upper[zero])
+        return bound
+
+    def _bound(self, columns: np.ndarray, upper: np.ndarray) -> None:
+        """Set the upper bounds of ``columns`` (distinct), their lower bounds as built."""
+        status = self.highs.changeColsBounds(len(columns), columns, self.lower[columns], upper)
+        if status != highspy.HighsStatus.kOk:
+            raise RuntimeError(f"HiGHS refused the bounds of {len(columns)} columns ({status})")
 
     def _start(self, costs: np.ndarray) -> None:
         """Give HiGHS the basis of the earlier optimal solution that costs least under ``costs``

@@ -3,6 +3,7 @@ the relaxation's minimum from below at any duals (the bound a solve cut short re
 
 from __future__ import annotations
 
+import copy
 import time
 
 import highspy
@@ -143,3 +144,27 @@ def test_each_solve_gets_its_whole_time_limit(model):
     assert relaxation.minimize(costs, time_limit=60).finished and relaxation.highs.getRunTime() >= 0.3
     again = _costs(model, np.eye(3)[2])  # another point: some pivots to make
     assert relaxation.minimize(again, time_limit=0.1).finished  # HiGHS's clock reads 0.3 s already: the limit is this solve's
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), point=st.integers(0, 2))
+def test_a_solve_with_columns_held_at_zero_is_the_relaxation_without_them_and_changes_no_later_solve(model, seed, point):
+    """Relax and fix's solves: ``zero`` (a column named twice among them: HiGHS refused such a set,
+    and the solve ran with none held) is the relaxation whose columns there are bounded by 0,
+    and the next solve without it is the whole relaxation's."""
+    rng = np.random.default_rng(seed)
+    costs = _costs(model, np.eye(3)[point])
+    relaxation = _relaxation(model)
+    whole = relaxation.minimize(costs, time_limit=60)
+    choices = [v for xs in model.x if xs is not None for v in xs]
+    zero = rng.choice(choices, size=len(choices) // 3, replace=False)
+    held = relaxation.minimize(costs, time_limit=60, zero=np.concatenate([zero, zero[:2]]))
+    bounded = copy.deepcopy(model.lp)
+    for column in zero.tolist():
+        bounded.upper[column] = 0.0
+    flows = np.array([v for _, fs in model.flows for v in fs], dtype=np.int64)
+    cold = LpRelaxation(bounded, unit_columns=flows).minimize(costs, time_limit=60)
+    assert held.infeasible == cold.infeasible
+    if not held.infeasible:
+        assert held.value == pytest.approx(cold.value, rel=1e-9, abs=1e-9) and not held.values[zero].any()
+    assert relaxation.minimize(costs, time_limit=60).value == pytest.approx(whole.value, rel=1e-9, abs=1e-9)
