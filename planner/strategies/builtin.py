@@ -853,7 +853,6 @@ def _scatter(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return rules
 
 
-
 @_rule("index_add")
 def _index_add(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     """``index_add(x, dim, index, source, alpha)``: ``x`` with ``alpha * source``'s slice ``i``
@@ -861,8 +860,9 @@ def _index_add(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     alike where ``x`` and ``source`` have one size there (``index`` whole). Linear in ``x`` and
     ``source`` together (but for a mask, where adding is *or*), and splitting ``index`` and
     ``source`` along ``dim`` with ``x`` partial adds each rank's own slices: the ranks' sum adds
-    them all (``index_select``'s backward). ``x`` replicated or split along ``dim`` is never
-    offered with a piece of ``source``: each rank would add its piece into a whole ``x``."""
+    them all (``index_select``'s backward). A piece of ``source`` or ``index`` is never offered
+    with ``x`` whole (each rank's copy would be counted once per rank) or split along ``dim``
+    (``index`` numbers its rows globally)."""
     x, index, source = _metas(node, graph)
     if x.ndim == 0 or index.ndim != 1 or source.ndim != x.ndim:
         return None
@@ -875,6 +875,7 @@ def _index_add(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
         if sympy.expand(index.shape[0] - source.shape[dim]) == 0:
             rules.append(AxisRule((P,), (P, Shard(0), Shard(dim)), "index"))
     return rules
+
 
 # -- concatenation and splitting ----------------------------------------------------------------
 
