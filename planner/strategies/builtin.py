@@ -26,7 +26,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   backward; ``index_select``; advanced indexing, ``index`` and ``index_put`` (a split index
   gathers rows, or, accumulating, adds them into a partial result), and ``scatter``/``scatter_add``/
   ``scatter_reduce`` off their dim (``scatter_add`` along it too, into a partial result), which
-  torch 2.11's DTensor does not cover; ``sum``/``mean``;
+  torch 2.11's DTensor does not cover; ``index_add`` likewise (no DTensor rule up to 2.14); ``sum``/``mean``;
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
   (batch and heads); ``convolution`` and its backward; pooling (``max_pool``/``avg_pool`` over 1, 2
   or 3 spatial dims, adaptive average pooling over 2 or 3, and the backwards of those over 2 or 3: the batch and the channels,
@@ -850,6 +850,30 @@ def _scatter(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
         rules.append(AxisRule((P,), (P, R, P), "partial"))
         if x.ndim and sympy.expand(index.shape[dim] - metas[2].shape[dim]) == 0:
             rules.append(AxisRule((P,), (P, Shard(dim), Shard(dim)), f"scatter{dim}"))
+    return rules
+
+
+@_rule("index_add")
+def _index_add(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``index_add(x, dim, index, source, alpha)``: ``x`` with ``alpha * source``'s slice ``i``
+    along ``dim`` added into its slice ``index[i]``. A dim other than ``dim`` splits the result
+    alike where ``x`` and ``source`` have one size there (``index`` whole). Linear in ``x`` and
+    ``source`` together (but for a mask, where adding is *or*), and splitting ``index`` and
+    ``source`` along ``dim`` with ``x`` partial adds each rank's own slices: the ranks' sum adds
+    them all (``index_select``'s backward). A piece of ``source`` or ``index`` is never offered
+    with ``x`` whole (each rank's copy would be counted once per rank) or split along ``dim``
+    (``index`` numbers its rows globally)."""
+    x, index, source = _metas(node, graph)
+    if x.ndim == 0 or index.ndim != 1 or source.ndim != x.ndim:
+        return None
+    dim = _dim(_args(node)[1], x.ndim)
+    rules = [_replicate_all(node)]
+    rules.extend(AxisRule((Shard(d),), (Shard(d), R, Shard(d)), f"S{d}")
+                 for d in range(x.ndim) if d != dim and sympy.expand(source.shape[d] - x.shape[d]) == 0)
+    if x.dtype != "bool":
+        rules.append(AxisRule((P,), (P, R, P), "partial"))
+        if sympy.expand(index.shape[0] - source.shape[dim]) == 0:
+            rules.append(AxisRule((P,), (P, Shard(0), Shard(dim)), "index"))
     return rules
 
 

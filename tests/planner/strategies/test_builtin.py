@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from planner import BuiltinProvider, DTensorProvider, Mesh
 from planner.graph import read_graph
-from planner.placements import Replicate, Shard
+from planner.placements import Partial, Replicate, Shard
 from planner.strategies.builtin import splits_experts
 from tests.planner.strategies.differential import CASES, MESHES, check_all, real, trace
 
@@ -34,7 +34,7 @@ def test_builtin_rules_compute_the_op(case):
 
 
 @pytest.mark.parametrize("case", ["linear", "norms", "embedding", "attention", "conv", "pooling", "softmax", "broadcast",
-                                  "slicing", "index", "index_put", "scatter"])
+                                  "slicing", "index", "index_put", "scatter", "index_add"])
 def test_builtin_rules_compute_the_backward_ops(case):
     fn, args = _with_grads(*CASES[case])
     assert check_all(fn, args, BuiltinProvider(), mesh=Mesh((2,))) > 0
@@ -245,6 +245,28 @@ def test_scatter_splits_no_dim_along_which_its_index_is_smaller():
              for n in graph if n.role == "op" and "scatter" in n.target}
     assert rules == {"aten.scatter_add.default": {"replicate", "S0", "S2", "partial"},
                      "aten.scatter.src": {"replicate", "S2"}}
+
+
+
+def test_index_add_adds_a_piece_of_its_source_only_into_a_partial_x():
+    """A rank adding its slices of ``source`` into a whole ``x`` (or into its piece of ``dim``,
+    whose rows the index numbers globally) is never offered; nor a partial mask (``True + True`` is
+    ``True``)."""
+    i = torch.randint(0, 8, (4,))
+    gm, _ = trace(lambda x, i, s, m: (x.index_add(1, i, s), m.index_add(1, i, m[:, :4])), real(4, 8, 4), i, real(4, 4, 4),
+                  real(4, 8) > 0)
+    graph = read_graph(gm)
+    real_add, mask_add = (n for n in graph if n.target == "aten.index_add.default")
+    strategies = BuiltinProvider().strategies(real_add, graph, Mesh((2, 2)))
+    assert {r for s in strategies for r in s.rule.split("/")} == {"replicate", "S0", "S2", "partial", "index"}
+    for s in strategies:
+        (out,), (x, index, source) = s.outputs, s.inputs
+        for axis in range(2):
+            if source[axis] in (Partial(), Shard(1)):
+                assert x[axis] == out[axis] == Partial()
+            if index[axis] != Replicate():
+                assert (x[axis], index[axis], source[axis]) == (Partial(), Shard(0), Shard(1))
+    assert {s.rule for s in BuiltinProvider().strategies(mask_add, graph, Mesh((2,)))} == {"replicate", "S0"}
 
 
 def test_indexing_by_a_mask_is_left_to_the_next_provider():
