@@ -13,8 +13,8 @@ planner unprompted.
 
 transformers' six MoE decoders (``MOE_CASES``: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3,
 GPT-OSS) train with their experts split by the expert dim (``ExpertParallel``: each rank computes
-its own experts, the rows dispatched to them and combined back) on (2,) and on (2, 2), a step's
-batch routed to two experts only; all six in one launch per mesh (a rank's setup and a launch
+its own experts, the rows dispatched to them and combined back) on (2,) and on (2, 2) (the batch
+split over the other axis), a step's batch routed to two experts only; all six in one launch per mesh (a rank's setup and a launch
 cost more than a model's steps).
 
 AdamW's ``eps`` is 1e-4, not 1e-8: a parameter whose true gradient is zero (BERT's attention key
@@ -146,20 +146,22 @@ def _routed_counts(model):
     return counts
 
 
-@pytest.mark.parametrize("mesh, axis", [((2,), 0), ((2, 2), 1)], ids=["(2,)", "(2, 2)"])
-def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_one_device(mesh, axis):
+@pytest.mark.parametrize("mesh, axis, required", [((2,), 0, []), ((2, 2), 1, [RequireShard("batch", 0)])],
+                         ids=["(2,)", "(2, 2) with the batch split"])
+def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_one_device(mesh, axis, required):
     """Expert parallel (``ExpertParallel``): each rank holds 2 of the 4 experts of every layer (gate-up
     and down), its tokens' rows dispatched to their expert's rank and combined back, in the forward
-    and the backward; on (2, 2) over the second axis, the plan free on the first. Step 1 leaves some
-    expert no row (its batch holds one token throughout: checked on one device); the six models
-    train in one launch."""
+    and the backward; on (2, 2) over the second axis, the batch split over the first (data parallel:
+    each rank routes its own tokens, a per-token region; left free, the planner replicates there).
+    Step 1 leaves some expert no row (its batch holds one token throughout: checked on one device);
+    the six models train in one launch."""
     expected = {}
     for name, case in MOE_CASES.items():
         model = case.model()
         routed = _routed_counts(model)
         expected[name] = train_one_device(case, _batches(name, uneven=True), model, **OPTIMIZER)
         assert 0 in routed[1] and 0 not in routed[0], (name, routed)  # uneven routing, and even
-    options = {"time_limit": 10, "placement_constraints": [ExpertParallel(axis)]}
+    options = {"time_limit": 10, "placement_constraints": [ExpertParallel(axis), *required]}
     results = launch(functools.partial(_train, names=list(MOE_CASES), mesh=mesh, options=options, uneven=True),
                      2 if mesh == (2,) else 4, timeout=1800)
     for name in MOE_CASES:
@@ -169,6 +171,9 @@ def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_on
         assert len(experts) == 2 and all(plan["placements"][n][axis] == Shard(0) for n in experts), plan["placements"]
         products = {node: rule for node, rule in plan["rules"].items() if node.startswith("grouped_mm_fallback")}
         assert len(products) == 4 and all(rule.endswith("experts") for rule in products.values()), products
+        if required:  # the batch split, the routing run per token there
+            assert plan["inputs"][0].startswith("(Shard(dim=0)"), plan["inputs"]
+            assert all(rule.startswith(PER_TOKEN) for rule in products.values()), products
 
 
 @pytest.mark.parametrize("options", [{"placement_constraints": [RequireShard("batch", 0)]}, {"batch_sizes": [4096]}],
