@@ -21,9 +21,11 @@ anything else leaves no region, and the sort keeps its refusal):
   lie in ``[0, E)``): its values ``sorted`` and its permutation ``perm`` (row ``i`` is routed row
   ``perm[i]``, and routed row ``j`` is token ``j // k``'s);
 * the **rows**: ``X[perm]`` of an ``[n, ...]`` tensor, ``X[perm // k]`` of a ``[T, ...]`` one,
+  ``B[sorted]`` of a per-expert table ``[E, ...]`` (the experts' biases, as GPT-OSS's),
   ``Z`` scattered at ``inv`` (``index_put(zeros [n, ...], [inv], X [n, ...], accumulate)``, so
-  ``Z[i] = X[perm[i]]``), and what row-wise ops make of rows: elementwise ops of rows alone, views,
-  splits, cats, sums and (un)squeezes keeping dim 0, copies, and transformers' grouped product
+  ``Z[i] = X[perm[i]]``), and what row-wise ops make of rows: elementwise ops of rows alone (and
+  0-dim tensors), views, splits, slices (and their backward), cats, sums and (un)squeezes keeping
+  dim 0, copies, and transformers' grouped product
   ``grouped_mm_fallback(rows, weight [E, ...], offsets)`` and its backward's rows, and
   ``torch._grouped_mm(rows, weight [E, K, N], offsets)``; the **rows transposed** (``[K, n]``,
   ``transpose``/``t``/``permute`` of 2-D rows), read only as the first operand of
@@ -33,7 +35,8 @@ anything else leaves no region, and the sort keeps its refusal):
   trace writes ``empty_permuted([n], [0])`` and ``arange(0, n)``, and ``perm // k`` as a floor ``div``);
 * what leaves it: rows back in routed order (``Y[inv]``, or ``index_put(zeros [n, ...], [perm], Y,
   accumulate)``), summed per token (``index_put(zeros [T, ...], [perm // k], Y, accumulate)``), and
-  the grouped backwards' weight gradients ``[E, ...]``; zeros made for it, which are zeros on every rank.
+  the grouped backwards' weight gradients ``[E, ...]``, a per-expert table's gradient
+  (``index_put(zeros [E, ...], [sorted], Y, accumulate)``); zeros made for it, which are zeros on every rank.
 
 Every other tensor of the region is read only inside it.
 
@@ -48,9 +51,10 @@ per-token sum is ``Σ g(j)`` over token ``t``'s rows ``j``: functions of a token
 holding tokens ``[r·T/m, (r+1)·T/m)`` (``m`` divides ``T``, proved or a guard of the plan, never an
 uneven split) holds their routed rows ``[r·n/m, (r+1)·n/m)`` (routed row ``j`` is token
 ``j // k``'s), sorts and counts those alone and computes the same ``g`` of each: what leaves is
-the one-device result's piece. The weight gradient is a sum over routed rows per expert (column
-``i`` of the rows transposed is row ``i``, split alike: ``Shard(1)``), which the ranks' sums add
-up to: ``Partial``. Inside the region the ranks' tensors are their own
+the one-device result's piece. A per-expert table gathered by ``sorted`` gives row ``i`` its
+expert's entry, a function of the row too (the table whole on every rank). The weight gradient is a sum over routed rows per expert (column
+``i`` of the rows transposed is row ``i``, split alike: ``Shard(1)``), and so is a table's
+gradient scattered by ``sorted``: the ranks' sums add up to them, ``Partial``. Inside the region the ranks' tensors are their own
 program's (a rank's sorted rows are not a piece of the sorted rows), so nothing inside is
 redistributed: every region node takes the per-token placement on such an axis, never another.
 A grouped product may also split its experts over that axis (:data:`PER_TOKEN_EXPERTS`): each
@@ -102,7 +106,7 @@ _TRANSPOSES = ("aten.transpose.int", "aten.t.default", "aten.permute.default")
 
 _INNER = frozenset({"sorted", "perm", "token_of", "rows", "rows_t", "counts", "offsets", "scratch", "positions", "inv"})
 """Kinds of tensor read only inside the region (the rest, zeros and what leaves, any node may read)."""
-_PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE, "rows_t": shard_code(1)}
+_PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE, "rows_t": shard_code(1), "expert_zeros": R_CODE}
 """A kind's placement on a per-token axis, when not ``Shard(0)``."""
 
 
@@ -344,9 +348,13 @@ class _Builder:
             return ("scratch",)
         if target in _ZEROS and node.output.ndim >= 1 and self._rows_of(node.output) is not None:
             return ("zeros",)
+        if target in _ZEROS and self._per_expert(node.output):
+            return ("expert_zeros",)
         if target == "aten.index_put.default":
             return self._index_put(node, kinds)
-        if all(kind == "rows" for kind in kinds) and kinds and self._row_wise(node):
+        scalars = [k for k, kind in enumerate(kinds) if kind is None and self.graph.operand_meta(node, k).ndim == 0]
+        if "rows" in kinds and all(kind == "rows" or k in scalars for k, kind in enumerate(kinds)) \
+                and self._row_wise(node, scalars):
             return ("rows",) * len(node.outputs)
         return None
 
@@ -366,6 +374,8 @@ class _Builder:
         if kinds == [None, "perm"] and self._rows_of(source) == "routed":
             return ("rows",)
         if kinds == [None, "token_of"] and self._rows_of(source) == "tokens":
+            return ("rows",)
+        if kinds == [None, "sorted"] and self._per_expert(source):  # row i's expert's bias: expert sorted[i]'s
             return ("rows",)
         if kinds == ["rows", "inv"]:
             return ("leaves",)
@@ -403,6 +413,10 @@ class _Builder:
             if kinds[1] == "perm" and (kinds[0] == "scratch" or self._scratch(base)) and self._positions(values):
                 return ("inv",)
             return None
+        if kinds[1:] == ["sorted", "rows"] and (kinds[0] == "expert_zeros" or self._expert_zeros(base)) \
+                and self._per_expert(node.output) \
+                and tuple(node.output.shape[1:]) == tuple(self.graph.operand_meta(node, 2).shape[1:]):
+            return ("partial",)  # the experts' biases' gradient: each row's gradient summed on its expert
         if not self._zeros(base):
             return None
         rows_of = self._rows_of(node.output)
@@ -423,6 +437,19 @@ class _Builder:
         if node.target not in _ZEROS or self._rows_of(node.output) is None:
             return False
         self.kinds.setdefault(name, ("zeros",))
+        return True
+
+    def _per_expert(self, meta: TensorMeta | None) -> bool:
+        """Whether ``meta``'s dim 0 is the experts and none of it the rows (a per-expert table: biases)."""
+        return meta is not None and meta.ndim >= 1 and _same(meta.shape[0], self.experts) \
+            and self._rows_of(meta) is None
+
+    def _expert_zeros(self, name: str) -> bool:
+        """Whether ``name`` is a zeros tensor of a per-expert table's shape (taken in when the region reads it)."""
+        node = self.graph.nodes[name]
+        if node.target not in _ZEROS or not self._per_expert(node.output):
+            return False
+        self.kinds.setdefault(name, ("expert_zeros",))
         return True
 
     def _scratch(self, name: str) -> bool:
@@ -450,10 +477,13 @@ class _Builder:
         self.kinds[name] = ("positions",)
         return True
 
-    def _row_wise(self, node: GraphNode) -> bool:
+    def _row_wise(self, node: GraphNode, scalars: Sequence[int] = ()) -> bool:
         """Whether ``node`` maps rows to rows one by one: every operand and output keeps dim 0 as the
-        routed rows (elementwise ops with no broadcast over it, views, splits, cats and sums off dim 0)."""
-        metas = [self.graph.operand_meta(node, k) for k in range(len(node.operands))]
+        routed rows (elementwise ops with no broadcast over it, views, splits, slices, cats and sums
+        off dim 0), but for the operands ``scalars`` of an elementwise op (0-dim: one value for every row)."""
+        if scalars and not is_pointwise(node):
+            return False
+        metas = [self.graph.operand_meta(node, k) for k in range(len(node.operands)) if k not in scalars]
         if any(m is None or self._rows_of(m) != "routed" for m in (*metas, *node.outputs)):
             return False
         target = node.target
@@ -469,6 +499,10 @@ class _Builder:
             return _arg(node, 2, "dim", 0) % metas[0].ndim != 0
         if target == "aten.cat.default":
             return _arg(node, 1, "dim", 0) % ndim != 0
+        if target == "aten.slice.Tensor":  # GPT-OSS's interleaved gate and up: x[..., ::2]
+            return len(metas) == 1 and _arg(node, 1, "dim", 0) % ndim != 0
+        if target == "aten.slice_backward.default":
+            return len(metas) == 1 and node.fx.args[2] % ndim != 0
         if target == "aten.sum.dim_IntList":
             dims = node.fx.args[1]
             return bool(dims) and all(d % metas[0].ndim != 0 for d in dims)

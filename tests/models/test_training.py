@@ -8,10 +8,14 @@ them, on 4 (mesh (2, 2), weights split by a memory budget); after each step the 
 gradient under its own name (a tied weight: one tensor, one placement, one gradient). On 2 ranks,
 LLaMA is planned with its batch split required (``RequireShard``), and Mixtral with its expert
 weights split on their hidden dim, its expert products (transformers' ``grouped_mm_fallback``)
-computing on the pieces, again with them split by the expert dim (``ExpertParallel``: each
-rank computes its own experts, the rows dispatched to them and combined back), and with each rank
-routing its own tokens (required; that the planner chooses it unprompted at a large batch is
-checked by planning alone).
+computing on the pieces, and with each rank routing its own tokens (required; that the planner
+chooses it unprompted at a large batch is checked by planning alone).
+
+transformers' six MoE decoders (``MOE_CASES``: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3,
+GPT-OSS) train with their experts split by the expert dim (``ExpertParallel``: each rank computes
+its own experts, the rows dispatched to them and combined back) on (2,) and on (2, 2) (the batch
+split over the other axis), a step's batch routed to two experts only; all six in one launch per mesh (a rank's setup and a launch
+cost more than a model's steps).
 
 AdamW's ``eps`` is 1e-4, not 1e-8: a parameter whose true gradient is zero (BERT's attention key
 bias: softmax ignores a shift shared by all keys) gets rounding noise of about 1e-9 as its
@@ -25,13 +29,14 @@ import functools
 
 import pytest
 import torch
+from torch.distributed.tensor import Shard
 from torch.export import Dim
 
 import lowering
 import planner
 from lowering import launch
 from planner import PER_TOKEN, ExpertParallel, RequireShard
-from tests.models.zoo import CASES, MIXTRAL_EXPERTS_SPLIT, train_one_device
+from tests.models.zoo import CASES, MIXTRAL_EXPERTS_SPLIT, MOE_CASES, one_token_batch, train_one_device
 
 pytestmark = pytest.mark.slow  # gloo ranks, each model compiled by Inductor
 
@@ -51,16 +56,21 @@ def _gradients_per_parameter(pm, model):
     return counts
 
 
-def _train(rank, name, mesh, options):
-    case = CASES[name]
-    inputs, _ = case.batch(BATCH_SIZES[0])
+def _batches(name, uneven=False):
+    """The steps' ``(inputs, target)`` for case ``name`` (of ``CASES`` or ``MOE_CASES``); ``uneven``:
+    step 1's holds one token throughout, which a MoE layer routes to its top experts only."""
+    case = MOE_CASES.get(name) or CASES[name]
+    return [one_token_batch(b) if uneven and step == 1 else case.batch(b) for step, b in enumerate(BATCH_SIZES)]
+
+
+def _train_one(name, mesh, options, batches):
+    case = MOE_CASES.get(name) or CASES[name]
     model = case.model()
-    pm = lowering.parallelize(model, (inputs,), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
+    pm = lowering.parallelize(model, (batches[0][0],), dynamic_shapes=({0: Dim("batch")},), mesh=mesh, training=True,
                               constraints=[CONSTRAINT], hardware="cpu-gloo", regret="off", **options)
     optimizer = torch.optim.AdamW(pm.parameters(), **OPTIMIZER)
     history = []
-    for batch in BATCH_SIZES:
-        inputs, target = case.batch(batch)
+    for inputs, target in batches:
         loss = case.loss(pm(inputs).full_tensor(), target)
         loss.backward()
         optimizer.step()
@@ -69,16 +79,19 @@ def _train(rank, name, mesh, options):
     split = sorted(n for n, p in pm.named_parameters() if any(q.is_shard() for q in p.placements))
     plan = {"gradients": _gradients_per_parameter(pm, model), "memory": pm.plan.cost.memory.total,
             "placed": sorted(pm.plan.param_placements), "inputs": [str(p) for p in pm.plan.input_placements],
-            "rules": {d.node: d.rule for d in pm.plan.decisions.values()}}
+            "rules": {d.node: d.rule for d in pm.plan.decisions.values()},
+            "placements": dict(pm.plan.param_placements)}
     return history, pm.compile_count, split, plan
 
 
-def _check(name, mesh, rules=None, **options):
-    """Train ``name`` on ``mesh`` (``options``: plan options) and compare with one device, the plan
-    choosing ``rules`` (node name: rule) where given; the names of the split parameters."""
-    ranks = 2 if mesh == (2,) else 4
-    expected = train_one_device(CASES[name], BATCH_SIZES, **OPTIMIZER)
-    results = launch(functools.partial(_train, name=name, mesh=mesh, options=options), ranks, timeout=900)
+def _train(rank, names, mesh, options, uneven=False):
+    """On each rank: every case of ``names`` in turn trained (one launch for them all)."""
+    return {name: _train_one(name, mesh, options, _batches(name, uneven)) for name in names}
+
+
+def _compare(results, expected):
+    """Every rank's training of a case (``results``: per rank, what :func:`_train_one` returns)
+    equals one device's (``expected``), from one compile, with one gradient per parameter."""
     for history, compiles, _, plan in results:
         assert set(plan["gradients"].values()) == {1}, plan["gradients"]  # one gradient per tensor
         for step, ((loss, params), (want_loss, want_params)) in enumerate(zip(history, expected)):
@@ -87,6 +100,16 @@ def _check(name, mesh, rules=None, **options):
             for n, p in params.items():
                 torch.testing.assert_close(p, want_params[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"step {step} {n}: {m}")
         assert compiles == 1
+
+
+def _check(name, mesh, rules=None, **options):
+    """Train ``name`` on ``mesh`` (``options``: plan options) and compare with one device, the plan
+    choosing ``rules`` (node name: rule) where given; the names of the split parameters."""
+    ranks = 2 if mesh == (2,) else 4
+    expected = train_one_device(CASES[name], _batches(name), **OPTIMIZER)
+    results = [r[name] for r in launch(functools.partial(_train, names=[name], mesh=mesh, options=options), ranks,
+                                       timeout=900)]
+    _compare(results, expected)
     _, _, split, plan = results[0]
     if any(isinstance(c, RequireShard) for c in options.get("placement_constraints", ())):  # the batch split required
         assert plan["inputs"][0].startswith("(Shard(dim=0)"), plan["inputs"]
@@ -117,13 +140,48 @@ PER_TOKEN_RULES = {node: PER_TOKEN for node in ("sort", "histc", "grouped_mm_fal
                                                 "arange_5", "index_put_3")}
 
 
-def test_mixtral_with_its_experts_split_by_the_expert_dim_trains_equal_to_one_device():
-    """Expert parallel: each rank holds 2 of the 4 experts of every layer (gate-up and down), its
-    tokens' rows dispatched to their expert's rank and combined back, in the forward and the backward."""
-    experts = ["m.model.layers.0.mlp.experts.down_proj", "m.model.layers.0.mlp.experts.gate_up_proj"]
-    rules = {"grouped_mm_fallback": "experts", "grouped_mm_fallback_1": "experts"}
-    assert set(experts) <= set(_check("mixtral", (2,), rules=rules, time_limit=10,
-                                      placement_constraints=[ExpertParallel(0)]))
+def _routed_counts(model):
+    """Rows routed to each expert, per forward of ``model`` (a list it appends to): a hook on each
+    of its experts' modules (transformers' ``...Experts``), which take the top-k ids as argument 1."""
+    counts = []
+    for module in model.modules():
+        if type(module).__name__.endswith("Experts"):
+            module.register_forward_pre_hook(
+                lambda m, args: counts.append(torch.bincount(args[1].flatten(), minlength=m.num_experts).tolist()))
+    return counts
+
+
+# six models traced, planned, lowered and compiled per rank: several minutes on CI's 2 cores, 25 on
+# this machine at load 9-13, past the suite's 900 s per test
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("mesh, axis, required", [((2,), 0, []), ((2, 2), 1, [RequireShard("batch", 0)])],
+                         ids=["(2,)", "(2, 2) with the batch split"])
+def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_one_device(mesh, axis, required):
+    """Expert parallel (``ExpertParallel``): each rank holds 2 of the 4 experts of every layer (gate-up
+    and down), its tokens' rows dispatched to their expert's rank and combined back, in the forward
+    and the backward; on (2, 2) over the second axis, the batch split over the first (data parallel:
+    each rank routes its own tokens, a per-token region; left free, the planner replicates there).
+    Step 1 leaves some expert no row (its batch holds one token throughout: checked on one device);
+    the six models train in one launch."""
+    expected = {}
+    for name, case in MOE_CASES.items():
+        model = case.model()
+        routed = _routed_counts(model)
+        expected[name] = train_one_device(case, _batches(name, uneven=True), model, **OPTIMIZER)
+        assert 0 in routed[1] and 0 not in routed[0], (name, routed)  # uneven routing, and even
+    options = {"time_limit": 10, "placement_constraints": [ExpertParallel(axis), *required]}
+    results = launch(functools.partial(_train, names=list(MOE_CASES), mesh=mesh, options=options, uneven=True),
+                     2 if mesh == (2,) else 4, timeout=2300)
+    for name in MOE_CASES:
+        _compare([r[name] for r in results], expected[name])
+        _, _, _, plan = results[0][name]
+        experts = [n for n in plan["placements"] if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+        assert len(experts) == 2 and all(plan["placements"][n][axis] == Shard(0) for n in experts), plan["placements"]
+        products = {node: rule for node, rule in plan["rules"].items() if node.startswith("grouped_mm_fallback")}
+        assert len(products) == 4 and all(rule.endswith("experts") for rule in products.values()), products
+        if required:  # the batch split, the routing run per token there
+            assert plan["inputs"][0].startswith("(Shard(dim=0)"), plan["inputs"]
+            assert all(rule.startswith(PER_TOKEN) for rule in products.values()), products
 
 
 def test_mixtral_with_its_batch_split_trains_equal_to_one_device():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -60,13 +60,14 @@ def _gpt2() -> nn.Module:
 
 def _grouped_query_decoder(config_class: str, model_class: str, **extra: Any) -> nn.Module:
     """A transformers causal LM of one decoder layer with grouped-query attention (``LlamaConfig``
-    and ``LlamaForCausalLM``, say, by their names in transformers); ``extra`` adds to its configuration."""
+    and ``LlamaForCausalLM``, say, by their names in transformers); ``extra`` adds to its configuration
+    or overrides it."""
     import transformers
 
-    config = getattr(transformers, config_class)(
-        vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=SEQ, use_cache=False, bos_token_id=0, eos_token_id=0,
-        pad_token_id=0, **extra)
+    sizes = dict(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=1,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ, use_cache=False,
+                 bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config = getattr(transformers, config_class)(**{**sizes, **extra})
     return FirstOutput(getattr(transformers, model_class)(config))
 
 
@@ -125,6 +126,14 @@ def _image_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(batch, 3, 8, 8, generator=generator), torch.randint(0, CLASSES, (batch,), generator=generator)
 
 
+def one_token_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A token batch whose every position holds one token (labels at random): attention averages
+    equal values, so every position reaches a MoE layer alike and is routed to the same experts,
+    the others getting no token (as :func:`_token_batch`, it depends on the batch size alone)."""
+    ids, labels = _token_batch(batch)
+    return torch.full_like(ids, 5), labels
+
+
 def _token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
 
@@ -137,10 +146,10 @@ class Case:
     build: Callable[[], nn.Module]
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    memory_budget: int
+    memory_budget: int | None = None
     """Bytes per device on a (2, 2) mesh, planned at batch 8: about half what a replicated plan needs
     (the weights with their gradients and AdamW state, and the activations), so the plan must
-    split weights too."""
+    split weights too; None for a case never planned under a budget."""
 
     def model(self) -> nn.Module:
         """The model, seeded: the same weights wherever it is built; in eval mode (no dropout, BatchNorm on running stats)."""
@@ -163,6 +172,34 @@ CASES: dict[str, Case] = {case.name: case for case in (
     Case("cnn", SmallCNN, _image_batch, F.cross_entropy, 150_000),
 )}
 
+
+def _moe(name: str, config_class: str, model_class: str, **extra: Any) -> Case:
+    """A transformers MoE decoder of :func:`_grouped_query_decoder`'s sizes: four experts, two per
+    token, stacked ``(4, ...)`` (on the CPU they run as transformers' ``grouped_mm_fallback``)."""
+    return Case(name, functools.partial(_grouped_query_decoder, config_class, model_class, **extra),
+                _token_batch, _token_loss)
+
+
+MOE_CASES: dict[str, Case] = {case.name: case for case in (
+    CASES["mixtral"],
+    # a shared expert beside the routed ones, gated by a sigmoid
+    _moe("qwen2-moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", num_experts=4, num_experts_per_tok=2,
+         moe_intermediate_size=16, shared_expert_intermediate_size=32),
+    _moe("qwen3-moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", num_experts=4, num_experts_per_tok=2,
+         moe_intermediate_size=16, head_dim=8),
+    _moe("olmoe", "OlmoeConfig", "OlmoeForCausalLM", num_experts=4, num_experts_per_tok=2),
+    # grouped routing (2 groups of 2 experts, a token's top 2 from the best group), sigmoid scores,
+    # a shared expert, multi-head latent attention (as many key-value heads as query heads)
+    _moe("deepseek-v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", n_routed_experts=4, num_experts_per_tok=2,
+         n_group=2, topk_group=1, moe_intermediate_size=16, first_k_dense_replace=0, num_key_value_heads=4,
+         q_lora_rank=8, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4),
+    # experts with biases (gathered per routed row), transposed weights, an interleaved clamped
+    # SwiGLU; a router with a bias; attention sinks and a sliding window of 4
+    _moe("gpt-oss", "GptOssConfig", "GptOssForCausalLM", num_local_experts=4, num_experts_per_tok=2, head_dim=8,
+         sliding_window=4, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+)}
+"""transformers' six MoE decoders, one layer each (tiny, random init)."""
+
 MIXTRAL_EXPERTS_SPLIT = [
     Pin("*experts.gate_up_proj", "S(2)"), Pin("*experts.down_proj", "S(1)"),  # [E, 2I, H] and [E, H, I]
     Pin("grouped_mm_fallback", "P"), Pin("grouped_mm_fallback_1", "S(1)"),  # used as pieces, not gathered
@@ -172,13 +209,15 @@ forward expert products computing on the pieces (the gate-up product split on it
 down product on its columns) rather than on weights gathered whole."""
 
 
-def train_one_device(case: Case, batch_sizes: list[int], **adamw: Any) -> list[tuple[float, dict[str, torch.Tensor]]]:
-    """The reference: AdamW (``adamw`` its options) on one device; per step, the loss and every parameter after it."""
-    model = case.model()
+def train_one_device(case: Case, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], model: nn.Module | None = None,
+                     **adamw: Any) -> list[tuple[float, dict[str, torch.Tensor]]]:
+    """The reference: AdamW (``adamw`` its options) on one device, a step per ``(inputs, target)``
+    of ``batches``; per step, the loss and every parameter after it. ``model``: the case's model
+    (built by the caller to watch it), or built here."""
+    model = case.model() if model is None else model
     optimizer = torch.optim.AdamW(model.parameters(), **adamw)
     history: list[tuple[float, dict[str, Any]]] = []
-    for batch in batch_sizes:
-        inputs, target = case.batch(batch)
+    for inputs, target in batches:
         loss = case.loss(model(inputs), target)
         loss.backward()
         optimizer.step()

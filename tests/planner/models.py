@@ -219,6 +219,22 @@ def transformers_moe_block(dim: int = 8, experts: int = 4) -> nn.Module:
     return block
 
 
+def transformers_gpt_oss_moe(dim: int = 8, experts: int = 4) -> nn.Module:
+    """transformers' GPT-OSS MoE layer (router with a bias, top-2 of ``experts``, width ``dim``),
+    seeded: its experts' biases gathered per routed row by the sorted expert ids."""
+    import transformers
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
+
+    config = transformers.GptOssConfig(hidden_size=dim, intermediate_size=2 * dim, num_local_experts=experts,
+                                       num_experts_per_tok=2, experts_implementation="grouped_mm")
+    torch.manual_seed(0)
+    block = GptOssMLP(config)
+    with torch.no_grad():  # its parameters are left empty for the model's own initialization
+        for parameter in block.parameters():
+            parameter.normal_(0.0, 0.3)
+    return block
+
+
 class Positions(nn.Module):
     """Rows plus constant ``full`` and ``new_empty_strided`` tensors and the row numbers
     (``arange``): factory ops whose dim 0 is the batch. ``arange`` stays replicated (split,

@@ -23,7 +23,7 @@ from planner.ilp import IlpModel
 from planner.placements import P_CODE, R_CODE, shard_code
 from planner.problem.per_token import PER_TOKEN_EXPERTS, find_regions, per_token_rule_axes
 from shapecore.torch import trace_for_planning
-from tests.planner.models import GroupedExperts, transformers_moe_block
+from tests.planner.models import GroupedExperts, transformers_gpt_oss_moe, transformers_moe_block
 
 CONSTRAINTS = ["Eq(Mod(batch, 4), 0)"]
 
@@ -80,6 +80,27 @@ def test_data_parallel_and_expert_parallel_on_two_axes(block):
     assert set(rules.values()) == {f"{PER_TOKEN}/{PER_TOKEN_EXPERTS}"}
     (region,) = find_regions(read_graph(block.graph_module))
     assert _region_axes(plan, region) == {frozenset({0, 1})}
+
+
+def test_experts_biases_gathered_by_the_sorted_ids_run_per_token_and_sum_their_gradients():
+    """GPT-OSS's experts add a bias per routed row, gathered from a per-expert table by the sorted
+    ids, whose gradient is scattered back by them: part of the region (each rank's rows take their
+    expert's bias from the whole table; the gradient, summed per expert over each rank's rows, is
+    partial). Was a PlacementConflict on the sort, with the batch split and the experts on (2, 2)."""
+    traced = trace_for_planning(transformers_gpt_oss_moe(), (torch.randn(4, 3, 8),),
+                                dynamic_shapes={"hidden_states": {0: Dim("batch")}}, training=True)
+    graph = read_graph(traced.graph_module)
+    (region,) = find_regions(graph)
+    tables = [name for name in region.placements if graph.nodes[name].target == "aten.index.Tensor"
+              and graph.operand_meta(graph.nodes[name], 0).shape[0] == 4]
+    assert len(tables) == 2  # gate-up and down biases
+    plan = _plan(traced, Mesh((2, 2), ("dp", "ep")), [RequireShard("batch", "dp"), ExpertParallel("ep")])
+    (axes,) = {per_token_rule_axes(plan.decisions[name].rule, 2) for name in region.placements}  # one set, all alike
+    assert 0 in axes  # the batch's axis
+    assert plan.param_placements["experts.gate_up_proj"] == (Replicate(), Shard(0))
+    scatters = [name for name in region.placements if graph.nodes[name].target == "aten.index_put.default"
+                and graph.nodes[name].output.shape[0] == 4]
+    assert len(scatters) == 2 and all(region.placements[name][0] == (P_CODE,) for name in scatters)
 
 
 def _region_axes(plan, region):
