@@ -203,36 +203,35 @@ class GroupedExperts(SortedExperts):
         return torch.ops.transformers.grouped_mm_fallback(routed, self.w, counts.cumsum(0))
 
 
-def transformers_moe_block(dim: int = 8, experts: int = 4) -> nn.Module:
-    """transformers' Mixtral sparse MoE block (top-2 of ``experts``, width ``dim``), seeded, its experts
-    as one grouped product: the routing chain that sorts every routed row of the batch."""
+def _transformers_moe(config_class: str, module: type[nn.Module], dim: int, experts: int) -> nn.Module:
+    """``module`` (a transformers MoE layer class) of a ``config_class`` config, top-2 of ``experts``, width ``dim``,
+    its experts as one grouped product, its parameters drawn from a seeded normal."""
     import transformers
-    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
-    config = transformers.MixtralConfig(hidden_size=dim, intermediate_size=2 * dim, num_local_experts=experts,
-                                        num_experts_per_tok=2, experts_implementation="grouped_mm")
+    config = getattr(transformers, config_class)(hidden_size=dim, intermediate_size=2 * dim, num_local_experts=experts,
+                                                 num_experts_per_tok=2, experts_implementation="grouped_mm")
     torch.manual_seed(0)
-    block = MixtralSparseMoeBlock(config)
+    block = module(config)
     with torch.no_grad():  # its parameters are left empty for the model's own initialization
         for parameter in block.parameters():
             parameter.normal_(0.0, 0.3)
     return block
+
+
+def transformers_moe_block(dim: int = 8, experts: int = 4) -> nn.Module:
+    """transformers' Mixtral sparse MoE block (top-2 of ``experts``, width ``dim``), seeded, its experts
+    as one grouped product: the routing chain that sorts every routed row of the batch."""
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    return _transformers_moe("MixtralConfig", MixtralSparseMoeBlock, dim, experts)
 
 
 def transformers_gpt_oss_moe(dim: int = 8, experts: int = 4) -> nn.Module:
     """transformers' GPT-OSS MoE layer (router with a bias, top-2 of ``experts``, width ``dim``),
     seeded: its experts' biases gathered per routed row by the sorted expert ids."""
-    import transformers
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP
 
-    config = transformers.GptOssConfig(hidden_size=dim, intermediate_size=2 * dim, num_local_experts=experts,
-                                       num_experts_per_tok=2, experts_implementation="grouped_mm")
-    torch.manual_seed(0)
-    block = GptOssMLP(config)
-    with torch.no_grad():  # its parameters are left empty for the model's own initialization
-        for parameter in block.parameters():
-            parameter.normal_(0.0, 0.3)
-    return block
+    return _transformers_moe("GptOssConfig", GptOssMLP, dim, experts)
 
 
 class Positions(nn.Module):
