@@ -528,9 +528,10 @@ class IlpModel:
                                 build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
             if self.memory_budget is not None and relaxed.values is not None:
                 seed = self._relax_and_fix(weights, relaxed.values, start + time_limit * _ROUNDING_SHARE)
+                costs = self._objective(weights)[0]  # the rounding may have added buffers
         if not self.lp.columns:  # every decision has one choice (python-mip refuses a model without a column)
             return self._only_plan(constant, start, time_limit)
-        self.model.objective = self._linear(self._objective(weights)[0])  # the rounding may have added buffers
+        self.model.objective = self._linear(costs)
         begin = functools.partial(self._values, seed, weights) if seed is not None else self._greedy_start(weights)
         status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), begin)
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):

@@ -197,8 +197,7 @@ def test_a_rounded_relaxation_fits_the_budget_and_leaves_the_relaxation_as_it_wa
     # no column is left held at 0, and the rows the rounding added joined: a relaxation built afresh agrees
     costs = model._objective(weights)[0]
     after = model._build_relaxation().minimize(costs, time_limit=60)
-    fresh = LpRelaxation(model.lp, unit_columns=np.array([v for _, fs in model.flows for v in fs] +
-                                                         [v for _, ys in model.transport for row in ys for v in row], dtype=np.int64))
+    fresh = LpRelaxation(model.lp, unit_columns=model._unit_columns())
     assert after.value == pytest.approx(fresh.minimize(costs, time_limit=60).value, rel=1e-9)
     assert after.value >= before.value * (1 - 1e-9)
 
