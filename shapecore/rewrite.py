@@ -34,6 +34,7 @@ operand, which Python rounds, is left as it is.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -200,6 +201,11 @@ def build_keeping_divisions(build: Callable[..., sympy.Basic], *args: sympy.Basi
     sympy folds as it builds (``x//y - x//y`` is 0, ``Not(x//y - x//y >= 0)`` is False), and
     an expression is undefined wherever a division in it divides by zero: keeping the
     structure keeps that (and ``evaluate`` raises ``ZeroDivisionError`` there, like Python).
+
+    sympy's deductions of assumptions take a node to be in its folded form: on ``x//y - x//y``
+    kept as written they contradict each other (``InconsistentAssumptions``) or answer wrongly
+    (``is_zero`` False), and the answers stay cached on the node. So a node kept unevaluated
+    answers every assumption as its folded value does: its value wherever it is defined.
     """
     result = build(*args)
     required = set().union(*(divisors(a) for a in args))
@@ -208,7 +214,27 @@ def build_keeping_divisions(build: Callable[..., sympy.Basic], *args: sympy.Basi
     result = build(*_numbers_combined(build, args), evaluate=False)
     if required - divisors(result):  # And/Or fold a True argument, or a condition and its negation, even so
         result = build(*(_opaque_to_connectives(a) for a in args), evaluate=False)
-    return result
+    return _answering_as_folded(result)
+
+
+_FACTS = importlib.import_module("sympy.core.assumptions")._assume_defined
+"""Every assumption sympy deduces (``is_zero``, ``is_even``, …): it has no public list of them."""
+
+
+def _answering_as_folded(node: sympy.Basic) -> sympy.Basic:
+    """``node`` (an expression kept unevaluated) with every assumption set to its folded
+    value's, before sympy deduces any from its unfolded form (see :func:`build_keeping_divisions`)."""
+    if not isinstance(node, sympy.Expr):
+        return node
+    try:
+        value = fold(node)
+    except ZeroDivisionError:  # defined nowhere: nothing is known of its value
+        facts = dict.fromkeys(_FACTS) | {"commutative": True}
+    else:
+        facts = {fact: getattr(value, f"is_{fact}") for fact in _FACTS}
+    node._assumptions = node.default_assumptions.copy()
+    node._assumptions.update(facts)
+    return node
 
 
 def _numbers_combined(build: Callable[..., sympy.Basic], args: tuple[sympy.Basic, ...]) -> tuple[sympy.Basic, ...]:
