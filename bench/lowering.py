@@ -25,12 +25,15 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
-# this file is named like the package it benchmarks: keep its directory off the import path
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+# this directory holds a file named like the package it benchmarks: keep it off the import path,
+# and import its sibling benchmarks through the repository root
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [os.path.dirname(_HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+from bench.inductor_cache import use_fresh_inductor_cache  # noqa: E402
 
 from lowering.demo import decoder, dynamic_shapes, plan_decoder, tokens  # noqa: E402  (the demo's scenario)
 
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=8, help="alternating blocks per batch size (default 8)")
     args = parser.parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-lowering-")
+    use_fresh_inductor_cache("bench-lowering-")
 
     from lowering.launch import launch
 

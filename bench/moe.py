@@ -63,7 +63,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -77,6 +76,7 @@ import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
 from bench import training  # noqa: E402
+from bench.inductor_cache import use_fresh_inductor_cache  # noqa: E402
 from bench.training import OPTIMIZER, _loss, _peak_step_bytes, _plan_summary, _Variant  # noqa: E402
 
 VARIANTS = ("shapecore", "shapecore-ep", "shapecore-dp", "shapecore-dp-ep", "ddp", "fsdp2", "padded-ep")
@@ -354,7 +354,10 @@ def _print_table(world: int, results: list[dict[str, Any]], table: list[dict[str
 def _train(args: argparse.Namespace) -> int:
     from lowering.launch import launch
 
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.inductor_cache or tempfile.mkdtemp(prefix="bench-moe-")
+    if args.inductor_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.inductor_cache
+    else:
+        use_fresh_inductor_cache("bench-moe-")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     variants = tuple(v for v in args.variants.split(",") if v)

@@ -50,7 +50,6 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +59,7 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [os.path.dirname(_HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
+from bench.inductor_cache import use_fresh_inductor_cache  # noqa: E402
 from bench.training import DECODERS, OPTIMIZER  # noqa: E402  (the same decoders and optimizer)
 
 MODES = ("forward", "backward", "step")
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     decoders = [d for d in args.decoders.split(",") if d]
     modes = [m for m in args.modes.split(",") if m]
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-overhead-")
+    use_fresh_inductor_cache("bench-overhead-")
     if args.threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
 

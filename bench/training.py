@@ -36,12 +36,15 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
-# this directory holds a file named like the package it benchmarks: keep it off the import path
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+# this directory holds a file named like the package it benchmarks: keep it off the import path,
+# and import its sibling benchmarks through the repository root
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [os.path.dirname(_HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+from bench.inductor_cache import use_fresh_inductor_cache  # noqa: E402
 
 VARIANTS = ("shapecore", "shapecore-dp", "ddp", "fsdp2", "tp")
 OURS = ("shapecore", "shapecore-dp")  # the peers are the others
@@ -284,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     variants = tuple(v for v in args.variants.split(",") if v)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-training-")
+    use_fresh_inductor_cache("bench-training-")
 
     from lowering.launch import launch
 
