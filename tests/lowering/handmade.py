@@ -1,10 +1,12 @@
 """Hand-made plans, and one rank's view of a mesh with no process group, for lowering tests that
-must not depend on the planner's choices or start processes."""
+must not depend on the planner's choices or start processes; :func:`sized_groups` gives that view's
+group names a size, so that a program with collectives is lowered (not run) in this process too."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -49,4 +51,29 @@ def rank_view(mesh: Mesh, coordinate: Sequence[int]) -> MeshGroups:
     rank = sum(c * math.prod(mesh.shape[a + 1:]) for a, c in enumerate(coordinate))
     device_mesh = DeviceMesh("cpu", torch.arange(mesh.size).reshape(mesh.shape), mesh_dim_names=mesh.axis_names,
                              _init_backend=False, _rank=rank)
-    return MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(f"unused:{name}" for name in mesh.axis_names))
+    return MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(_group_name(name) for name in mesh.axis_names))
+
+
+def _group_name(axis_name: str) -> str:
+    """The name :func:`rank_view` gives the group of an axis: the same for every rank, as
+    :func:`lowering.mesh_groups.mesh_groups` names it."""
+    return f"unused:{axis_name}"
+
+
+@contextmanager
+def sized_groups(mesh: Mesh) -> Iterator[None]:
+    """Within it, the group names of :func:`rank_view` resolve to process groups of their axis'
+    size that cannot communicate: tracing a functional collective reads only its group's size, so
+    any rank's program is lowered here, collectives included (not run)."""
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import _register_process_group, _unregister_process_group
+
+    names = [_group_name(name) for name in mesh.axis_names]
+    groups = [dist.ProcessGroup(0, size) for size in mesh.shape]  # held: the registry keeps no reference
+    for name, group in zip(names, groups):
+        _register_process_group(name, group)
+    try:
+        yield
+    finally:
+        for name in names:
+            _unregister_process_group(name)

@@ -8,7 +8,8 @@ too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows), and on (2, 2)
 with its batch split on one axis and its experts on the other, where the planner runs the region
-per token on both."""
+per token on both. Every rank's program of such a plan is the same graph text (the one compile
+rank 0 makes serves every rank through Inductor's cache)."""
 
 import functools
 
@@ -21,8 +22,12 @@ from torch.export import Dim
 
 from lowering import launch
 from lowering.expert_parallel import local_counts
+from lowering.lower import lower
 from lowering.parallel import ParallelModule
-from planner import ExpertParallel, Mesh, RequireShard
+from planner import ExpertParallel, Mesh, RequireShard, trace_module
+from planner.problem.per_token import PER_TOKEN_EXPERTS
+from planner.strategies.builtin import EXPERTS
+from tests.lowering.handmade import rank_view, sized_groups
 from tests.planner.models import GroupedExperts, transformers_moe_block
 
 BATCHES = ((2, False), (4, True), (6, False))  # (batch, every token routed to experts 0 and 1: rank 1 gets no row)
@@ -193,6 +198,31 @@ def test_data_and_expert_parallel_on_one_axis_runs_a_torch_grouped_mm_block_equa
         # both products; in training the second one's rows' gradient too (the planner keeps the
         # weight gradients partial per token, their sums scattered to the experts' owners)
         assert all_to_alls == 3 * (2 + training)
+
+
+@pytest.mark.slow  # plans a MoE and lowers it for 2 ranks: seconds (no process, no compile)
+@pytest.mark.parametrize("model, required, rule",
+                         [(_model, [], EXPERTS), (_moe_block, [RequireShard("batch", "dp")], PER_TOKEN_EXPERTS)],
+                         ids=["experts", "each rank routing its own tokens"])
+def test_every_rank_of_an_expert_parallel_plan_lowers_to_the_same_program(model, required, rule):
+    """Rank 0 compiles and the others load its result from Inductor's cache only when all ranks'
+    graph texts are the same (``ParallelModule._compile_first``); each compiles its own otherwise.
+    Which experts and rows are a rank's is read off the program's coordinate input, and its groups
+    go by rank-independent names, so the ranks of a (2, 2) plan with the experts over "ep" lower to
+    one text (the two ranks that differ on both axes lowered here): the rows a block of the sorted
+    rows, or, the batch split over "dp" and each rank routing its own tokens, all of the rank's own."""
+    mesh = Mesh((2, 2), ("dp", "ep"))
+    traced = trace_module(model(), (torch.randn(8, 6, 8),), dynamic_shapes=({0: Dim("batch")},), training=True,
+                          batch_sizes=[8, 32], constraints=["Eq(Mod(batch, 4), 0)"],
+                          placement_constraints=[*required, ExpertParallel("ep")])
+    plan = traced.plan(mesh)
+    products = [d.rule.split("/")[1] for d in plan.decisions.values() if "grouped_mm" in d.node]
+    assert products and set(products) == {rule}, products
+    with sized_groups(mesh):
+        first, last = (lower(traced.traced.graph_module, plan, groups=rank_view(mesh, c)).graph_module.code
+                       for c in ((0, 0), (1, 1)))
+    assert "all_to_all_single" in first
+    assert first == last
 
 
 @given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=6), ranks=st.integers(1, 4), data=st.data())

@@ -151,8 +151,9 @@ def _routed_counts(model):
     return counts
 
 
-# six models traced, planned, lowered and compiled per rank: several minutes on CI's 2 cores, 25 on
-# this machine at load 9-13, past the suite's 900 s per test
+# six models traced, planned and lowered per rank, each compiled once (rank 0 compiles, the other ranks
+# load it from Inductor's cache: most of the time): several minutes on CI's 2 cores, 18-25 on this
+# machine at load 6-20, past the suite's 900 s per test
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("mesh, axis, required", [((2,), 0, []), ((2, 2), 1, [RequireShard("batch", 0)])],
                          ids=["(2,)", "(2, 2) with the batch split"])
