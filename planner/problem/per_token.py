@@ -80,8 +80,9 @@ from planner.strategies.builtin import EXPERTS, is_pointwise
 if TYPE_CHECKING:
     from planner.problem.model import Problem
 
-__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "find_regions", "per_token_choices", "per_token_proposal",
-           "per_token_rule_axes", "tie_regions"]
+__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "Table", "expert_table_axes", "find_regions",
+           "per_token_choices",
+           "per_token_proposal", "per_token_proposals", "per_token_rule_axes", "tie_regions"]
 
 PER_TOKEN = "per_token"
 """The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
@@ -110,24 +111,57 @@ _PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE, "rows_t": sha
 """A kind's placement on a per-token axis, when not ``Shard(0)``."""
 
 
+class Table(NamedTuple):
+    """A per-expert table's gather by the sorted ids, or its gradient's scatter by them, on a per-token
+    axis where the table is split by the expert dim (:data:`PER_TOKEN_EXPERTS`): its placement codes
+    there, and the tensors it exchanges by ``all_to_all`` (operands, then outputs, as
+    :attr:`~planner.strategies.base.Strategy.all_to_alls` counts them)."""
+
+    outputs: tuple[int, ...]
+    operands: tuple[int, ...]
+    exchanged: tuple[int, ...]
+
+
+_GATHER = Table((S0,), (S0, S0), (1, 2))
+"""``B[sorted]`` with ``B`` split by the expert dim: the ids' counts exchanged (priced at the ids'
+bytes, which bound them), each row's bias sent back by its expert's rank."""
+_SCATTER = Table((S0,), (S0, S0, S0), (1, 2))
+"""``index_put(zeros [E, ...], [sorted], rows, accumulate)`` into the experts' own pieces of the zeros:
+the counts exchanged, each row sent to its expert's rank (summed there, per local expert)."""
+
+
 @dataclass(frozen=True)
 class Region:
-    """A recognised routing chain: its sort, its ``tokens`` (``T``), and each node's placements on a
-    per-token axis, as codes (outputs, operands)."""
+    """A recognised routing chain: its sort, its ``tokens`` (``T``), each node's placements on a
+    per-token axis, as codes (outputs, operands), and its per-expert tables' gathers and gradients'
+    scatters, with their placements where the table is split by the expert dim."""
 
     sort: str
     tokens: sympy.Basic
     placements: dict[str, tuple[tuple[int | None, ...], tuple[int, ...]]]
+    tables: dict[str, Table]
 
 
 class PerToken(NamedTuple):
     """A region node's places: the sets of mesh axes its region may run per token on (``()``: as one
-    device would), and its placement codes on such an axis (one per output, ``None`` for a
-    non-tensor one, and one per operand)."""
+    device would), its placement codes on such an axis (one per output, ``None`` for a
+    non-tensor one, and one per operand); for a per-expert table's gather or gradient's scatter,
+    its codes where the table is split by the expert dim, and the axes where it must be
+    (:class:`~planner.ExpertParallel`'s)."""
 
     choices: tuple[tuple[int, ...], ...]
     outputs: tuple[int | None, ...]
     operands: tuple[int, ...]
+    table: Table | None = None
+    table_axes: frozenset[int] = frozenset()
+
+
+def expert_table_axes(rule: str, mesh_ndim: int) -> frozenset[int]:
+    """The mesh axes on which a decision's ``rule`` splits its experts (``experts`` or
+    :data:`PER_TOKEN_EXPERTS` there): for a per-expert table's gather or scatter, those splitting the table."""
+    parts = rule.split("/")
+    parts = parts * mesh_ndim if len(parts) == 1 else parts
+    return frozenset(a for a, part in enumerate(parts) if part in (EXPERTS, PER_TOKEN_EXPERTS))
 
 
 def per_token_rule_axes(rule: str, mesh_ndim: int, *, experts: bool | None = None) -> frozenset[int]:
@@ -167,6 +201,44 @@ def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tupl
     exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a not in per_token)
     made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),
                     rule, reduces, exchanged)
+    return made, outputs, operands
+
+
+def per_token_proposals(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
+                        axes: tuple[int, ...], mesh_shape: Sequence[int]) -> list[tuple[Strategy | None, tuple, tuple]]:
+    """A proposal's forms with its region per token on the mesh ``axes``: the proposal as it is where
+    there are none, else its :func:`per_token_proposal`; for a per-expert table's gather or gradient's
+    scatter (``place.table``) also, on each mesh axis of size above 1, the form with the table split
+    by the expert dim there (rule :data:`PER_TOKEN_EXPERTS` on a per-token axis, ``experts`` on
+    another: each rank holds its experts' entries and serves the rows routed to them, its
+    all_to_alls priced) — the only forms where ``place.table_axes`` (:class:`~planner.ExpertParallel`)
+    names axes."""
+    made = per_token_proposal(strategy, outputs, operands, place, axes) if axes else (strategy, outputs, operands)
+    table = place.table
+    if table is None:
+        return [made]
+    split = [a for a, size in enumerate(mesh_shape) if size > 1]
+    forced = [a for a in split if a in place.table_axes]
+    return ([] if forced else [made]) + [_table_form(*made, table, a, a in axes) for a in forced or split]
+
+
+def _table_form(strategy: Strategy | None, outputs: tuple, operands: tuple, table: Table, axis: int,
+                per_token: bool) -> tuple[Strategy, tuple, tuple]:
+    """A proposal of a table's gather or scatter with the table split by the expert dim on ``axis``
+    (where the region runs per token, or not)."""
+    def placed(codes: tuple[int, ...] | None, mine: int) -> tuple[int, ...] | None:
+        return None if codes is None else (*codes[:axis], mine, *codes[axis + 1:])
+
+    outputs = tuple(placed(c, m) for c, m in zip(outputs, table.outputs))
+    operands = tuple(placed(c, m) for c, m in zip(operands, table.operands))
+    ndim = len(operands[0])
+    parts = ["replicate"] * ndim if strategy is None else strategy.rule.split("/")
+    parts = parts if len(parts) == ndim else [strategy.rule] * ndim  # type: ignore[union-attr]
+    parts[axis] = PER_TOKEN_EXPERTS if per_token else EXPERTS
+    reduces = () if strategy is None else tuple((a, n) for a, n in strategy.all_reduces if a != axis)
+    exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a != axis)
+    made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),
+                    "/".join(parts), reduces, exchanged + tuple((axis, k) for k in table.exchanged))
     return made, outputs, operands
 
 
@@ -260,6 +332,7 @@ class _Builder:
     def __init__(self, graph: PlanGraph, sort: GraphNode) -> None:
         self.graph, self.sort = graph, sort
         self.kinds: dict[str, tuple[str | None, ...]] = {}
+        self.tables: dict[str, Table] = {}
         self.items: dict[str, list[str]] = {}  # tuple node -> its getitems
         for node in graph:
             if node.role == "getitem":
@@ -286,7 +359,7 @@ class _Builder:
             return None
         placements = {name: self._placements(self.graph.nodes[name]) for name in self.kinds
                       if self.graph.nodes[name].role != "getitem"}
-        return Region(self.sort.name, self.tokens, placements)
+        return Region(self.sort.name, self.tokens, placements, self.tables)
 
     # -- the head: topk ids, flattened, sorted ------------------------------------------------------
 
@@ -376,6 +449,7 @@ class _Builder:
         if kinds == [None, "token_of"] and self._rows_of(source) == "tokens":
             return ("rows",)
         if kinds == [None, "sorted"] and self._per_expert(source):  # row i's expert's bias: expert sorted[i]'s
+            self.tables[node.name] = _GATHER
             return ("rows",)
         if kinds == ["rows", "inv"]:
             return ("leaves",)
@@ -416,6 +490,7 @@ class _Builder:
         if kinds[1:] == ["sorted", "rows"] and (kinds[0] == "expert_zeros" or self._expert_zeros(base)) \
                 and self._per_expert(node.output) \
                 and tuple(node.output.shape[1:]) == tuple(self.graph.operand_meta(node, 2).shape[1:]):
+            self.tables[node.name] = _SCATTER
             return ("partial",)  # the experts' biases' gradient: each row's gradient summed on its expert
         if not self._zeros(base):
             return None

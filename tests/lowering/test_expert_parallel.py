@@ -23,7 +23,7 @@ from lowering import launch
 from lowering.expert_parallel import local_counts
 from lowering.parallel import ParallelModule
 from planner import ExpertParallel, Mesh, RequireShard
-from tests.planner.models import GroupedExperts, transformers_moe_block
+from tests.planner.models import GroupedExperts, transformers_gpt_oss_moe, transformers_moe_block
 
 BATCHES = ((2, False), (4, True), (6, False))  # (batch, every token routed to experts 0 and 1: rank 1 gets no row)
 
@@ -158,6 +158,41 @@ def test_data_parallel_with_the_experts_split_trains_equal_to_one_device_from_on
         assert all_to_alls == 3 * 4  # both products, forward and backward
         # the second batch's rows all went to experts 0 and 1, on the ranks first on the experts' axis
         assert received == [True, rank % 2 == 0, True]
+
+
+class _Routed(torch.nn.Module):
+    """transformers' GPT-OSS MoE layer giving its output alone (not its router's scores), its gate
+    sending a token with a very negative first feature to experts 0 and 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = transformers_gpt_oss_moe()
+        with torch.no_grad():
+            self.block.router.weight[:, 0] = torch.tensor([-3.0, -3.0, 3.0, 3.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)[0]
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+def test_experts_biases_split_by_the_expert_dim_train_equal_to_one_device():
+    """GPT-OSS's experts add a bias per routed row from per-expert tables: with the experts split,
+    each rank holds its experts' biases only (``Shard(0)``), serves them to the rows routed to its
+    experts (the counts sent to it, the biases back) and sums their gradient per expert from the
+    rows sent to it. Trains equal to one device from one compile, a routing that sends one rank no
+    row included. Was: the tables whole on every rank, their gradient a partial sum."""
+    mesh = Mesh((2,), ("dp",))
+    run = functools.partial(_run, training=True, mesh=mesh, model=_Routed, experts="block.experts.down_proj_bias",
+                            batches=((4, False), (8, True)), constraints=["Eq(Mod(batch, 2), 0)"],
+                            placement_constraints=[RequireShard("batch", "dp"), ExpertParallel("dp")])
+    for rank, (error, compiles, bias, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
+        assert error <= 1e-5
+        assert compiles == 1
+        assert bias == (Shard(0),)
+        # both products forward and backward (3 each: the counts, the rows, the results); each
+        # bias gather (the counts, the biases) and each gradient scatter (the counts, the rows)
+        assert all_to_alls == 3 * 4 + 2 * 2 + 2 * 2
+        assert received == [True, rank == 0]  # the second batch's rows all went to experts 0 and 1
 
 
 class _BFloat16(torch.nn.Module):
