@@ -117,7 +117,9 @@ def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
                      constraints: Sequence[PlacementConstraint]) -> dict[str, tuple[str, PerToken]]:
     """The nodes of every per-token region (:mod:`planner.problem.per_token`) that may run per
     token on some mesh axes (its tokens split evenly there: proved, or a guard of the plan; always
-    on those a ``RequireShard`` splits its tokens over): each node's region (its sort) and places."""
+    on those a ``RequireShard`` splits its tokens over), and of every other region its per-expert
+    tables' gathers and scatters (which may split the table by the expert dim, ``ExpertParallel``'s
+    axes ``table_axes``): each node's region (its sort) and places."""
     split_axes = [(c.symbols, c.mesh_axis) for c in constraints if isinstance(c, RequireShard)]
     table_axes = frozenset(c.mesh_axis for c in constraints if isinstance(c, ExpertParallel) and mesh.shape[c.mesh_axis] > 1)
 
@@ -132,4 +134,7 @@ def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
         if any(choices):
             found.update({name: (region.sort, PerToken(choices, *codes, region.tables.get(name), table_axes))
                           for name, codes in region.placements.items()})
+        else:  # the chain runs as one device would: its tables may still split by the expert dim
+            found.update({name: (region.sort, PerToken(((),), *region.placements[name], table, table_axes))
+                          for name, table in region.tables.items()})
     return found

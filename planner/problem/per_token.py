@@ -52,7 +52,8 @@ holding tokens ``[r·T/m, (r+1)·T/m)`` (``m`` divides ``T``, proved or a guard 
 uneven split) holds their routed rows ``[r·n/m, (r+1)·n/m)`` (routed row ``j`` is token
 ``j // k``'s), sorts and counts those alone and computes the same ``g`` of each: what leaves is
 the one-device result's piece. A per-expert table gathered by ``sorted`` gives row ``i`` its
-expert's entry, a function of the row too (the table whole on every rank). The weight gradient is a sum over routed rows per expert (column
+expert's entry, a function of the row too (the table whole on every rank, or split by the expert
+dim, below). The weight gradient is a sum over routed rows per expert (column
 ``i`` of the rows transposed is row ``i``, split alike: ``Shard(1)``), and so is a table's
 gradient scattered by ``sorted``: the ranks' sums add up to them, ``Partial``. Inside the region the ranks' tensors are their own
 program's (a rank's sorted rows are not a piece of the sorted rows), so nothing inside is
@@ -61,6 +62,19 @@ A grouped product may also split its experts over that axis (:data:`PER_TOKEN_EX
 rank dispatches all its own sorted rows to their expert's rank and combines the results back, a
 function of each row as before, and each expert's weight gradient sums every rank's rows on its
 owner.
+
+**Per-expert tables split by the expert dim** (:class:`Table`). A table's gather ``B[sorted]`` and
+its gradient's scatter may split the table by the expert dim over any mesh axis of size ``n``
+(:func:`per_token_proposals`; rule :data:`PER_TOKEN_EXPERTS` where the region runs per token there,
+``experts`` where it runs as one device would, its sorted ids and rows then split in blocks): rank
+``r`` holds experts ``[r·E/n, (r+1)·E/n)``'s entries. Either way a rank's ids are sorted ascending
+(its own, or a block of the sorted ones), so it counts its rows per expert, sends the counts to the
+experts' ranks and receives each row's entry back in its rows' order
+(:mod:`lowering.expert_tables`): the same entry as from the whole table. The gradient's rows go
+to their expert's rank, which sums them per expert: across the axis every row reaches its expert
+once, so that is the expert's whole gradient (``Shard(0)``, no ``Partial`` on that axis). Each form
+is sound alone, so it is no tie to the grouped products': each node weighs it by itself, and
+:class:`~planner.ExpertParallel` leaves a table only that form on its axis.
 """
 
 from __future__ import annotations
