@@ -346,10 +346,9 @@ class ExpertParallel(PlacementConstraint):
     ``torch._grouped_mm`` of rows by stacked experts with offsets) splits its stacked experts ``(E, ...)`` by the expert dim on mesh ``axis``: each rank holds
     and computes ``E/n`` experts, its routed rows dispatched to their expert's rank and the
     results combined back (:mod:`lowering.expert_dispatch`). The experts' parameter (and its
-    gradient) is then ``Shard(0)`` on ``axis``. Where a routing chain runs per token on ``axis``
-    (:mod:`planner.problem.per_token`), its per-expert tables (GPT-OSS's experts' biases, gathered
-    by the sorted ids) are split so too, each rank serving its experts' entries to the rows routed
-    to them. A graph with no such op is an error."""
+    gradient) is then ``Shard(0)`` on ``axis``, and so are a routing chain's per-expert tables
+    (GPT-OSS's experts' biases, gathered by the sorted ids: :mod:`planner.problem.per_token`), each
+    rank serving its experts' entries to the rows routed to them. A graph with no such op is an error."""
 
     targeted = False
 

@@ -126,20 +126,21 @@ _PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE, "rows_t": sha
 
 
 class Table(NamedTuple):
-    """A per-expert table's gather by the sorted ids, or its gradient's scatter by them, on a per-token
-    axis where the table is split by the expert dim (:data:`PER_TOKEN_EXPERTS`): its placement codes
-    there, and the tensors it exchanges by ``all_to_all`` (operands, then outputs, as
-    :attr:`~planner.strategies.base.Strategy.all_to_alls` counts them)."""
+    """A per-expert table's gather by the sorted ids, or its gradient's scatter by them, on a mesh
+    axis where the table is split by the expert dim: its placement codes there, the tensors it
+    exchanges by ``all_to_all`` and those of the table's shape (as indices into its operands, then
+    its outputs, as :attr:`~planner.strategies.base.Strategy.all_to_alls` counts them)."""
 
     outputs: tuple[int, ...]
     operands: tuple[int, ...]
     exchanged: tuple[int, ...]
+    tables: tuple[int, ...]
 
 
-_GATHER = Table((S0,), (S0, S0), (1, 2))
+_GATHER = Table((S0,), (S0, S0), (1, 2), (0,))
 """``B[sorted]`` with ``B`` split by the expert dim: the ids' counts exchanged (priced at the ids'
 bytes, which bound them), each row's bias sent back by its expert's rank."""
-_SCATTER = Table((S0,), (S0, S0, S0), (1, 2))
+_SCATTER = Table((S0,), (S0, S0, S0), (1, 2), (0, 3))
 """``index_put(zeros [E, ...], [sorted], rows, accumulate)`` into the experts' own pieces of the zeros:
 the counts exchanged, each row sent to its expert's rank (summed there, per local expert)."""
 
@@ -233,7 +234,11 @@ def per_token_proposals(strategy: Strategy | None, outputs: tuple, operands: tup
         return [made]
     split = [a for a, size in enumerate(mesh_shape) if size > 1]
     forced = [a for a in split if a in place.table_axes]
-    return ([] if forced else [made]) + [_table_form(*made, table, a, a in axes) for a in forced or split]
+    # the table split by the expert dim over one axis alone: the lowering serves E/n entries a rank
+    codes = (*made[2], *made[1])
+    alone = [a for a in forced or split if not any(codes[k][b] == S0 for k in table.tables for b in range(len(codes[k]))
+                                                   if b != a)]
+    return ([] if forced else [made]) + [_table_form(*made, table, a, a in axes) for a in alone]
 
 
 def _table_form(strategy: Strategy | None, outputs: tuple, operands: tuple, table: Table, axis: int,
