@@ -8,7 +8,8 @@ too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows), and on (2, 2)
 with its batch split on one axis and its experts on the other, where the planner runs the region
-per token on both."""
+per token on both; GPT-OSS's layer trains so with its per-expert bias tables split by the expert
+dim too."""
 
 import functools
 
