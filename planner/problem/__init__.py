@@ -121,7 +121,8 @@ def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
     tables' gathers and scatters (which may split the table by the expert dim, ``ExpertParallel``'s
     axes ``table_axes``): each node's region (its sort) and places."""
     split_axes = [(c.symbols, c.mesh_axis) for c in constraints if isinstance(c, RequireShard)]
-    table_axes = frozenset(c.mesh_axis for c in constraints if isinstance(c, ExpertParallel) and mesh.shape[c.mesh_axis] > 1)
+    table_axes = frozenset(c.mesh_axis for c in constraints
+                           if isinstance(c, ExpertParallel) and mesh.shape[c.mesh_axis] > 1)
 
     def even(size: sympy.Basic, ways: int) -> bool:
         verdict = divisibility.check(size, ways)

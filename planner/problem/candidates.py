@@ -57,7 +57,8 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
             if node.name in per_token and node.role == "op":
                 place = per_token[node.name]
-                proposals = [q for axes in place.choices for p in proposals for q in per_token_proposals(*p, place, axes, problem.mesh.shape)]
+                proposals = [q for axes in place.choices for p in proposals
+                             for q in per_token_proposals(*p, place, axes, problem.mesh.shape)]
             if node.read_as_scalar:
                 r = (R_CODE,) * problem.mesh.ndim
                 proposals = [p for p in proposals if all(p[1][k] in (None, r) for k in node.read_as_scalar)]
