@@ -34,7 +34,7 @@ import torch
 
 from lowering.collectives import waited
 
-__all__ = ["Dispatched", "combine", "dispatch"]
+__all__ = ["Dispatched", "combine", "dispatch", "serve"]
 
 COUNTS_ERROR = ("expert dispatch: some rank's routed counts are negative or do not sum to its routed rows; "
                 "pass counts[e] = the number of rows routed to expert e, in the rows' (sorted) order")
@@ -86,31 +86,58 @@ def _exchange_counts(counts: torch.Tensor, rows: Any, ranks: int, group: str) ->
     return sizes.sum(1) * valid, incoming[:, :local] * valid
 
 
+def _routes(counts: torch.Tensor, rows: Any, ranks: int, group: str) -> tuple[list[Any], list[Any], torch.Tensor]:
+    """The rows this rank sends to each rank and receives from each (sizes), and the counts it
+    receives (``[source rank, local expert]``), for ``rows`` rows sorted by expert (``counts[e]``
+    for expert ``e``) over the ``ranks`` ranks of ``group``."""
+    from shapecore.torch.private import check
+
+    experts = counts.numel()
+    if experts % ranks:
+        raise ValueError(f"expert dispatch: {experts} experts do not split over {ranks} ranks; "
+                         f"expert parallelism needs a number of experts divisible by the group size")
+    sending, incoming = _exchange_counts(counts, rows, ranks, group)
+    sent, received = sending.tolist(), incoming.sum(1).tolist()
+    check(sum(sent) == rows)
+    # the last rank's rows as what the others leave (the same number, checked on every rank): the
+    # rows combine returns then number ``rows`` in the traced program too, not a sum of counts
+    sent[-1] = rows - sum(sent[:-1])
+    return sent, received, incoming
+
+
+def _received_experts(incoming: torch.Tensor, rows: Any) -> torch.Tensor:
+    """The local expert of each of the ``rows`` rows received, by source rank then local expert."""
+    ranks, local = incoming.shape
+    expert = torch.arange(local, device=incoming.device).repeat(ranks)
+    return torch.repeat_interleave(expert, incoming.flatten(), output_size=rows)
+
+
 def dispatch(tokens: torch.Tensor, counts: torch.Tensor, ranks: int, group: str) -> Dispatched:
     """Send each row of ``tokens`` (sorted by expert, ``counts[e]`` rows for expert ``e``) to the
     rank of its expert, over the ``ranks`` ranks of ``group`` (a registered group name)."""
     from shapecore.torch.private import check
     from shapecore.torch.private import functional_collectives as funcol
 
-    experts = counts.numel()
-    if experts % ranks:
-        raise ValueError(f"expert dispatch: {experts} experts do not split over {ranks} ranks; "
-                         f"expert parallelism needs a number of experts divisible by the group size")
-    local = experts // ranks
-    sending, incoming = _exchange_counts(counts, tokens.size(0), ranks, group)
-    sent, received = sending.tolist(), incoming.sum(1).tolist()
-    check(sum(sent) == tokens.size(0))
-    # the last rank's rows as what the others leave (the same number, checked on every rank): the
-    # rows combine returns then number tokens.size(0) in the traced program too, not a sum of counts
-    sent[-1] = tokens.size(0) - sum(sent[:-1])
+    sent, received, incoming = _routes(counts, tokens.size(0), ranks, group)
     rows = waited(funcol.all_to_all_single_autograd(tokens.contiguous(), received, sent, group))
     # received by source rank, then local expert: group the rows by local expert, stably
-    expert = torch.arange(local, device=counts.device).repeat(ranks)
-    order = torch.repeat_interleave(expert, incoming.flatten(), output_size=rows.size(0)).argsort(stable=True)
+    order = _received_experts(incoming, rows.size(0)).argsort(stable=True)
     per_expert = incoming.sum(0).tolist()
     for c in per_expert:
         check(c >= 0)
     return Dispatched(rows[order], per_expert, sent, received, order, group)
+
+
+def serve(table: torch.Tensor, counts: torch.Tensor, rows: Any, ranks: int, group: str) -> torch.Tensor:
+    """Each of ``rows`` rows (sorted by expert, ``counts[e]`` for expert ``e``) given its expert's
+    entry of a per-expert table split over the ``ranks`` ranks of ``group`` (``table``: this rank's
+    experts' entries, ``[E/ranks, ...]``): only the counts go to the experts' ranks, and each
+    answers with its experts' entries, one per row routed to them, in the rows' order."""
+    from shapecore.torch.private import functional_collectives as funcol
+
+    sent, received, incoming = _routes(counts, rows, ranks, group)
+    entries = table[_received_experts(incoming, sum(received))]  # as the rows would have been received
+    return waited(funcol.all_to_all_single_autograd(entries.contiguous(), sent, received, group))
 
 
 def combine(results: torch.Tensor, dispatched: Dispatched) -> torch.Tensor:

@@ -62,10 +62,11 @@ from torch.distributed.tensor import Shard
 from lowering.collectives import all_reduce_over, apply_steps, local_shard
 from lowering.errors import LoweringError
 from lowering.expert_parallel import expert_parallel
+from lowering.expert_tables import EXPERT_TABLES
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
 from lowering.sync_norm import SYNCED_BATCH_NORMS, synced_batch_norm
-from planner import Mesh, Plan, Redistribution, per_token_rule_axes
+from planner import Mesh, Plan, Redistribution, expert_table_axes, per_token_rule_axes
 from shapecore import ShapeEnv, prove
 from shapecore.torch import (TorchSymbols, backend_neutral, from_torch, graph_shape_env, size_expr, to_symint,
                              to_torch_symbols)
@@ -599,6 +600,7 @@ class _Replay:
             self.checks.whole_dims(node, args, kwargs, operands)
         axes = self._synced_axes(node, args, operands)
         experts = self._expert_parallel(node, operands)
+        table = self._expert_table(node)
         if axes:
             result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
         elif experts is not None:
@@ -606,6 +608,9 @@ class _Replay:
             # where each rank routes its own tokens, its sorted rows are all its own: the block at 0
             block = coordinate[axis] * 0 if axis in _per_token_axes(self.plan, node.name) else coordinate[axis]
             result = run(args, self.groups.axis_size(axis), self.groups.group_name(axis), block)
+        elif table is not None:
+            axis, run = table
+            result = run(args, self.groups.axis_size(axis), self.groups.group_name(axis))
         else:
             result = adjust(target(*args, **kwargs))
         self.checks.shape(node, result)
@@ -678,6 +683,20 @@ class _Replay:
                                 f"and its rows over {split}; expert parallelism dispatches the rows over the one axis "
                                 "that splits both, or over an axis where each rank routes its own tokens")
         return axes[0], found[0]
+
+    def _expert_table(self, node: Node) -> tuple[int, Callable[..., Any]] | None:
+        """The mesh axis over which the plan splits the per-expert table ``node`` gathers by the sorted
+        ids, or scatters its gradient into, by the expert dim, and its run there
+        (:mod:`lowering.expert_tables`); or None."""
+        run = EXPERT_TABLES.get(str(node.target))
+        decision = self.plan.decisions.get(node.name)
+        if run is None or decision is None:
+            return None
+        axes = sorted(expert_table_axes(decision.rule, self.plan.mesh.ndim))
+        if len(axes) > 1:
+            raise LoweringError(f"{node.name} ({node.target}) splits its per-expert table by the expert dim over mesh "
+                                f"axes {axes}; the lowering serves a table split over one axis")
+        return (axes[0], run) if axes else None
 
     def _global_scalar(self, node: Node, value: Any, symint: Callable[[sympy.Basic], Any]) -> Any:
         """Step 4: a SymInt of the trace is its global value over the local symbols."""

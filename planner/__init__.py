@@ -26,7 +26,8 @@
   node of a mixture of experts' routing chain on a mesh axis where each rank runs the chain on
   its own tokens (:mod:`planner.problem.per_token`): the lowering runs it there on the local
   tensors as they are, an ``arange`` giving the local positions; :func:`per_token_rule_axes`
-  reads those axes from a rule.
+  reads those axes from a rule, and :func:`expert_table_axes` the axes over which a per-expert
+  table's gather or gradient's scatter (GPT-OSS's experts' biases) splits the table by the expert dim.
 """
 
 from planner.api import ModuleTrace, plan, plan_module, trace_module
@@ -55,7 +56,7 @@ from planner.plan import (
 from planner.placement_constraints import (ExpertParallel, ForbidShard, MinShards, NodeInfo, Pin, PlacementConflict,
                                           PlacementConstraint, RequireShard)
 from planner.placements import format_placements, parse_placements
-from planner.problem.per_token import PER_TOKEN, per_token_rule_axes
+from planner.problem.per_token import PER_TOKEN, expert_table_axes, per_token_rule_axes
 from planner.strategies import AxisRule, BuiltinProvider, DTensorProvider, Strategy, StrategyProvider, expand
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "options_from",
     "parse_placements",
     "per_token_rule_axes",
+    "expert_table_axes",
     "plan",
     "plan_module",
     "tensor_operands",

@@ -346,7 +346,9 @@ class ExpertParallel(PlacementConstraint):
     ``torch._grouped_mm`` of rows by stacked experts with offsets) splits its stacked experts ``(E, ...)`` by the expert dim on mesh ``axis``: each rank holds
     and computes ``E/n`` experts, its routed rows dispatched to their expert's rank and the
     results combined back (:mod:`lowering.expert_dispatch`). The experts' parameter (and its
-    gradient) is then ``Shard(0)`` on ``axis``. A graph with no such op is an error."""
+    gradient) is then ``Shard(0)`` on ``axis``, and so are a routing chain's per-expert tables
+    (GPT-OSS's experts' biases, gathered by the sorted ids: :mod:`planner.problem.per_token`), each
+    rank serving its experts' entries to the rows routed to them. A graph with no such op is an error."""
 
     targeted = False
 
@@ -357,6 +359,11 @@ class ExpertParallel(PlacementConstraint):
 
     def __str__(self) -> str:
         return f"ExpertParallel(axis={self.axis!r})"
+
+    @property
+    def mesh_axis(self) -> int:
+        """The mesh axis as an index (once bound to a mesh)."""
+        return self._axis
 
     def bind(self, mesh: Mesh, dims: Mapping[str, str | sympy.Basic], data_dependent: frozenset[str] = frozenset()) -> None:
         self._axis, self._sizes = _axis_index(mesh, self.axis, self), mesh.shape

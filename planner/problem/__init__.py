@@ -51,7 +51,7 @@ from planner.dim_names import DimNames
 from planner.divisibility import Divisibility
 from planner.graph import PlanGraph
 from planner.mesh import Mesh
-from planner.placement_constraints import PlacementConstraint, RequireShard, constrained_nodes, restrict_choices
+from planner.placement_constraints import ExpertParallel, PlacementConstraint, RequireShard, constrained_nodes, restrict_choices
 from planner.problem.candidates import add_candidates
 from planner.problem.edges import add_edges, add_group_costs
 from planner.problem.groups import add_groups
@@ -117,8 +117,12 @@ def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
                      constraints: Sequence[PlacementConstraint]) -> dict[str, tuple[str, PerToken]]:
     """The nodes of every per-token region (:mod:`planner.problem.per_token`) that may run per
     token on some mesh axes (its tokens split evenly there: proved, or a guard of the plan; always
-    on those a ``RequireShard`` splits its tokens over): each node's region (its sort) and places."""
+    on those a ``RequireShard`` splits its tokens over), and of every other region its per-expert
+    tables' gathers and scatters (which may split the table by the expert dim, ``ExpertParallel``'s
+    axes ``table_axes``): each node's region (its sort) and places."""
     split_axes = [(c.symbols, c.mesh_axis) for c in constraints if isinstance(c, RequireShard)]
+    table_axes = frozenset(c.mesh_axis for c in constraints
+                           if isinstance(c, ExpertParallel) and mesh.shape[c.mesh_axis] > 1)
 
     def even(size: sympy.Basic, ways: int) -> bool:
         verdict = divisibility.check(size, ways)
@@ -129,5 +133,9 @@ def _per_token_nodes(graph: PlanGraph, mesh: Mesh, divisibility: Divisibility,
         forced = {axis for symbols, axis in split_axes if symbols & region.tokens.free_symbols}
         choices = per_token_choices(region, forced, mesh.shape, even)
         if any(choices):
-            found.update({name: (region.sort, PerToken(choices, *codes)) for name, codes in region.placements.items()})
+            found.update({name: (region.sort, PerToken(choices, *codes, region.tables.get(name), table_axes))
+                          for name, codes in region.placements.items()})
+        else:  # the chain runs as one device would: its tables may still split by the expert dim
+            found.update({name: (region.sort, PerToken(((),), *region.placements[name], table, table_axes))
+                          for name, table in region.tables.items()})
     return found

@@ -31,7 +31,7 @@ import numpy as np
 from planner.graph import GraphNode, PlanGraph, TensorMeta
 from planner.placements import R_CODE, Codes, canonical, decode, encode, format_codes, shard_code
 from planner.problem.model import Candidate
-from planner.problem.per_token import PerToken, per_token_proposal, per_token_rule_axes
+from planner.problem.per_token import PerToken, per_token_proposals, per_token_rule_axes
 from planner.strategies.base import Strategy, StrategyProvider
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ def add_candidates(problem: Problem, providers: Sequence[StrategyProvider], sign
             proposals, provider = _proposals(problem, node, providers, replicate_outputs=replicate_outputs)
             if node.name in per_token and node.role == "op":
                 place = per_token[node.name]
-                proposals = [per_token_proposal(*p, place, axes) if axes else p for axes in place.choices for p in proposals]
+                proposals = [q for axes in place.choices for p in proposals
+                             for q in per_token_proposals(*p, place, axes, problem.mesh.shape)]
             if node.read_as_scalar:
                 r = (R_CODE,) * problem.mesh.ndim
                 proposals = [p for p in proposals if all(p[1][k] in (None, r) for k in node.read_as_scalar)]

@@ -52,7 +52,8 @@ holding tokens ``[r·T/m, (r+1)·T/m)`` (``m`` divides ``T``, proved or a guard 
 uneven split) holds their routed rows ``[r·n/m, (r+1)·n/m)`` (routed row ``j`` is token
 ``j // k``'s), sorts and counts those alone and computes the same ``g`` of each: what leaves is
 the one-device result's piece. A per-expert table gathered by ``sorted`` gives row ``i`` its
-expert's entry, a function of the row too (the table whole on every rank). The weight gradient is a sum over routed rows per expert (column
+expert's entry, a function of the row too (the table whole on every rank, or split by the expert
+dim, below). The weight gradient is a sum over routed rows per expert (column
 ``i`` of the rows transposed is row ``i``, split alike: ``Shard(1)``), and so is a table's
 gradient scattered by ``sorted``: the ranks' sums add up to them, ``Partial``. Inside the region the ranks' tensors are their own
 program's (a rank's sorted rows are not a piece of the sorted rows), so nothing inside is
@@ -61,6 +62,19 @@ A grouped product may also split its experts over that axis (:data:`PER_TOKEN_EX
 rank dispatches all its own sorted rows to their expert's rank and combines the results back, a
 function of each row as before, and each expert's weight gradient sums every rank's rows on its
 owner.
+
+**Per-expert tables split by the expert dim** (:class:`Table`). A table's gather ``B[sorted]`` and
+its gradient's scatter may split the table by the expert dim over any mesh axis of size ``n``
+(:func:`per_token_proposals`; rule :data:`PER_TOKEN_EXPERTS` where the region runs per token there,
+``experts`` where it runs as one device would, its sorted ids and rows then split in blocks): rank
+``r`` holds experts ``[r·E/n, (r+1)·E/n)``'s entries. Either way a rank's ids are sorted ascending
+(its own, or a block of the sorted ones), so it counts its rows per expert, sends the counts to the
+experts' ranks and receives each row's entry back in its rows' order
+(:mod:`lowering.expert_tables`): the same entry as from the whole table. The gradient's rows go
+to their expert's rank, which sums them per expert: across the axis every row reaches its expert
+once, so that is the expert's whole gradient (``Shard(0)``, no ``Partial`` on that axis). Each form
+is sound alone, so it is no tie to the grouped products': each node weighs it by itself, and
+:class:`~planner.ExpertParallel` leaves a table only that form on its axis.
 """
 
 from __future__ import annotations
@@ -80,8 +94,9 @@ from planner.strategies.builtin import EXPERTS, is_pointwise
 if TYPE_CHECKING:
     from planner.problem.model import Problem
 
-__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "find_regions", "per_token_choices", "per_token_proposal",
-           "per_token_rule_axes", "tie_regions"]
+__all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "Table", "expert_table_axes", "find_regions",
+           "per_token_choices",
+           "per_token_proposal", "per_token_proposals", "per_token_rule_axes", "tie_regions"]
 
 PER_TOKEN = "per_token"
 """The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
@@ -110,24 +125,58 @@ _PLACED = {"counts": R_CODE, "offsets": R_CODE, "partial": P_CODE, "rows_t": sha
 """A kind's placement on a per-token axis, when not ``Shard(0)``."""
 
 
+class Table(NamedTuple):
+    """A per-expert table's gather by the sorted ids, or its gradient's scatter by them, on a mesh
+    axis where the table is split by the expert dim: its placement codes there, the tensors it
+    exchanges by ``all_to_all`` and those of the table's shape (as indices into its operands, then
+    its outputs, as :attr:`~planner.strategies.base.Strategy.all_to_alls` counts them)."""
+
+    outputs: tuple[int, ...]
+    operands: tuple[int, ...]
+    exchanged: tuple[int, ...]
+    tables: tuple[int, ...]
+
+
+_GATHER = Table((S0,), (S0, S0), (1, 2), (0,))
+"""``B[sorted]`` with ``B`` split by the expert dim: the ids' counts exchanged (priced at the ids'
+bytes, which bound them), each row's bias sent back by its expert's rank."""
+_SCATTER = Table((S0,), (S0, S0, S0), (1, 2), (0, 3))
+"""``index_put(zeros [E, ...], [sorted], rows, accumulate)`` into the experts' own pieces of the zeros:
+the counts exchanged, each row sent to its expert's rank (summed there, per local expert)."""
+
+
 @dataclass(frozen=True)
 class Region:
-    """A recognised routing chain: its sort, its ``tokens`` (``T``), and each node's placements on a
-    per-token axis, as codes (outputs, operands)."""
+    """A recognised routing chain: its sort, its ``tokens`` (``T``), each node's placements on a
+    per-token axis, as codes (outputs, operands), and its per-expert tables' gathers and gradients'
+    scatters, with their placements where the table is split by the expert dim."""
 
     sort: str
     tokens: sympy.Basic
     placements: dict[str, tuple[tuple[int | None, ...], tuple[int, ...]]]
+    tables: dict[str, Table]
 
 
 class PerToken(NamedTuple):
     """A region node's places: the sets of mesh axes its region may run per token on (``()``: as one
-    device would), and its placement codes on such an axis (one per output, ``None`` for a
-    non-tensor one, and one per operand)."""
+    device would), its placement codes on such an axis (one per output, ``None`` for a
+    non-tensor one, and one per operand); for a per-expert table's gather or gradient's scatter,
+    its codes where the table is split by the expert dim, and the axes where it must be
+    (:class:`~planner.ExpertParallel`'s)."""
 
     choices: tuple[tuple[int, ...], ...]
     outputs: tuple[int | None, ...]
     operands: tuple[int, ...]
+    table: Table | None = None
+    table_axes: frozenset[int] = frozenset()
+
+
+def expert_table_axes(rule: str, mesh_ndim: int) -> frozenset[int]:
+    """The mesh axes on which a decision's ``rule`` splits its experts (``experts`` or
+    :data:`PER_TOKEN_EXPERTS` there): for a per-expert table's gather or scatter, those splitting the table."""
+    parts = rule.split("/")
+    parts = parts * mesh_ndim if len(parts) == 1 else parts
+    return frozenset(a for a, part in enumerate(parts) if part in (EXPERTS, PER_TOKEN_EXPERTS))
 
 
 def per_token_rule_axes(rule: str, mesh_ndim: int, *, experts: bool | None = None) -> frozenset[int]:
@@ -167,6 +216,48 @@ def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tupl
     exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a not in per_token)
     made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),
                     rule, reduces, exchanged)
+    return made, outputs, operands
+
+
+def per_token_proposals(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
+                        axes: tuple[int, ...], mesh_shape: Sequence[int]) -> list[tuple[Strategy | None, tuple, tuple]]:
+    """A proposal's forms with its region per token on the mesh ``axes``: the proposal as it is where
+    there are none, else its :func:`per_token_proposal`; for a per-expert table's gather or gradient's
+    scatter (``place.table``) also, on each mesh axis of size above 1, the form with the table split
+    by the expert dim there (rule :data:`PER_TOKEN_EXPERTS` on a per-token axis, ``experts`` on
+    another: each rank holds its experts' entries and serves the rows routed to them, its
+    all_to_alls priced) — the only forms where ``place.table_axes`` (:class:`~planner.ExpertParallel`)
+    names axes."""
+    made = per_token_proposal(strategy, outputs, operands, place, axes) if axes else (strategy, outputs, operands)
+    table = place.table
+    if table is None:
+        return [made]
+    split = [a for a, size in enumerate(mesh_shape) if size > 1]
+    forced = [a for a in split if a in place.table_axes]
+    # the table split by the expert dim over one axis alone: the lowering serves E/n entries a rank
+    codes = (*made[2], *made[1])
+    alone = [a for a in forced or split if not any(codes[k][b] == S0 for k in table.tables for b in range(len(codes[k]))
+                                                   if b != a)]
+    return ([] if forced else [made]) + [_table_form(*made, table, a, a in axes) for a in alone]
+
+
+def _table_form(strategy: Strategy | None, outputs: tuple, operands: tuple, table: Table, axis: int,
+                per_token: bool) -> tuple[Strategy, tuple, tuple]:
+    """A proposal of a table's gather or scatter with the table split by the expert dim on ``axis``
+    (where the region runs per token, or not)."""
+    def placed(codes: tuple[int, ...] | None, mine: int) -> tuple[int, ...] | None:
+        return None if codes is None else (*codes[:axis], mine, *codes[axis + 1:])
+
+    outputs = tuple(placed(c, m) for c, m in zip(outputs, table.outputs))
+    operands = tuple(placed(c, m) for c, m in zip(operands, table.operands))
+    ndim = len(operands[0])
+    parts = ["replicate"] * ndim if strategy is None else strategy.rule.split("/")
+    parts = parts if len(parts) == ndim else [strategy.rule] * ndim  # type: ignore[union-attr]
+    parts[axis] = PER_TOKEN_EXPERTS if per_token else EXPERTS
+    reduces = () if strategy is None else tuple((a, n) for a, n in strategy.all_reduces if a != axis)
+    exchanged = () if strategy is None else tuple((a, k) for a, k in strategy.all_to_alls if a != axis)
+    made = Strategy(tuple(None if c is None else decode(c) for c in outputs), tuple(decode(c) for c in operands),
+                    "/".join(parts), reduces, exchanged + tuple((axis, k) for k in table.exchanged))
     return made, outputs, operands
 
 
@@ -260,6 +351,7 @@ class _Builder:
     def __init__(self, graph: PlanGraph, sort: GraphNode) -> None:
         self.graph, self.sort = graph, sort
         self.kinds: dict[str, tuple[str | None, ...]] = {}
+        self.tables: dict[str, Table] = {}
         self.items: dict[str, list[str]] = {}  # tuple node -> its getitems
         for node in graph:
             if node.role == "getitem":
@@ -286,7 +378,7 @@ class _Builder:
             return None
         placements = {name: self._placements(self.graph.nodes[name]) for name in self.kinds
                       if self.graph.nodes[name].role != "getitem"}
-        return Region(self.sort.name, self.tokens, placements)
+        return Region(self.sort.name, self.tokens, placements, self.tables)
 
     # -- the head: topk ids, flattened, sorted ------------------------------------------------------
 
@@ -376,6 +468,7 @@ class _Builder:
         if kinds == [None, "token_of"] and self._rows_of(source) == "tokens":
             return ("rows",)
         if kinds == [None, "sorted"] and self._per_expert(source):  # row i's expert's bias: expert sorted[i]'s
+            self.tables[node.name] = _GATHER
             return ("rows",)
         if kinds == ["rows", "inv"]:
             return ("leaves",)
@@ -416,6 +509,7 @@ class _Builder:
         if kinds[1:] == ["sorted", "rows"] and (kinds[0] == "expert_zeros" or self._expert_zeros(base)) \
                 and self._per_expert(node.output) \
                 and tuple(node.output.shape[1:]) == tuple(self.graph.operand_meta(node, 2).shape[1:]):
+            self.tables[node.name] = _SCATTER
             return ("partial",)  # the experts' biases' gradient: each row's gradient summed on its expert
         if not self._zeros(base):
             return None

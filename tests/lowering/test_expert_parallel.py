@@ -8,8 +8,9 @@ too (inferring, per token).
 transformers' own MoE block trains so with its batch split over the same axis too (data parallel:
 each rank routes its own tokens, a per-token region, and dispatches all its rows), and on (2, 2)
 with its batch split on one axis and its experts on the other, where the planner runs the region
-per token on both. Every rank's program of such a plan is the same graph text (the one compile
-rank 0 makes serves every rank through Inductor's cache)."""
+per token on both; GPT-OSS's layer trains so with its per-expert bias tables split by the expert
+dim too. Every rank's program of such a plan is the same graph text (the one compile rank 0 makes
+serves every rank through Inductor's cache)."""
 
 import functools
 
@@ -28,7 +29,7 @@ from planner import ExpertParallel, Mesh, RequireShard, trace_module
 from planner.problem.per_token import PER_TOKEN_EXPERTS
 from planner.strategies.builtin import EXPERTS
 from tests.lowering.handmade import rank_view, sized_groups
-from tests.planner.models import GroupedExperts, transformers_moe_block
+from tests.planner.models import GroupedExperts, transformers_gpt_oss_moe, transformers_moe_block
 
 BATCHES = ((2, False), (4, True), (6, False))  # (batch, every token routed to experts 0 and 1: rank 1 gets no row)
 
@@ -163,6 +164,45 @@ def test_data_parallel_with_the_experts_split_trains_equal_to_one_device_from_on
         assert all_to_alls == 3 * 4  # both products, forward and backward
         # the second batch's rows all went to experts 0 and 1, on the ranks first on the experts' axis
         assert received == [True, rank % 2 == 0, True]
+
+
+class _Routed(torch.nn.Module):
+    """transformers' GPT-OSS MoE layer giving its output alone (not its router's scores), its gate
+    sending a token with a very negative first feature to experts 0 and 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = transformers_gpt_oss_moe()
+        with torch.no_grad():
+            self.block.router.weight[:, 0] = torch.tensor([-3.0, -3.0, 3.0, 3.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)[0]
+
+
+@pytest.mark.slow  # gloo ranks, Inductor compiles
+@pytest.mark.parametrize("batches, constraints, placement_constraints", [
+    (((4, False), (8, True)), ["Eq(Mod(batch, 2), 0)"], [RequireShard("batch", "ep"), ExpertParallel("ep")]),
+    (((3, False), (4, True)), [], [ExpertParallel("ep")])], ids=["per token", "the chain whole"])
+def test_experts_biases_split_by_the_expert_dim_train_equal_to_one_device(batches, constraints, placement_constraints):
+    """GPT-OSS's experts add a bias per routed row from per-expert tables: with the experts split,
+    each rank holds its experts' biases only (``Shard(0)``), serves them to the rows routed to its
+    experts (the counts sent to it, the biases back) and sums their gradient per expert from the
+    rows sent to it: where each rank routes its own tokens (the batch split), and where the chain
+    runs whole (its tokens not proved even), each rank with a block of the sorted rows. Trains
+    equal to one device from one compile, a routing that sends one rank no row included. Was: the
+    tables whole on every rank, their gradient a partial sum."""
+    mesh = Mesh((2,), ("ep",))
+    run = functools.partial(_run, training=True, mesh=mesh, model=_Routed, experts="block.experts.down_proj_bias",
+                            batches=batches, constraints=constraints, placement_constraints=placement_constraints)
+    for rank, (error, compiles, bias, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
+        assert error <= 1e-5
+        assert compiles == 1
+        assert bias == (Shard(0),)
+        # both products forward and backward (3 each: the counts, the rows, the results); each
+        # bias gather (the counts, the biases) and each gradient scatter (the counts, the rows)
+        assert all_to_alls == 3 * 4 + 2 * 2 + 2 * 2
+        assert received == [True, rank == 0]  # the second batch's rows all went to experts 0 and 1
 
 
 class _BFloat16(torch.nn.Module):

@@ -160,7 +160,8 @@ def _routed_counts(model):
 def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_one_device(mesh, axis, required):
     """Expert parallel (``ExpertParallel``): each rank holds 2 of the 4 experts of every layer (gate-up
     and down), its tokens' rows dispatched to their expert's rank and combined back, in the forward
-    and the backward; on (2, 2) over the second axis, the batch split over the first (data parallel:
+    and the backward (GPT-OSS's experts' bias tables split alike, each rank serving its experts'
+    biases); on (2, 2) over the second axis, the batch split over the first (data parallel:
     each rank routes its own tokens, a per-token region; left free, the planner replicates there).
     Step 1 leaves some expert no row (its batch holds one token throughout: checked on one device);
     the six models train in one launch."""
@@ -176,8 +177,11 @@ def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_on
     for name in MOE_CASES:
         _compare([r[name] for r in results], expected[name])
         _, _, _, plan = results[0][name]
-        experts = [n for n in plan["placements"] if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]
-        assert len(experts) == 2 and all(plan["placements"][n][axis] == Shard(0) for n in experts), plan["placements"]
+        # the experts' weights, and GPT-OSS's per-expert bias tables too: each rank holds its experts' only
+        experts = [n for n in plan["placements"] if n.endswith(("experts.gate_up_proj", "experts.down_proj",
+                                                                "experts.gate_up_proj_bias", "experts.down_proj_bias"))]
+        assert len(experts) == (4 if name == "gpt-oss" else 2), experts
+        assert all(plan["placements"][n][axis] == Shard(0) for n in experts), plan["placements"]
         products = {node: rule for node, rule in plan["rules"].items() if node.startswith("grouped_mm_fallback")}
         assert len(products) == 4 and all(rule.endswith("experts") for rule in products.values()), products
         if required:  # the batch split, the routing run per token there

@@ -103,6 +103,52 @@ def test_experts_biases_gathered_by_the_sorted_ids_run_per_token_and_sum_their_g
     assert len(scatters) == 2 and all(region.placements[name][0] == (P_CODE,) for name in scatters)
 
 
+@pytest.fixture(scope="module")
+def gpt_oss():
+    return trace_for_planning(transformers_gpt_oss_moe(), (torch.randn(4, 3, 8),),
+                              dynamic_shapes={"hidden_states": {0: Dim("batch")}}, training=True)
+
+
+BIASES = ("experts.gate_up_proj_bias", "experts.down_proj_bias")
+
+
+@pytest.mark.parametrize("mesh, constraints, ep", [
+    (Mesh((2,), ("dp",)), [RequireShard("batch", "dp"), ExpertParallel("dp")], 0),
+    (Mesh((2, 2), ("dp", "ep")), [RequireShard("batch", "dp"), ExpertParallel("ep")], 1)], ids=["(2,)", "(2, 2)"])
+def test_expert_parallel_splits_the_experts_biases_by_the_expert_dim_too(gpt_oss, mesh, constraints, ep):
+    """Under expert parallelism each rank holds only its experts' biases (``Shard(0)`` on the
+    experts' axis, like the weights): each gather of them by the sorted ids and each scatter of their
+    gradient runs ``per_token+experts`` there, the gradient each expert's own on its rank (``S(0)``,
+    no partial sum over that axis). Was: the tables whole on every rank, their gradient partial."""
+    graph = read_graph(gpt_oss.graph_module)
+    (region,) = find_regions(graph)
+    plan = _plan(gpt_oss, mesh, constraints)
+    assert {name: plan.param_placements[name][ep] for name in BIASES} == {name: Shard(0) for name in BIASES}
+    tables = [name for name in region.placements if graph.nodes[name].target in ("aten.index.Tensor", "aten.index_put.default")
+              and 4 in (graph.operand_meta(graph.nodes[name], 0).shape[0], graph.nodes[name].output.shape[0])]
+    assert len(tables) == 4  # two gathers, two gradients
+    assert {ep} <= {a for name in tables for a in per_token_rule_axes(plan.decisions[name].rule, mesh.ndim, experts=True)}
+    gradients = [name for name in tables if graph.nodes[name].target == "aten.index_put.default"]
+    assert all(plan.placements[name][ep] == Shard(0) for name in gradients)
+
+
+def test_splitting_the_experts_biases_is_a_choice_the_planner_weighs(gpt_oss):
+    """Without ``ExpertParallel`` a bias gather and a gradient scatter propose both forms on the
+    per-token axis (the table whole, and split by the expert dim), each priced: the split form
+    exchanges rows (it costs more compute seconds, with its all_to_alls) and holds less."""
+    problem = prepare(gpt_oss.graph_module, Mesh((2,)), shape_env=gpt_oss.env, dims=gpt_oss.dim_exprs,
+                      batch_sizes=[4096], constraints=CONSTRAINTS).problem
+    (region,) = find_regions(problem.graph)
+    for name in region.placements:
+        node = problem.graph.nodes[name]
+        if node.target != "aten.index.Tensor" or problem.graph.operand_meta(node, 0).shape[0] != 4:
+            continue
+        rules = {c.strategy.rule: c for c in problem.candidates[name]}
+        whole, split = rules[PER_TOKEN], rules[PER_TOKEN_EXPERTS]
+        assert whole.inputs[0] == (R_CODE,) and split.inputs[0] == (shard_code(0),)
+        assert (split.compute > whole.compute).all()
+
+
 def _region_axes(plan, region):
     """The sets of per-token axes the plan's decisions take across ``region``'s nodes (one: all alike)."""
     return {per_token_rule_axes(plan.decisions[name].rule, plan.mesh.ndim) for name in region.placements}
