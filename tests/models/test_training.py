@@ -189,13 +189,6 @@ def test_moe_models_with_their_experts_split_by_the_expert_dim_train_equal_to_on
             assert all(rule.startswith(PER_TOKEN) for rule in products.values()), products
 
 
-def test_mixtral_with_its_batch_split_trains_equal_to_one_device():
-    """Data parallel: each rank routes its own tokens (the sort of the routed rows, the grouped
-    products and the scatter back, run per token), its expert weights' gradients summed."""
-    assert _check("mixtral", (2,), rules=PER_TOKEN_RULES, time_limit=10,
-                  placement_constraints=[RequireShard("batch", 0)]) == []
-
-
 def test_mixtral_planned_for_a_large_batch_routes_per_token_unprompted():
     """With no constraint, at batch 4096 the plan runs the routing per token (what the test above
     trains), its batch split: the planner weighs the region on a whole model by itself."""
