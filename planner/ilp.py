@@ -100,6 +100,7 @@ _SCALE = 1e6  # seconds -> microseconds
 _TIE_BREAK = 1e-3  # weight of the expected ratio beside the worst ratio
 _REGRET_GAP = 1e-2  # the worst-regret MIP stops within 1% of its bound (its LP relaxation is weak)
 _INTEGRAL = 1e-6  # an LP value this close to 0 or 1 counts as integral (HiGHS's feasibility tolerance is 1e-7)
+_EXACT_GAP = 1e-4  # a plan proved within this gap counts as optimal (python-mip's default gap)
 _MEMORY_TOLERANCE = 1e-6  # a plan's peak may exceed the budget by this fraction (the solver's feasibility tolerance)
 _CUTS_PER_POINT = 4  # memory constraints added per batch point and round: the steps holding the most
 _LAST_ROUND_SECONDS = 1.0  # a memory round begun after the time limit: time to take the start plan
@@ -525,8 +526,8 @@ class IlpModel:
         (the MIP may not finish its own root in the time); when the relaxation's bound already
         proves the rounded plan within :attr:`mip_gap`, that plan is the answer, without the MIP.
         The relaxation gets at most half of ``time_limit``, the rounding what is left of
-        :data:`_ROUNDING_SHARE` of it; the MIP, the rest. Status ``optimal``: proved within
-        :attr:`mip_gap` (python-mip's sense)."""
+        :data:`_ROUNDING_SHARE` of it; the MIP, the rest. Status ``optimal`` (proved within
+        :data:`_EXACT_GAP`), ``within mip_gap`` or ``feasible (time limit)``."""
         start = time.perf_counter()
         costs, constant = self._objective(weights)
         relaxed, seed = None, None
@@ -545,8 +546,8 @@ class IlpModel:
                     objective = float(self.problem.evaluate(seed, weights).total @ weights)
                     bound = min(relaxed.value / _SCALE + constant, objective)
                     if objective - bound <= self.mip_gap * objective:  # proved within the gap: no MIP
-                        return Solution(choices=seed, status="optimal", objective=objective, bound=bound,
-                                        gap=(objective - bound) / objective if objective > 0 else 0.0,
+                        gap = (objective - bound) / objective if objective > 0 else 0.0
+                        return Solution(choices=seed, status=_proved(gap), objective=objective, bound=bound, gap=gap,
                                         variables=self.lp.columns, constraints=len(self.lp.row_lower),
                                         build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
         if not self.lp.columns:  # every decision has one choice (python-mip refuses a model without a column)
@@ -561,12 +562,13 @@ class IlpModel:
         bound = float(self.model.objective_bound) / _SCALE + constant
         if relaxed is not None:  # a lower bound on a relaxation of the MIP (fewer memory rows, or cut short)
             bound = min(max(bound, relaxed.value / _SCALE + constant), objective)
+        gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
         return Solution(
             choices=choices,
-            status="optimal" if status == mip.OptimizationStatus.OPTIMAL else "feasible (time limit)",
+            status=_proved(gap) if status == mip.OptimizationStatus.OPTIMAL else "feasible (time limit)",
             objective=objective,
             bound=bound,
-            gap=max(0.0, (objective - bound) / objective) if objective > 0 else 0.0,
+            gap=gap,
             variables=self.model.num_cols,
             constraints=self.model.num_rows,
             build_seconds=self.build_seconds,
@@ -914,6 +916,11 @@ class IlpModel:
         """Why no plan fits: the least memory any plan needs per device, and what dominates it."""
         choices, exact = self.least_peak_choices(time_limit=time_limit)
         return MemoryBudgetError(self.memory_budget, self.problem.peak_breakdown(choices), exact)  # type: ignore[arg-type]
+
+
+def _proved(gap: float) -> str:
+    """The status of a plan proved within ``gap`` of the optimum."""
+    return "optimal" if gap <= _EXACT_GAP else "within mip_gap"
 
 
 class MemoryBudgetError(ShapecoreError, ValueError):

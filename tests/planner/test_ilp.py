@@ -202,16 +202,28 @@ def test_a_rounded_relaxation_fits_the_budget_and_leaves_the_relaxation_as_it_wa
     assert after.value >= before.value * (1 - 1e-9)
 
 
-@settings(max_examples=16, deadline=None)
+@pytest.fixture(scope="module")
+def every_tiny_plan(tiny_mlp):
+    """The cost and peak memory of every plan of ``tiny_mlp`` (35k of them, 12 CPU s)."""
+    weights = tiny_mlp.points.weights
+    plans = [tiny_mlp.evaluate(choices, weights)
+             for choices in itertools.product(*(range(g.choices) for g in tiny_mlp.groups))]
+    return (np.array([float(e.total @ weights) for e in plans]),
+            np.array([float(sum(e.memory.values()).max()) for e in plans]))
+
+
+@settings(max_examples=12, deadline=None)
 @given(share=st.floats(0.0, 1.0), gap=st.sampled_from([0.0, 1e-4, 0.01, 0.1, 0.5]))
-def test_a_budgeted_solve_is_proved_within_its_gap_and_its_bound_is_below_the_optimum(tiny_mlp, share, gap):
+def test_a_budgeted_solve_is_proved_within_its_gap_and_its_bound_is_below_the_optimum(tiny_mlp, every_tiny_plan,
+                                                                                      share, gap):
     """Soundness of the reported gap: against the optimum found by enumerating every plan, the
     bound is never above it and the plan never further above it than ``mip_gap`` says."""
     weights = tiny_mlp.points.weights
     budget = _budget_between(tiny_mlp, share)
-    optimum = _brute_force(tiny_mlp, weights, budget)
+    costs, peaks = every_tiny_plan
+    optimum = float(costs[peaks <= budget].min())
     solution = IlpModel(tiny_mlp, memory_budget=budget, mip_gap=gap).solve(weights)
-    assert solution.status == "optimal"
+    assert solution.status == ("optimal" if solution.gap <= 1e-4 else "within mip_gap")
     assert solution.bound <= optimum * (1 + 1e-6) and optimum <= solution.objective * (1 + 1e-9)
     assert solution.objective - optimum <= (gap + 1e-6) * solution.objective
     assert solution.gap <= gap + 1e-6
@@ -231,7 +243,7 @@ def test_a_rounded_plan_proved_within_the_gap_is_the_plan_without_the_mip(traini
     monkeypatch.setattr(IlpModel, "_optimize", lambda *args: pytest.fail("the MIP ran"))
     solution = IlpModel(training_mlp, memory_budget=budget, mip_gap=0.5).solve(weights)
     assert solution.choices == rounded and solution.objective == pytest.approx(cost, rel=1e-9)
-    assert 0 < solution.gap <= 0.5 and solution.status == "optimal"
+    assert 1e-4 < solution.gap <= 0.5 and solution.status == "within mip_gap"
     monkeypatch.undo()
     exact = IlpModel(training_mlp, memory_budget=budget, mip_gap=0.0).solve(weights)
     assert solution.bound <= exact.objective * (1 + 1e-6) <= cost * (1 + 1e-6)
