@@ -11,6 +11,7 @@ solver), memory constraints added, CPU and wall seconds, and the load average.
 
     python bench/memory_budget.py                             # llama, 10 s limit
     python bench/memory_budget.py --cases llama gpt2 --time-limit 60
+    python bench/memory_budget.py --cases gpt2 phi3 cnn --time-limit 600 --mip-gap 0.05   # as the model tests plan
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=["llama"], choices=sorted(CASES))
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds for the ILP's solve")
+    parser.add_argument("--mip-gap", type=float, default=1e-4, help="the relative gap the ILP stops at")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     print(f"{'case':<11}{'solver':<8}{'cost ms':>9}{'bound ms':>10}{'gap':>8}{'peak/budget':>13}{'cuts':>6}"
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             return model.solve(weights), model
 
         def ilp():
-            model = IlpModel(problem, memory_budget=budget)
+            model = IlpModel(problem, memory_budget=budget, mip_gap=args.mip_gap)
             return model.solve(weights, time_limit=args.time_limit), model
 
         for label, solve in (("greedy", greedy), ("ilp", ilp)):

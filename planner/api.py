@@ -177,7 +177,8 @@ def plan(
     start = time.perf_counter()
     say(f"building the ILP over {len(problem.groups)} decisions")
     ilp = None if solver == "greedy" and regret == "off" else IlpModel(
-        problem, solver="highs" if solver == "greedy" else solver, memory_budget=options.memory_budget)
+        problem, solver="highs" if solver == "greedy" else solver, memory_budget=options.memory_budget,
+        mip_gap=options.mip_gap)
     solver_model = GreedyModel(problem, memory_budget=options.memory_budget) if solver == "greedy" else ilp
     build_seconds = prepared.seconds + time.perf_counter() - start
     start = time.perf_counter()

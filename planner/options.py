@@ -69,6 +69,9 @@ class PlanOptions:
     """Each point's own optimum: ``bound`` (LP relaxation, fast), ``exact`` (its MIP) or ``off`` (no regret report)."""
     time_limit: float = 60
     """Seconds per solve (the plan's, and each point's own under ``regret="exact"``)."""
+    mip_gap: float = 1e-4
+    """The ILP stops once its plan is proved within this fraction of the optimum (its relative gap):
+    a plan found so is the same on any machine load, one stopped by ``time_limit`` may not be."""
     strategies: Sequence[StrategyProvider] | None = None
     """Strategy providers, asked in order per node; None: the built-in rules, then DTensor's."""
     cost_model: CostModel | None = None
@@ -99,6 +102,8 @@ class PlanOptions:
         _check_choice("objective", self.objective, OBJECTIVES)
         _check_choice("regret", self.regret, REGRET_MODES)
         _check_positive("time_limit", self.time_limit, "seconds")
+        if isinstance(self.mip_gap, bool) or not isinstance(self.mip_gap, numbers.Real) or not 0 <= self.mip_gap < 1:
+            raise ValueError(f"mip_gap must be a fraction in [0, 1) (the relative gap the ILP stops at), got {self.mip_gap!r}")
         if self.strategies is not None:
             _check_strategies(self.strategies)
             object.__setattr__(self, "strategies", tuple(self.strategies))

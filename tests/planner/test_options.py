@@ -27,6 +27,9 @@ from planner.options import options_from
     ({"regret": True}, ValueError, "regret must be one of 'bound', 'exact', 'off', got True"),
     ({"time_limit": -1}, ValueError, r"time_limit must be a positive number \(seconds\), got -1"),
     ({"time_limit": float("nan")}, ValueError, "time_limit must be a positive number"),
+    ({"mip_gap": 1.0}, ValueError, r"mip_gap must be a fraction in \[0, 1\) \(the relative gap the ILP stops at\), got 1.0"),
+    ({"mip_gap": float("nan")}, ValueError, "mip_gap must be a fraction"),
+    ({"mip_gap": True}, ValueError, "mip_gap must be a fraction"),
     ({"strategies": BuiltinProvider()}, TypeError, "strategies must be a list of planner.StrategyProvider"),
     ({"strategies": [BuiltinProvider(), "dtensor"]}, TypeError, r"strategies\[1\] must be a planner.StrategyProvider"),
     ({"cost_model": object()}, TypeError, "cost_model must be a planner.CostModel .*object lacks compute_seconds, "
