@@ -23,7 +23,9 @@ from shapecore.torch import private
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PACKAGES = ("shapecore", "planner", "lowering", "bench")
 THE_DOOR = ROOT / "shapecore" / "torch" / "private.py"
-OTHER_LIBRARIES = ("_print", "_SubParsersAction")  # sympy's printer dispatch (_print, _print_<Class>); argparse's
+OTHER_LIBRARIES = ("_print", "_SubParsersAction", "_assume_defined")
+"""Private names of other libraries the project uses: sympy's printer dispatch (``_print``,
+``_print_<Class>``), argparse's subparsers' action, sympy's list of the assumptions it deduces."""
 _MODULE_PATH = re.compile(r"torch(\.\w+)+")
 
 
