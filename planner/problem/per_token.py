@@ -95,8 +95,7 @@ if TYPE_CHECKING:
     from planner.problem.model import Problem
 
 __all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "Table", "expert_table_axes", "find_regions",
-           "per_token_choices",
-           "per_token_proposal", "per_token_proposals", "per_token_rule_axes", "tie_regions"]
+           "per_token_choices", "per_token_proposal", "per_token_proposals", "per_token_rule_axes", "tie_regions"]
 
 PER_TOKEN = "per_token"
 """The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
