@@ -95,7 +95,7 @@ if TYPE_CHECKING:
     from planner.problem.model import Problem
 
 __all__ = ["PER_TOKEN", "PER_TOKEN_EXPERTS", "PerToken", "Region", "Table", "expert_table_axes", "find_regions",
-           "per_token_choices", "per_token_proposal", "per_token_proposals", "per_token_rule_axes", "tie_regions"]
+           "per_token_choices", "per_token_proposals", "per_token_rule_axes", "tie_regions"]
 
 PER_TOKEN = "per_token"
 """The rule name of a region's node on a mesh axis where each rank runs the region on its own tokens."""
@@ -190,7 +190,7 @@ def per_token_rule_axes(rule: str, mesh_ndim: int, *, experts: bool | None = Non
     return frozenset(a for a, part in enumerate(parts) if part in wanted)
 
 
-def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
+def _per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
                        axes: tuple[int, ...]) -> tuple[Strategy, tuple, tuple]:
     """A proposal (a strategy or None for an all-replicated fallback, and its output and operand
     codes) with ``place``'s codes on the mesh ``axes``: the rule there is :data:`PER_TOKEN`, and the
@@ -221,13 +221,13 @@ def per_token_proposal(strategy: Strategy | None, outputs: tuple, operands: tupl
 def per_token_proposals(strategy: Strategy | None, outputs: tuple, operands: tuple, place: PerToken,
                         axes: tuple[int, ...], mesh_shape: Sequence[int]) -> list[tuple[Strategy | None, tuple, tuple]]:
     """A proposal's forms with its region per token on the mesh ``axes``: the proposal as it is where
-    there are none, else its :func:`per_token_proposal`; for a per-expert table's gather or gradient's
+    there are none, else its :func:`_per_token_proposal`; for a per-expert table's gather or gradient's
     scatter (``place.table``) also, on each mesh axis of size above 1, the form with the table split
     by the expert dim there (rule :data:`PER_TOKEN_EXPERTS` on a per-token axis, ``experts`` on
     another: each rank holds its experts' entries and serves the rows routed to them, its
     all_to_alls priced) — the only forms where ``place.table_axes`` (:class:`~planner.ExpertParallel`)
     names axes."""
-    made = per_token_proposal(strategy, outputs, operands, place, axes) if axes else (strategy, outputs, operands)
+    made = _per_token_proposal(strategy, outputs, operands, place, axes) if axes else (strategy, outputs, operands)
     table = place.table
     if table is None:
         return [made]
