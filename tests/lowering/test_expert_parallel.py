@@ -182,25 +182,27 @@ class _Routed(torch.nn.Module):
 # The chain run whole (its tokens not split) with the tables split is GPT-OSS's case on (2,) in
 # tests/models/test_training.py's six MoE decoders (their bias tables asserted Shard(0) there)
 @pytest.mark.slow  # gloo ranks, Inductor compiles
-def test_experts_biases_split_by_the_expert_dim_train_equal_to_one_device():
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_experts_biases_split_by_the_expert_dim_run_equal_to_one_device(training):
     """GPT-OSS's experts add a bias per routed row from per-expert tables: with the experts split,
     each rank holds its experts' biases only (``Shard(0)``), serves them to the rows routed to its
-    experts (the counts sent to it, the biases back) and sums their gradient per expert from the
-    rows sent to it, here where each rank routes its own tokens (the batch split over the experts'
-    axis). Trains equal to one device from one compile, a routing that sends one rank no row
-    included. Was: the tables whole on every rank, their gradient a partial sum."""
+    experts (the counts sent to it, the biases back) and, in training, sums their gradient per
+    expert from the rows sent to it, here where each rank routes its own tokens (the batch split
+    over the experts' axis). Runs and trains equal to one device from one compile, a routing that
+    sends one rank no row included. Was: the tables whole on every rank, their gradient a partial sum."""
     mesh = Mesh((2,), ("ep",))
-    run = functools.partial(_run, training=True, mesh=mesh, model=_Routed, experts="block.experts.down_proj_bias",
+    run = functools.partial(_run, training=training, mesh=mesh, model=_Routed, experts="block.experts.down_proj_bias",
                             batches=((4, False), (8, True)), constraints=["Eq(Mod(batch, 2), 0)"],
                             placement_constraints=[RequireShard("batch", "ep"), ExpertParallel("ep")])
     for rank, (error, compiles, bias, all_to_alls, received) in enumerate(launch(run, mesh.size, timeout=600)):
         assert error <= 1e-5
         assert compiles == 1
         assert bias == (Shard(0),)
-        # both products forward and backward (3 each: the counts, the rows, the results); each
-        # bias gather (the counts, the biases) and each gradient scatter (the counts, the rows)
-        assert all_to_alls == 3 * 4 + 2 * 2 + 2 * 2
-        assert received == [True, rank == 0]  # the second batch's rows all went to experts 0 and 1
+        # both products (3 each: the counts, the rows, the results) and each bias gather (the
+        # counts, the biases); in training the products' backward too and each gradient scatter
+        # (the counts, the rows)
+        assert all_to_alls == (3 * 2 + 2 * 2) * (1 + training)
+        assert received == ([True, rank == 0] if training else [])  # batch 8's rows all went to experts 0 and 1
 
 
 class _BFloat16(torch.nn.Module):
