@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import sympy
 
-from shapecore import FloorDiv, Max, Min, ShapeEnv, prove, simplify
+from shapecore import FloorDiv, Max, Min, ShapeEnv, creation_order, prove, simplify
 
 __all__ = ["readable_asserts", "shares"]
 
@@ -62,7 +62,8 @@ def readable_asserts(env: ShapeEnv, unbacked: Iterable[str]) -> list[str]:
     in shapecore's syntax over the trace's root symbols."""
     symbols = {sympy.Symbol(name, integer=True) for name in unbacked}
     backed = {s: e for s, e in env.replacements.items() if not ({s} | e.free_symbols) & symbols}  # s77 := 2*s26
-    ranges = [c for s in sorted(symbols, key=lambda s: s.name) for c in _range_claims(env, s)]
+    # in creation order (u2 before u10), so that of equal symbols' ranges the count's is the one kept
+    ranges = [c for s in sorted(symbols, key=lambda s: creation_order(s.name)) for c in _range_claims(env, s)]
     others = [c.xreplace(backed) for c in dict.fromkeys(_conditions(env)) if c.free_symbols & symbols]
     ranges_given = ranges + _backed_facts(env, symbols)
     resolved = [_resolve_extrema(c, ranges_given, _ranges(env, symbols)) for c in others]

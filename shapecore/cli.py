@@ -391,7 +391,7 @@ def _check_parser(sub: argparse._SubParsersAction) -> None:
         "check",
         help="which guards fail for given values",
         description="Evaluate every guard of FILE (and its declared ranges) at NAME=VALUE: exit 0 when all hold, "
-        "1 when some fail (each is printed with where it came from).",
+        "1 when some fail (each distinct guard once, with where it first appears and how many times it does).",
         epilog="examples:\n"
         "  shapecore check guards.txt s0=64 s1=16\n"
         "  shapecore check env.json s77=12",
@@ -410,6 +410,21 @@ def _parse_value(text: str) -> tuple[str, int]:
     return name, _integer(text, value, len(name) + 2, f"the value must be an integer, e.g. {name}=64")
 
 
+def _first_occurrences(guards: GuardSet) -> dict[sympy.Basic, tuple[str, int]]:
+    """Each distinct condition (assumptions first, then guards, in input order): where it first
+    appears and how many times. A long trace repeats its guards, and two spellings may parse to
+    one (``s0 % 4 == 0``, ``Eq(Mod(s0, 4), 0)``): each is looked at and printed once."""
+    first: dict[sympy.Basic, tuple[str, int]] = {}
+    for guard in guards.assumptions + guards.guards:
+        where, count = first.get(guard.expr, (guard.where, 0))
+        first[guard.expr] = (where, count + 1)
+    return first
+
+
+def _times(count: int) -> str:
+    return f"  ({count:,} times)" if count > 1 else ""
+
+
 def _run_check(args: argparse.Namespace) -> int:
     from shapecore.evaluation import holds
 
@@ -420,14 +435,15 @@ def _run_check(args: argparse.Namespace) -> int:
         if name in values and not ((lo is None or lo <= values[name]) and (hi is None or values[name] <= hi)):
             failures.append(f"{args.file}: {name}={values[name]} is outside its declared range "
                             f"[{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]")
-    for guard in guards.assumptions + guards.guards:
-        missing = sorted(s.name for s in guard.expr.free_symbols if s.name not in values)
+    first = _first_occurrences(guards)
+    for expr, (where, count) in first.items():
+        missing = sorted(s.name for s in expr.free_symbols if s.name not in values)
         if missing:
-            raise UsageError(f"{guard.where}: {guard.expr} mentions {', '.join(missing)}, which has no value; "
+            raise UsageError(f"{where}: {expr} mentions {', '.join(missing)}, which has no value; "
                              f"pass {missing[0]}=VALUE")
-        if not holds(guard.expr, values):
-            failures.append(f"{guard.where}: {guard.expr}")
-    total = len(guards.guards) + len(guards.assumptions) + len(guards.ranges)
+        if not holds(expr, values):
+            failures.append(f"{where}: {expr}{_times(count)}")
+    total = len(first) + len(guards.ranges)
     if failures:
         print(f"{len(failures)} of {total} conditions fail for " + ", ".join(f"{k}={v}" for k, v in values.items()) + ":")
         print("\n".join("  " + f for f in failures))
@@ -462,10 +478,7 @@ def _run_explain(args: argparse.Namespace) -> int:
 
     progress = _progress(args)
     guards = _read_input(args.file, progress)
-    first: dict[sympy.Basic, tuple[str, int]] = {}  # each distinct guard: where it first appears, how many times
-    for guard in guards.assumptions + guards.guards:
-        where, count = first.get(guard.expr, (guard.where, 0))
-        first[guard.expr] = (where, count + 1)
+    first = _first_occurrences(guards)
     knowledge = Knowledge()
     for name, (lo, hi) in guards.ranges.items():
         x = int_symbol(name)
@@ -506,7 +519,7 @@ def _run_explain(args: argparse.Namespace) -> int:
                 print(f"  divisible    {name} % {congruence.coeff} == {congruence.base}")
         for i, expr in enumerate(mentions.get(name, [])):
             where, count = first[expr]
-            print(f"  {'guards' if i == 0 else '':11s}  {where}: {expr}" + (f"  ({count:,} times)" if count > 1 else ""))
+            print(f"  {'guards' if i == 0 else '':11s}  {where}: {expr}{_times(count)}")
     return EXIT_UNKNOWN if progress.timed_out else EXIT_OK
 
 

@@ -41,7 +41,7 @@ from shapecore.modular import ModularSet
 from shapecore.parsing import parse
 from shapecore.printing import python_str
 from shapecore.proof import Proof
-from shapecore.ranges import ValueRange, bound, is_infinite
+from shapecore.ranges import UNBOUNDED, ValueRange, bound, is_infinite
 from shapecore.reasoner import ExprLike, Reasoner, as_claim, as_expr, is_claim
 from shapecore.rewrite import build_keeping_divisions, divisors, substitute, symbols_of
 from shapecore.search import bind_all, find_model
@@ -566,13 +566,15 @@ class ShapeEnv:
 
     @property
     def var_to_range(self) -> dict[sympy.Symbol, ValueRange]:
-        """The tightest known range of every symbol (replaced ones through their replacement)."""
+        """The tightest known range of every symbol (replaced ones through their replacement, within
+        the range they had when replaced: ``u3 := 12*s0 - u0 - u1 - u2`` keeps ``u3 >= 0``)."""
         knowledge = self._reasoner.knowledge
         result = {}
         for name in self._symbols:
             symbol = F.int_symbol(name)
             if symbol in knowledge.replacements:
-                result[symbol] = bound(knowledge.replacements[symbol], knowledge.ranges)
+                own = knowledge.replaced_ranges.get(symbol, UNBOUNDED)
+                result[symbol] = bound(knowledge.replacements[symbol], knowledge.ranges) & own
             else:
                 result[symbol] = knowledge.range_of(symbol)
         return result

@@ -202,6 +202,9 @@ class Knowledge:
         self.symbols: frozenset[sympy.Symbol] = frozenset()  # every symbol the facts mention
         self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
         self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        # what each replaced symbol's range was when it was replaced: re-stated as facts about its
+        # replacement, and still true of it where ranges alone bound the replacement more loosely
+        self.replaced_ranges: dict[sympy.Symbol, ValueRange] = {}
         self.congruences: dict[sympy.Symbol, ModularSet] = {}
         self.contradiction: tuple[int, ...] | None = None
         self.version = 0
@@ -430,7 +433,7 @@ class Knowledge:
         known = self._pop(self._declared, x, UNBOUNDED)
         congruence = self._pop(self.congruences, x)
         excluded = self._pop(self._excluded, x, set())
-        self._pop(self.ranges, x)
+        self._set(self.replaced_ranges, x, self._pop(self.ranges, x, UNBOUNDED))
         if not is_infinite(known.lo):
             self._digest(sympy.Ge(expression, known.lo), sources)
         if not is_infinite(known.hi):

@@ -535,6 +535,8 @@ class _Digest:
         input conjuncts they were derived from: what the digest knows beyond the ``context``."""
         k, c = self.knowledge, context
         mentioned = set().union(*(symbols_of(a.canonical) for a in atoms)) if atoms else set()
+        # and what the context replaces them by: under s1 := s0, s1 <= 0 fixes s0 (s0 := 0)
+        mentioned |= set().union(*(symbols_of(c.replacements[x]) for x in mentioned if x in c.replacements))
         summary: dict[object, tuple[sympy.Basic, list[_Atom]]] = {}
         for x, e in k.replacements.items():
             if x in c.replacements or (x not in mentioned and not (symbols_of(e) & mentioned)):

@@ -25,9 +25,13 @@ def _plan(sliced=True, **options):
 
 
 @pytest.mark.parametrize("sliced", [True, False], ids=["slices at running offsets", "split"])
-def test_counts_covering_the_routed_tokens_are_each_costed_at_their_even_share(sliced):
-    costed = _plan(sliced).options["unbacked_sizes"]
+def test_counts_covering_the_routed_tokens_are_each_costed_at_their_even_share_and_read_non_negative(sliced):
+    plan = _plan(sliced)
+    costed = plan.options["unbacked_sizes"]
     assert costed and set(costed.values()) == {"3*batch"}  # 12*batch copies over 4 experts, not batch // 2
+    total = next(a for a in plan.runtime_asserts if "12*" in a)  # split: the last count is the total less the others
+    counts = set(re.findall(r"\bu\d+\b", total))
+    assert len(counts) == 4 and {f"0 <= {u}" for u in counts} <= set(plan.runtime_asserts)
 
 
 # The counts' names are torch's: u0..u3 on 2.13, others on 2.11 (whose trace has more unbacked symbols).
@@ -77,7 +81,7 @@ def test_a_share_is_taken_only_where_the_even_split_is_proved_to_satisfy_the_fac
     assert (found == {} if share is None else found == dict.fromkeys(["u0", "u1", "u2"], parse(share)))
 
 
-@pytest.mark.parametrize("claim", [SLICES, "Eq(Max(u0, u1), 3*s0)", "Eq(Min(u0, s0) + u2, 2*s0)", "u0 + u1 <= 3*s0"])
+@pytest.mark.parametrize("claim", [SLICES, "Eq(u0 + u1 + u2, 3*s0)", "Eq(Max(u0, u1), 3*s0)", "Eq(Min(u0, s0) + u2, 2*s0)", "u0 + u1 <= 3*s0"])
 def test_the_readable_asserts_accept_exactly_what_the_trace_asserts(claim):
     env = _env([claim])
     original = [parse(claim)] + [parse(f"u{k} >= 0") for k in range(3)]
@@ -86,6 +90,20 @@ def test_the_readable_asserts_accept_exactly_what_the_trace_asserts(claim):
     for s0, *us in itertools.product(range(1, 4), *[range(-1, 10)] * 3):
         point = {"s0": s0, **{f"u{k}": u for k, u in enumerate(us)}}
         assert all(holds(c, point) for c in original) == all(holds(c, point) for c in readable), point
+
+
+def test_split_counts_each_read_as_non_negative():
+    """``split`` asserts the counts' sum, which makes the last one the total less the others: its own
+    ``torch._check(c >= 0)`` is printed all the same."""
+    readable = readable_asserts(_env(["Eq(u0 + u1 + u2, 3*s0)"]), ["u0", "u1", "u2"])
+    assert {"0 <= u0", "0 <= u1", "0 <= u2"} <= set(readable)
+    env = _env([])  # a later trace's copy of the last count (u10 := u2), as run_decompositions makes
+    for k in range(3, 11):
+        env.create_unbacked_symbol(name=f"u{k}", min=0)
+    env.add_fact("Eq(u10, u2)")
+    env.defer_runtime_assert("Eq(u0 + u1 + u2, 3*s0)", "")
+    readable = readable_asserts(env, ["u0", "u1", "u2", "u10"])
+    assert {"0 <= u0", "0 <= u1", "0 <= u2"} <= set(readable) and "0 <= u10" not in readable
 
 
 def test_the_slices_telescoping_sum_reads_as_covering_the_total():

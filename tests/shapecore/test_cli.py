@@ -162,6 +162,19 @@ def test_check_lists_the_failing_guards(guard_file, capsys):
     assert f"{path}:3:1: Ne(s77, 8)" in out and "Eq(Mod(s77, 8), 0)" not in out
 
 
+def test_check_prints_each_failing_guard_once_where_it_first_appears(guard_file, capsys):
+    """A trace repeats its guards, and two spellings may parse to one guard: each fails once, at its first line."""
+    path = guard_file("s0 > 2\ns0 % 4 == 0\ns0 <= 100\ns0 > 2\nEq(Mod(s0, 4), 0)\ns0 > 2\n")
+    assert main(["check", path, "s0=1"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "2 of 3 conditions fail for s0=1:",
+        f"  {path}:1:1: s0 > 2  (3 times)",
+        f"  {path}:2:1: Eq(Mod(s0, 4), 0)  (2 times)",
+    ]
+    assert main(["check", path, "s0=8"]) == 0
+    assert capsys.readouterr().out == "all 3 conditions hold\n"
+
+
 def test_explain_summarizes_each_symbol(capsys):
     assert main(["explain", os.path.join(CORPUS, "export_view8_derived.json")]) == 0
     out = capsys.readouterr().out

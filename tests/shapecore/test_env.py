@@ -135,6 +135,20 @@ def test_derived_dims_become_replacements_and_divisibility():
     assert env2.divisible == {parse("Mod(s0, 8)")}
 
 
+def test_a_symbol_replaced_by_a_looser_expression_keeps_its_own_range():
+    """Routed counts summing to a total: the last is replaced by the total less the others, which
+    ranges alone leave unbounded, yet the count's own range (``torch._check(c >= 0)``) still holds."""
+    env = ShapeEnv()
+    env.create_symbol(6, name="s0", min=2)
+    for k in range(4):
+        env.create_unbacked_symbol(name=f"u{k}", min=0, max=100 if k == 3 else None)
+    env.defer_runtime_assert("Eq(u0 + u1 + u2 + u3, 12*s0)")
+    u3 = int_symbol("u3")
+    assert env.replacements[u3] == parse("12*s0 - u0 - u1 - u2")
+    assert env.var_to_range[u3] == ValueRange(0, 100)
+    assert json.loads(env.to_json())["ranges"]["u3"] == [0, 100]
+
+
 def test_produce_and_check_guards():
     env = ShapeEnv()
     env.create_symbol(16, source="x.size()[0]", max=1024)

@@ -227,6 +227,15 @@ def test_a_dropped_guard_names_all_that_implies_it(guards, facts, ranges):
     assert_right_on_box(guards, {n: box[n] for n in names}, facts, ranges)
 
 
+def test_a_guard_on_a_symbol_the_context_replaces_keeps_what_it_fixes():
+    """Fuzz seed 2026, case 14800: the context replaces s1 := s0, and s1 <= 0 with s0 >= 0 fixes
+    s0 := 0, a replacement of a symbol no guard names as written; it was left out of the summary
+    guards, and s1 <= 0 was dropped as implied by them (nothing kept, s0 = 1 accepted)."""
+    result = simplify(["s1 <= 0"], facts=["Eq(s0, s1)"], ranges={"s0": (0, 12)})
+    assert texts(result.guards) == ["Eq(s0, 0)"]
+    assert_right_on_box(["s1 <= 0"], {"s0": (-3, 14), "s1": (-3, 14)}, ["Eq(s0, s1)"], {"s0": (0, 12), "s1": (-3, 3)})
+
+
 def test_ranges_are_tightened_through_relations():
     result = simplify(["s0 <= s1", "s1 <= 10", "s1 >= s2", "s2 >= 3", "Ne(s0, s2)"])
     assert result.ranges == {"s0": (None, 10), "s1": (3, 10), "s2": (3, 10)}
