@@ -88,6 +88,7 @@ import highspy
 import mip
 import numpy as np
 
+from planner.branching import branch_and_bound
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
 from planner.relaxation import LinearRows, LpRelaxation, RelaxedBound
@@ -530,7 +531,7 @@ class IlpModel:
         :data:`_EXACT_GAP`), ``within mip_gap`` or ``feasible (time limit)``."""
         start = time.perf_counter()
         costs, constant = self._objective(weights)
-        relaxed, seed = None, None
+        relaxed = None
         if self._relaxation is not None or (self.memory_budget is not None and self.lp.columns):
             self._build_relaxation()
             relaxed, choices = self._relaxed(costs, time_limit / 2)
@@ -545,16 +546,18 @@ class IlpModel:
                 if seed is not None:
                     objective = float(self.problem.evaluate(seed, weights).total @ weights)
                     bound = min(relaxed.value / _SCALE + constant, objective)
-                    if objective - bound <= self.mip_gap * objective:  # proved within the gap: no MIP
-                        gap = (objective - bound) / objective if objective > 0 else 0.0
-                        return Solution(choices=seed, status=_proved(gap), objective=objective, bound=bound, gap=gap,
-                                        variables=self.lp.columns, constraints=len(self.lp.row_lower),
-                                        build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
+                    proved = objective - bound <= self.mip_gap * objective
+                    if not proved:  # the search from the rounded plan, instead of the MIP
+                        seed, objective, bound, proved = self._search(weights, seed, objective, bound, start + time_limit)
+                    gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
+                    return Solution(choices=seed, status=_proved(gap) if proved else "feasible (time limit)",
+                                    objective=objective, bound=bound, gap=gap, variables=self.lp.columns,
+                                    constraints=len(self.lp.row_lower), build_seconds=self.build_seconds,
+                                    solve_seconds=time.perf_counter() - start)
         if not self.lp.columns:  # every decision has one choice (python-mip refuses a model without a column)
             return self._only_plan(constant, start, time_limit)
         self.model.objective = self._linear(costs)
-        begin = functools.partial(self._values, seed, weights) if seed is not None else self._greedy_start(weights)
-        status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), begin)
+        status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), self._greedy_start(weights))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise self._failure(status, time_limit)
         choices = self._chosen()
@@ -574,6 +577,25 @@ class IlpModel:
             build_seconds=self.build_seconds,
             solve_seconds=time.perf_counter() - start,
         )
+
+    def _search(self, weights: np.ndarray, seed: list[int], objective: float, bound: float,
+                deadline: float) -> tuple[list[int], float, float, bool]:
+        """The plan, its cost, a lower bound on the optimum and whether it proves the plan within
+        :attr:`mip_gap`, after :func:`~planner.branching.branch_and_bound` from ``seed`` (a plan that
+        fits, costing ``objective``; ``bound``: the relaxation's) until it proves a plan within
+        :attr:`mip_gap` or ``deadline`` (``time.perf_counter``) passes."""
+        def check(choices: list[int]) -> np.ndarray | None:
+            if not self._add_memory_cuts(choices):
+                return None
+            self._build_relaxation()
+            return self._objective(weights)[0]
+
+        costs, constant = self._objective(weights)
+        searched = branch_and_bound(self._build_relaxation(), costs, constant * _SCALE, self.x, (seed, objective * _SCALE),
+                                    check, gap=self.mip_gap, deadline=deadline)
+        if searched.choices is not seed:
+            seed, objective = searched.choices, float(self.problem.evaluate(searched.choices, weights).total @ weights)
+        return seed, objective, min(max(bound, searched.bound / _SCALE), objective), searched.proved
 
     def _only_plan(self, cost: float, start: float, time_limit: float) -> Solution:
         """The one plan there is, when no decision has a choice (a plan on a one-device mesh)."""
