@@ -9,9 +9,11 @@ root there (its cuts and heuristics). This search branches on the groups instead
 LP of :class:`~planner.relaxation.LpRelaxation` with some choice columns held at 0, solved from
 the basis HiGHS holds (presolve off, a few hundred dual simplex iterations):
 
-* a node whose optimum takes a fractional group ``g`` (the one whose largest value is least,
-  ties by index) branches on ``c``, its largest choice there: ``x[g,c] = 1`` (its other choices
-  held at 0) or ``x[g,c] = 0``. Every plan of the node is in one child;
+* a node whose optimum takes a fractional group ``g`` branches on ``c``, its largest choice there:
+  ``x[g,c] = 1`` (its other choices held at 0) or ``x[g,c] = 0``. Every plan of the node is in
+  one child. ``g`` is the fractional group whose two children are expected to gain the most
+  (pseudocosts: the product of the bound each direction gained per unit of value it moved, as
+  seen so far; the most fractional group before any is seen);
 * nodes are solved lazily and taken lowest bound first, so the least bound of the open nodes
   (and the incumbent) is a lower bound on every plan that fits the rows;
 * a node whose optimum is a plan (one-hot) is the caller's to check (:data:`Check`): a plan
@@ -56,6 +58,26 @@ class Searched(NamedTuple):
     proved: bool
 
 
+class _Pseudocosts:
+    """The bound each branch direction of a group gained per unit of value it moved, as seen so far
+    (a group never branched on: the mean over those that were; 1 before any)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, bool], list[float]] = {}
+
+    def record(self, g: int, up: bool, moved: float, gain: float) -> None:
+        self.seen.setdefault((g, up), []).append(gain / moved)
+
+    def score(self, g: int, largest: float) -> float:
+        """The product of the gains expected of ``x[g,c] = 1`` (moving ``1 - largest``) and ``x[g,c] = 0``."""
+        up, down = (float(np.mean(self.seen.get((g, d)) or [self._mean(d)])) for d in (True, False))
+        return max(up * (1 - largest), 1e-6) * max(down * largest, 1e-6)
+
+    def _mean(self, up: bool) -> float:
+        means = [np.mean(gains) for (_, d), gains in self.seen.items() if d == up]
+        return float(np.mean(means)) if means else 1.0
+
+
 def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
                      groups: Sequence[list[int] | None], incumbent: tuple[list[int], float], check: Check, *,
                      gap: float, deadline: float) -> Searched:
@@ -63,11 +85,14 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
 
     ``groups``: each group's choice columns (None: one choice); ``deadline``: ``time.perf_counter``."""
     best, best_cost = incumbent
+    pseudocosts = _Pseudocosts()
     count = 0
-    # (bound, tie, held at 0, optimum or None when not solved with the rows of now, rows it was solved with)
-    heap: list[tuple[float, int, np.ndarray, np.ndarray | None, int]] = [(-np.inf, 0, np.zeros(0, np.int64), None, -1)]
+    # open nodes: (bound, tie, columns held at 0, optimum (None: not solved with the rows there are now),
+    # rows it was solved with, how it was branched: (group, up, value moved, parent's bound) or None)
+    heap: list[tuple[float, int, np.ndarray, np.ndarray | None, int, tuple[int, bool, float, float] | None]] = [
+        (-np.inf, 0, np.zeros(0, np.int64), None, -1, None)]
     while heap:
-        bound, _, zero, values, solved_rows = heap[0]
+        bound, _, zero, values, solved_rows, origin = heap[0]
         if bound + offset >= (1 - gap) * best_cost or time.perf_counter() >= deadline:
             break
         heapq.heappop(heap)
@@ -77,11 +102,13 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
                 continue
             count += 1
             if result.values is None:  # out of time: the node stays open at its parent's bound
-                heapq.heappush(heap, (bound, count, zero, None, -1))
+                heapq.heappush(heap, (bound, count, zero, None, -1, origin))
                 break
-            heapq.heappush(heap, (max(bound, result.value), count, zero, result.values, len(relaxation.row_lower)))
+            if origin is not None:
+                pseudocosts.record(origin[0], origin[1], origin[2], result.value - origin[3])
+            heapq.heappush(heap, (max(bound, result.value), count, zero, result.values, len(relaxation.row_lower), None))
             continue
-        fractional = [(1 - float(values[xs].max()), g) for g, xs in enumerate(groups)
+        fractional = [g for g, xs in enumerate(groups)
                       if xs is not None and np.abs(values[xs] - np.round(values[xs])).max() > _INTEGRAL]
         if not fractional:
             choices = [0 if xs is None else int(np.argmax(values[xs])) for xs in groups]
@@ -89,17 +116,18 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
             if updated is not None:  # over the budget: its rows joined; solved again
                 costs = updated
                 count += 1
-                heapq.heappush(heap, (bound, count, zero, None, -1))
+                heapq.heappush(heap, (bound, count, zero, None, -1, None))
             elif bound + offset < best_cost:
                 best, best_cost = choices, bound + offset
             continue
-        g = min(fractional, key=lambda item: (-item[0], item[1]))[1]
+        g = max(fractional, key=lambda g: (pseudocosts.score(g, float(values[groups[g]].max())), -g))  # type: ignore[index]
         xs = groups[g]
         assert xs is not None
         c = int(np.argmax(values[xs]))
-        for held in ([v for i, v in enumerate(xs) if i != c], [xs[c]]):
+        largest = float(values[xs[c]])
+        for up, held, moved in ((True, [v for i, v in enumerate(xs) if i != c], 1 - largest), (False, [xs[c]], largest)):
             count += 1
-            heapq.heappush(heap, (bound, count, np.union1d(zero, held), None, -1))
+            heapq.heappush(heap, (bound, count, np.union1d(zero, held), None, -1, (g, up, moved, bound)))
     lowest = heap[0][0] + offset if heap else best_cost
     bound = min(lowest, best_cost)
     return Searched(bound, best, best_cost, best_cost - bound <= gap * best_cost)
