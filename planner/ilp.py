@@ -43,20 +43,23 @@ the budget always adds a new one, and the loop stops at a plan whose exact peak 
 infeasibility: a :class:`MemoryBudgetError` with what the plan needing the least memory needs
 (:meth:`IlpModel.least_peak_choices`: the same constraints, minimizing the peak) and what
 dominates it. The LP relaxation (:meth:`IlpModel.lower_bound`) uses the constraints added so
-far: a valid, possibly weaker, bound. The rounds share the solve's time limit, and each starts
-from the LP relaxation rounded to a plan that fits (:meth:`IlpModel._relax_and_fix`), else from
-the greedy plan (:class:`~planner.greedy.GreedyModel`, which prices the same peak) when it
-fits: a solve out of time returns the best plan found, at worst that one, and the larger of the
-MIP's bound and the relaxation's. A solve stops at a plan proved within ``mip_gap`` of the
-optimum, the rounded plan itself (no MIP) when the relaxation's bound proves it: such a plan
-depends on no clock, one stopped by the time limit may. Under a tight budget the bound is weak (a mixture of plans fits
-where none does: on the 1-layer LLaMA training graph on (2, 2) the root relaxation lies 4.3%
-below the optimum, which HiGHS proves in about 135 CPU s, ``bench/memory_budget.py``), so such a
-solve usually ends at its time limit with a plan and a gap; the rounded plan lies 0.12% above
-the optimum there. The relaxation's optimum there mixes real plans (each MLP weight split 2
-ways in one, 4 in the other): memory priced at the relaxation's duals, the MIP without a budget
-reaches the same 5.012 ms (no Lagrangian bound is stronger), and HiGHS's cuts reach 5.038 ms
-in 60 s.
+far: a valid, possibly weaker, bound. A budgeted solve starts from the LP relaxation rounded to
+a plan that fits (:meth:`IlpModel._relax_and_fix`); when the relaxation's bound does not prove
+it within ``mip_gap``, a best-first branch and bound on the relaxation goes on from it
+(:mod:`planner.branching`, its nodes' plans over the budget adding their rows as above). Only
+without a rounded plan does the MIP run, in rounds that share the solve's time limit, from the
+greedy plan (:class:`~planner.greedy.GreedyModel`, which prices the same peak) when it fits: a
+solve out of time returns the best plan found, at worst its start, and the larger of the
+search's (or MIP's) bound and the relaxation's. A solve stops at a plan proved within
+``mip_gap`` of the optimum, the rounded plan itself when the relaxation's bound proves it: such
+a plan depends on no clock, one stopped by the time limit may. Under a tight budget the
+relaxation is weak (a mixture of plans fits where none does: on the 1-layer LLaMA training
+graph on (2, 2) the root relaxation lies 4.3% below the optimum, which HiGHS's MIP proves in
+about 135 CPU s, ``bench/memory_budget.py``); the rounded plan lies 0.12% above the optimum
+there. The relaxation's optimum there mixes real plans (the MLP's weights and activations split
+2 ways in one, 4 in the other): memory priced at the relaxation's duals, the MIP without a
+budget reaches the same 5.012 ms (no Lagrangian bound is stronger), and HiGHS's cuts reach
+5.038 ms in 60 s; the search proves the plan within 2.5% in 10 s (the MIP: 4.2%).
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
 (:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)
@@ -88,6 +91,7 @@ import highspy
 import mip
 import numpy as np
 
+from planner.branching import branch_and_bound
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
 from planner.relaxation import LinearRows, LpRelaxation, RelaxedBound
@@ -520,17 +524,18 @@ class IlpModel:
         is one-hot (and, under a memory budget, fits it) that is the MIP's optimum, found
         without the MIP's presolve and search (on the 32-layer LLaMA training graph on
         (2, 4, 8), 0.4–1.7 s instead of 6 s, the regret objective's relaxation being one-hot
-        there). Otherwise the MIP is solved; under a budget it starts from the relaxation's
-        solution rounded by :meth:`_relax_and_fix` (else from the greedy plan,
-        :meth:`_greedy_start`), and its bound is the larger of the MIP's and the relaxation's
-        (the MIP may not finish its own root in the time); when the relaxation's bound already
-        proves the rounded plan within :attr:`mip_gap`, that plan is the answer, without the MIP.
-        The relaxation gets at most half of ``time_limit``, the rounding what is left of
-        :data:`_ROUNDING_SHARE` of it; the MIP, the rest. Status ``optimal`` (proved within
+        there). Under a budget the relaxation's solution is then rounded by :meth:`_relax_and_fix`
+        to a plan that fits: when the relaxation's bound proves it within :attr:`mip_gap` it is
+        the answer, else :meth:`_search` goes on from it until it proves a plan or the time is
+        up (its bound, when higher, replaces the relaxation's). Otherwise the MIP is solved (under
+        a budget from the greedy plan, :meth:`_greedy_start`), its bound the larger of the MIP's
+        and the relaxation's (the MIP may not finish its own root in the time). The relaxation
+        gets at most half of ``time_limit``, the rounding what is left of
+        :data:`_ROUNDING_SHARE` of it; the search or the MIP, the rest. Status ``optimal`` (proved within
         :data:`_EXACT_GAP`), ``within mip_gap`` or ``feasible (time limit)``."""
         start = time.perf_counter()
         costs, constant = self._objective(weights)
-        relaxed, seed = None, None
+        relaxed = None
         if self._relaxation is not None or (self.memory_budget is not None and self.lp.columns):
             self._build_relaxation()
             relaxed, choices = self._relaxed(costs, time_limit / 2)
@@ -545,16 +550,18 @@ class IlpModel:
                 if seed is not None:
                     objective = float(self.problem.evaluate(seed, weights).total @ weights)
                     bound = min(relaxed.value / _SCALE + constant, objective)
-                    if objective - bound <= self.mip_gap * objective:  # proved within the gap: no MIP
-                        gap = (objective - bound) / objective if objective > 0 else 0.0
-                        return Solution(choices=seed, status=_proved(gap), objective=objective, bound=bound, gap=gap,
-                                        variables=self.lp.columns, constraints=len(self.lp.row_lower),
-                                        build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
+                    proved = objective - bound <= self.mip_gap * objective
+                    if not proved:  # the search from the rounded plan, instead of the MIP
+                        seed, objective, bound, proved = self._search(weights, seed, objective, bound, start + time_limit)
+                    gap = max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
+                    return Solution(choices=seed, status=_proved(gap) if proved else "feasible (time limit)",
+                                    objective=objective, bound=bound, gap=gap, variables=self.lp.columns,
+                                    constraints=len(self.lp.row_lower), build_seconds=self.build_seconds,
+                                    solve_seconds=time.perf_counter() - start)
         if not self.lp.columns:  # every decision has one choice (python-mip refuses a model without a column)
             return self._only_plan(constant, start, time_limit)
         self.model.objective = self._linear(costs)
-        begin = functools.partial(self._values, seed, weights) if seed is not None else self._greedy_start(weights)
-        status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), begin)
+        status = self._optimize(max(time_limit - (time.perf_counter() - start), 0.0), self._greedy_start(weights))
         if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
             raise self._failure(status, time_limit)
         choices = self._chosen()
@@ -574,6 +581,25 @@ class IlpModel:
             build_seconds=self.build_seconds,
             solve_seconds=time.perf_counter() - start,
         )
+
+    def _search(self, weights: np.ndarray, seed: list[int], objective: float, bound: float,
+                deadline: float) -> tuple[list[int], float, float, bool]:
+        """The plan, its cost, a lower bound on the optimum and whether it proves the plan within
+        :attr:`mip_gap`, after :func:`~planner.branching.branch_and_bound` from ``seed`` (a plan that
+        fits, costing ``objective``; ``bound``: the relaxation's) until it proves a plan within
+        :attr:`mip_gap` or ``deadline`` (``time.perf_counter``) passes."""
+        def check(choices: list[int]) -> np.ndarray | None:
+            if not self._add_memory_cuts(choices):
+                return None
+            self._build_relaxation()
+            return self._objective(weights)[0]
+
+        costs, constant = self._objective(weights)
+        searched = branch_and_bound(self._build_relaxation(), costs, constant * _SCALE, self.x, (seed, objective * _SCALE),
+                                    check, gap=self.mip_gap, deadline=deadline)
+        if searched.choices is not seed:
+            seed, objective = searched.choices, float(self.problem.evaluate(searched.choices, weights).total @ weights)
+        return seed, objective, min(max(bound, searched.bound / _SCALE), objective), searched.proved
 
     def _only_plan(self, cost: float, start: float, time_limit: float) -> Solution:
         """The one plan there is, when no decision has a choice (a plan on a one-device mesh)."""

@@ -1,0 +1,78 @@
+"""The branch and bound of a budgeted solve (``planner/branching.py``), against the MIP's optimum."""
+
+from __future__ import annotations
+
+import time
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner import Mesh
+from planner.ilp import IlpModel
+from tests.planner.models import MLP, on_meta
+from tests.planner.problems import problem_of
+
+
+@pytest.fixture(scope="module")
+def training_mlp_2():
+    """A 32-64-32 MLP's joint forward+backward graph on a 2-way mesh, costed at batches 16 and 4096:
+    under a budget its relaxation mixes plans (its minimum lies below every plan that fits)."""
+    return problem_of(on_meta(MLP, 32, 64), torch.randn(16, 32, device="meta"), Mesh((2,)), training=True,
+                      batch_sizes=[16, 4096])
+
+
+def _budget(problem, share: float) -> float:
+    """A budget ``share`` of the way from the least-memory plan's peak to the unbudgeted optimum's."""
+    free = float(problem.peak_memory(IlpModel(problem).solve(problem.points.weights).choices).total.max())
+    least = float(problem.peak_memory(IlpModel(problem).least_memory_choices()).total.max())
+    return least + share * (free - least)
+
+
+def _mip_optimum(problem, budget: float) -> float:
+    """The optimum under ``budget`` as the MIP proves it (no rounded plan: the MIP runs, from the greedy plan)."""
+    model = IlpModel(problem, memory_budget=budget, mip_gap=0.0)
+    with mock.patch.object(IlpModel, "_relax_and_fix", return_value=None):
+        solution = model.solve(problem.points.weights)
+    assert solution.status == "optimal"
+    return solution.objective
+
+
+@settings(max_examples=10, deadline=None)
+@given(share=st.floats(0.0, 0.95), gap=st.sampled_from([0.0, 1e-4, 0.05, 0.3]))
+def test_a_budgeted_solve_searches_instead_of_the_mip_and_proves_what_the_mip_proves(training_mlp_2, share, gap):
+    """Where the relaxation's bound does not prove the rounded plan, the search does (was: the MIP,
+    which ran out of time at the root on the LLaMA case): its bound is below the MIP's optimum, its
+    plan fits and is within ``gap`` of that optimum."""
+    weights = training_mlp_2.points.weights
+    budget = _budget(training_mlp_2, share)
+    optimum = _mip_optimum(training_mlp_2, budget)
+    model = IlpModel(training_mlp_2, memory_budget=budget, mip_gap=gap)
+    relaxed = model.lower_bound(weights).value
+    assert relaxed < optimum * (1 - 0.3)  # the relaxation alone proves nothing within these gaps
+    with mock.patch.object(IlpModel, "_optimize", side_effect=AssertionError("the MIP ran")):
+        solution = model.solve(weights)
+    assert solution.status == ("optimal" if solution.gap <= 1e-4 else "within mip_gap")
+    assert relaxed * (1 - 1e-9) <= solution.bound <= optimum * (1 + 1e-9) <= solution.objective * (1 + 2e-9)
+    assert solution.objective - optimum <= (gap + 1e-9) * solution.objective
+    assert float(training_mlp_2.peak_memory(solution.choices).total.max()) <= budget * (1 + 1e-6)
+
+
+def test_a_plan_the_search_finds_over_the_budget_adds_its_rows_and_the_search_goes_on(training_mlp_2):
+    """A node whose optimum is a plan over the budget (a step without its row) adds the rows of its
+    steps and is solved again; plans that fit become the incumbent. From no memory row at all and
+    the least-memory plan, the search proves the MIP's optimum."""
+    weights = training_mlp_2.points.weights
+    budget = _budget(training_mlp_2, 0.5)
+    optimum = _mip_optimum(training_mlp_2, budget)
+    model = IlpModel(training_mlp_2)  # no memory row
+    model.memory_budget = budget
+    least = model.least_memory_choices()
+    cost = float(training_mlp_2.evaluate(least, weights).total @ weights)
+    choices, objective, bound, proved = model._search(weights, least, cost, -np.inf, time.perf_counter() + 60)
+    assert model.memory_steps, "no plan over the budget: nothing was tested"
+    assert proved and objective == pytest.approx(optimum, rel=1e-9) and bound == pytest.approx(optimum, rel=1e-9)
+    assert objective < cost and float(training_mlp_2.peak_memory(choices).total.max()) <= budget * (1 + 1e-6)
