@@ -37,11 +37,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.relaxation import LpRelaxation
+from planner.relaxation import LpRelaxation, fractional_groups
 
 __all__ = ["Check", "Searched", "branch_and_bound"]
 
-_INTEGRAL = 1e-6  # a value this close to 0 or 1 counts as integral (the ILP's)
 
 Check = Callable[[list[int]], "np.ndarray | None"]
 """Called with the plan a node's optimum takes: None when it fits (every constraint holds), else the
@@ -109,8 +108,7 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
                 pseudocosts.record(origin[0], origin[1], origin[2], result.value - origin[3])
             heapq.heappush(heap, (max(bound, result.value), count, zero, result.values, len(relaxation.row_lower), None))
             continue
-        fractional = [g for g, xs in enumerate(groups)
-                      if xs is not None and np.abs(values[xs] - np.round(values[xs])).max() > _INTEGRAL]
+        fractional = fractional_groups(values, groups)
         if not fractional:
             choices = [0 if xs is None else int(np.argmax(values[xs])) for xs in groups]
             updated = check(choices)

@@ -94,7 +94,7 @@ import numpy as np
 from planner.branching import branch_and_bound
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
-from planner.relaxation import LinearRows, LpRelaxation, RelaxedBound
+from planner.relaxation import INTEGRAL, LinearRows, LpRelaxation, RelaxedBound, fractional_groups
 from shapecore.errors import ShapecoreError
 
 __all__ = ["IlpModel", "MemoryBudgetError", "Optimum", "RangePlans", "Solution", "SOLVERS", "solve_mean_regret"]
@@ -103,7 +103,6 @@ SOLVERS = {"highs": mip.HIGHS, "cbc": mip.CBC}
 _SCALE = 1e6  # seconds -> microseconds
 _TIE_BREAK = 1e-3  # weight of the expected ratio beside the worst ratio
 _REGRET_GAP = 1e-2  # the worst-regret MIP stops within 1% of its bound (its LP relaxation is weak)
-_INTEGRAL = 1e-6  # an LP value this close to 0 or 1 counts as integral (HiGHS's feasibility tolerance is 1e-7)
 _EXACT_GAP = 1e-4  # a plan proved within this gap counts as optimal (python-mip's default gap)
 _MEMORY_TOLERANCE = 1e-6  # a plan's peak may exceed the budget by this fraction (the solver's feasibility tolerance)
 _CUTS_PER_POINT = 4  # memory constraints added per batch point and round: the steps holding the most
@@ -665,8 +664,7 @@ class IlpModel:
         kept: list[int] = []  # len(zero) after each rounding step
         while True:
             choices = [0 if xs is None else int(np.argmax(values[xs])) for xs in self.x]
-            fractional = sorted((g for g, xs in enumerate(self.x) if xs is not None and
-                                 np.abs(values[xs] - np.round(values[xs])).max() > _INTEGRAL),
+            fractional = sorted(fractional_groups(values, self.x),
                                 key=lambda g: -float(values[self.x[g]].max()))  # type: ignore[index]
             if fractional:
                 def others(groups: list[int]) -> list[int]:
@@ -698,7 +696,7 @@ class IlpModel:
 
     def _relaxed(self, costs: np.ndarray, time_limit: float) -> tuple[RelaxedBound, list[int] | None]:
         """The LP relaxation minimized for the objective ``costs`` (:meth:`_objective`'s), and the
-        plan it chose when that is a plan: every ``x`` within :data:`_INTEGRAL` of 0 or 1 and, under
+        plan it chose when that is a plan: every ``x`` within :data:`~planner.relaxation.INTEGRAL` of 0 or 1 and, under
         a memory budget, a peak that fits it (the relaxation may lack memory constraints added
         since it was built). Such a plan is optimal: no plan costs less than the relaxation's
         minimum, and the flows of a one-hot ``x`` cost what the plan costs."""
@@ -715,7 +713,7 @@ class IlpModel:
                 choices.append(0)
                 continue
             values = bound.values[xs]
-            if np.abs(values - np.round(values)).max() > _INTEGRAL:
+            if np.abs(values - np.round(values)).max() > INTEGRAL:
                 return bound, None
             choices.append(int(np.argmax(values)))
         if self.memory_budget is not None:

@@ -41,16 +41,25 @@ wrong sign).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import highspy
 import numpy as np
 
-__all__ = ["LinearRows", "LpRelaxation", "RelaxedBound"]
+__all__ = ["INTEGRAL", "LinearRows", "LpRelaxation", "RelaxedBound", "fractional_groups"]
+
+INTEGRAL = 1e-6
+"""An LP value this close to 0 or 1 counts as integral (HiGHS's feasibility tolerance is 1e-7)."""
 
 _OPTIONS = {"output_flag": False, "presolve": "off", "solver": "simplex", "simplex_strategy": 1}  # 1: serial dual simplex
 _STARTS = 8  # optimal bases kept to start later solves from (the most recent)
+
+
+def fractional_groups(values: np.ndarray, groups: Sequence[list[int] | None]) -> list[int]:
+    """The groups (each its choice columns, None: one choice) whose values in ``values`` are not all
+    within :data:`INTEGRAL` of 0 or 1, in order."""
+    return [g for g, xs in enumerate(groups) if xs is not None and np.abs(values[xs] - np.round(values[xs])).max() > INTEGRAL]
 
 
 class RelaxedBound(NamedTuple):

@@ -430,7 +430,7 @@ def test_a_one_hot_relaxation_is_the_plan_without_the_mip_and_a_fractional_one_f
     assert found.status == "optimal" and found.objective == pytest.approx(expected.objective, rel=1e-6)
     runs: list[float] = []
     monkeypatch.setattr(model.model, "optimize", lambda **keywords: runs.append(keywords["max_seconds"]) or optimize(**keywords))
-    monkeypatch.setattr("planner.ilp._INTEGRAL", -1.0)  # no value counts as integral: every relaxation is fractional
+    monkeypatch.setattr("planner.ilp.INTEGRAL", -1.0)  # no value counts as integral: every relaxation is fractional
     fallback = model.solve(weights, time_limit=30.0)
     assert len(runs) == 1 and 15.0 <= runs[0] <= 30.0  # the MIP gets what the relaxation left of the limit
     assert fallback.objective == pytest.approx(expected.objective, rel=1e-6)
