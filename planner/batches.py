@@ -215,9 +215,16 @@ def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[
             raise ValueError(f"batch point {dict(label)} breaks {names.to_names(fact)}; "
                              "choose batch sizes the guards and constraints accept")
     for name, value in values.items():
-        bounds = env.var_to_range.get(sympy.Symbol(name, integer=True))
+        symbol = sympy.Symbol(name, integer=True)
+        bounds = env.var_to_range.get(symbol)
         if bounds is not None and value not in bounds:
             shown = f"{names.name_of(name)} ({name})" if names.name_of(name) != name else name
+            if name in env.symbols and env.symbols[name].kind == "unbacked":  # from the sizes expected of the data
+                expected = {u: v for u, v in point.items() if u in env.symbols and env.symbols[u].kind == "unbacked"}
+                derived = f" (= {names.to_names(env.replacements[symbol])})" if symbol in env.replacements else ""
+                raise ValueError(f"batch point {dict(label)} expects the data-dependent sizes {expected}, which put "
+                                 f"{shown}{derived} = {value} outside its range [{bounds.lo}, {bounds.hi}]: choose "
+                                 "unbacked_sizes that keep every data-dependent size inside its range")
             origin = origins.get(name, ("", ""))[0 if value < bounds.lo else 1]
             why = f"; that end of the range was set by {origin}" if origin else ""
             raise ValueError(f"batch point {dict(label)} puts {shown}={value} outside its range [{bounds.lo}, {bounds.hi}]{why}. "

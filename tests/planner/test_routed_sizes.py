@@ -43,6 +43,15 @@ def test_the_users_expectation_wins_over_the_share():
     assert others and costed[first] == "batch" and all(costed[u] == "3*batch" for u in others)
 
 
+def test_an_expectation_that_leaves_a_derived_count_negative_is_an_error_naming_it_and_the_expectations():
+    first = sorted(_plan(sliced=False).options["unbacked_sizes"])[0]
+    # split: the last count is the routed total less the others, here 12*4 - 80 - 12 - 12
+    with pytest.raises(ValueError, match=rf"expects the data-dependent sizes \{{'{first}': 80, .*\}}, which put "
+                                         r"u\d+ \(= 12\*batch - u\d+ - u\d+ - u\d+\) = -56 outside its range \[0, inf\]: "
+                                         r"choose unbacked_sizes"):
+        _plan(sliced=False, unbacked_sizes={first: "20*batch"})
+
+
 def test_the_runtime_asserts_read_simplified_in_dim_names_without_infinite_ends():
     plan = _plan()
     counts = set(plan.options["unbacked_sizes"])
