@@ -724,10 +724,10 @@ def _embedding_backward(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | N
 def _index_select(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     """``index_select(x, dim, index)``: the index split splits the output's ``dim`` alike (routed
     tokens: ``u0`` of them, split unevenly when not proved even); ``x`` split off ``dim`` splits
-    the output there."""
+    the output there; linear in ``x`` (a partial ``x`` gathers to a partial output, as ``index``)."""
     x = graph.operand_meta(node, 0)
     dim = _dim(_args(node)[1], x.ndim)
-    rules = [_replicate_all(node), AxisRule((Shard(dim),), (R, Shard(0)), "index")]
+    rules = [_replicate_all(node), AxisRule((P,), (P, R), "partial"), AxisRule((Shard(dim),), (R, Shard(0)), "index")]
     rules.extend(AxisRule((Shard(d),), (Shard(d), R), f"S{d}") for d in range(x.ndim) if d != dim)
     return rules
 

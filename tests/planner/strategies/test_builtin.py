@@ -269,6 +269,18 @@ def test_index_add_adds_a_piece_of_its_source_only_into_a_partial_x():
     assert {s.rule for s in BuiltinProvider().strategies(mask_add, graph, Mesh((2,)))} == {"replicate", "S0"}
 
 
+def test_index_select_gathers_a_partial_sum_into_a_partial_output_as_index_does():
+    """Linear in ``x``: rows gathered from each rank's summand sum to the rows of the sum (the
+    differential test above computes it); was: a partial ``x`` reduced before every gather."""
+    fn, args = CASES["index_select"]
+    gm, _ = trace(fn, *args)
+    graph = read_graph(gm)
+    node = next(n for n in graph if n.target == "aten.index_select.default")
+    strategies = BuiltinProvider().strategies(node, graph, Mesh((2,)))
+    assert [(s.inputs, s.outputs) for s in strategies if s.rule == "partial"] == [(((Partial(),), (Replicate(),)), ((Partial(),),))]
+    assert check_all(fn, args, BuiltinProvider(), ops=["index_select"]) >= len(strategies)
+
+
 def test_indexing_by_a_mask_is_left_to_the_next_provider():
     """A mask's result has as many rows as it has true entries."""
     gm, _ = trace(lambda x, m, v: torch.ops.aten.index_put(x, [m], v, True), real(4, 4), real(4) > 0, real(4))
