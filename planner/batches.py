@@ -219,8 +219,9 @@ def _check_point(point: Mapping[str, int], env: ShapeEnv, constraints: Sequence[
         bounds = env.var_to_range.get(symbol)
         if bounds is not None and value not in bounds:
             shown = f"{names.name_of(name)} ({name})" if names.name_of(name) != name else name
-            if name in env.symbols and env.symbols[name].kind == "unbacked":  # from the sizes expected of the data
-                expected = {u: v for u, v in point.items() if u in env.symbols and env.symbols[u].kind == "unbacked"}
+            unbacked = {u for u, info in env.symbols.items() if info.kind == "unbacked"}
+            if name in unbacked:  # from the sizes expected of the data
+                expected = {u: v for u, v in point.items() if u in unbacked}
                 derived = f" (= {names.to_names(env.replacements[symbol])})" if symbol in env.replacements else ""
                 raise ValueError(f"batch point {dict(label)} expects the data-dependent sizes {expected}, which put "
                                  f"{shown}{derived} = {value} outside its range [{bounds.lo}, {bounds.hi}]: choose "
