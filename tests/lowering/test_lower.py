@@ -148,9 +148,18 @@ class _Slices(nn.Module):
 
 _DATA_PARALLEL = {  # _Slices' joint graph, the batch split: weights whole, their gradients summed across ranks
     **dict.fromkeys(["primals_1", "primals_2", "t"], "R"),
-    **dict.fromkeys(["primals_3", "tangents_1", "addmm", "slice_1", "slice_2", "select", "unsqueeze", "mul_10", "mul_13",
-                     "mul_14", "sum_1", "squeeze", "select_backward", "slice_backward", "slice_backward_1", "add_17"], "S(0)"),
+    **dict.fromkeys(["primals_3", "tangents_1", "addmm", "slice_1", "slice_2", "select", "unsqueeze", "sum_1", "squeeze",
+                     "select_backward", "slice_backward", "slice_backward_1"], "S(0)"),
     "t_1": "S(1)", **dict.fromkeys(["mm", "t_2", "sum_2", "view", "t_3"], "P")}
+
+
+def _data_parallel(gm):
+    """:data:`_DATA_PARALLEL` with the graph's products and its one sum (of the two paths of ``x``'s
+    gradient) split too: found by their ops, as torch releases number them differently
+    (2.13: ``mul_10``, ``mul_13``, ``mul_14``, ``add_17``; 2.15: ``mul``, ``mul_1``, ``mul_2``, ``add``)."""
+    elementwise = [n.name for op in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor)
+                   for n in gm.graph.find_nodes(op="call_function", target=op)]
+    return {**_DATA_PARALLEL, **dict.fromkeys(elementwise, "S(0)")}
 _SUM_GRADIENTS = [("output", k, name, "P", "R", [(0, "all_reduce", "P", "R")]) for k, name in ((1, "t_3"), (2, "view"))]
 
 
@@ -160,7 +169,7 @@ def _sliced_training(rank):
     torch.manual_seed(0)
     model = _Slices()
     gm = trace_for_planning(model, (torch.randn(4, 8),), dynamic_shapes=({0: 2 * Dim("k")},), training=True).graph_module
-    plan = handmade_plan(gm, Mesh((2,), ("dp",)), _DATA_PARALLEL, redistributions=_SUM_GRADIENTS,
+    plan = handmade_plan(gm, Mesh((2,), ("dp",)), _data_parallel(gm), redistributions=_SUM_GRADIENTS,
                          output_placements=["S(0)", "R", "R"])
     program = lower(gm, plan)
     x = torch.randn(6, 8, generator=torch.Generator().manual_seed(6))
