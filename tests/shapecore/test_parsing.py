@@ -10,7 +10,7 @@ import os
 import pytest
 import sympy
 import torch.utils._sympy.functions as T
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from shapecore import ParseError, evaluate, holds, int_symbol, parse, python_str
@@ -322,9 +322,16 @@ _VALUE_FACTS = ("zero", "positive", "negative", "nonnegative", "even", "odd", "i
 
 
 @given(int_texts(("x", "y")))
+@example("Max(0, x//x - x//x)")
+@example("0 // (x//x)**0")
+@example("Max(0, x//x - x//x)**2")
 def test_a_node_kept_unevaluated_answers_sympy_as_its_folded_value(text):
     """sympy deduces facts of a sum as if folded: of ``x//y - x//y`` kept as written it deduced
-    contradictions or a wrong ``is_zero``, and the reasoner builds on sympy's facts."""
+    contradictions or a wrong ``is_zero``, and the reasoner builds on sympy's facts. Every fact a
+    node answers is its folded value's; some stay unknown, never wrong: a function (``Max``,
+    ``//``, ...: :mod:`shapecore.functions`) answers what it knows, such as being an integer, so of
+    ``Max(0, x//x - x//x)`` and ``0 // (x//x)**0``, which fold to 0, and of a power of the first,
+    the sign."""
     try:
         expr = parse(text)
     except ParseError:
@@ -332,8 +339,8 @@ def test_a_node_kept_unevaluated_answers_sympy_as_its_folded_value(text):
     for node in sympy.preorder_traversal(expr):
         if isinstance(node, sympy.Expr) and not node.is_Atom and divisors(node):
             folded = fold(node)
-            assert {f: getattr(node, f"is_{f}") for f in _VALUE_FACTS} == {
-                f: getattr(folded, f"is_{f}") for f in _VALUE_FACTS}, node
+            answered = {f: known for f in _VALUE_FACTS if (known := getattr(node, f"is_{f}")) is not None}
+            assert answered == {f: getattr(folded, f"is_{f}") for f in answered}, node
 
 
 @given(st.one_of(claim_texts(("x", "y")), int_texts(("x", "y")), float_texts(("x", "y"))))
@@ -416,10 +423,14 @@ def _torch_trees():
 
 
 @given(expr=_torch_trees(), values=st.fixed_dictionaries({n: st.integers(1, 100) for n in ("s0", "s1", "s2")}))
+@example(expr=T.Max(sympy.Symbol("s0", integer=True, positive=True), T.Min(2, 3, evaluate=False)),
+         values={"s0": 1, "s1": 1, "s2": 1})
 def test_torch_printed_expressions_parse_print_back_and_agree(expr, values):
+    """torch's text reads back as itself, or, where torch left a part unevaluated (the strategy
+    once built ``Max(s0, Min(2, 3))``), as torch prints that part evaluated (``Max(2, s0)``)."""
     text = str(expr)
     ours = parse(text)
-    assert str(ours) == text
+    assert str(ours) in (text, str(expr.doit()))
     substituted = expr.subs({s: values[s.name] for s in expr.free_symbols})
     assert evaluate(ours, values) == (bool(substituted) if substituted.is_Boolean else int(substituted))
 
