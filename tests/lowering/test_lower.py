@@ -160,6 +160,8 @@ def _data_parallel(gm):
     elementwise = [n.name for op in (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor)
                    for n in gm.graph.find_nodes(op="call_function", target=op)]
     return {**_DATA_PARALLEL, **dict.fromkeys(elementwise, "S(0)")}
+
+
 _SUM_GRADIENTS = [("output", k, name, "P", "R", [(0, "all_reduce", "P", "R")]) for k, name in ((1, "t_3"), (2, "view"))]
 
 
