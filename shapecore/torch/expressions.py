@@ -203,8 +203,11 @@ def _to_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
         return T.Mod(p, q) if q.is_nonnegative else T.PythonMod(p, q)
 
     def ceil_div(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
-        # torch's CeilDiv rewrites itself to FloorDiv(a + b - 1, b), exact only for b > 0.
-        return -T.FloorDiv(-a, b)
+        # torch's CeilDiv rewrites itself to FloorDiv(a + b - 1, b), exact only for b > 0: that form
+        # where b > 0, else -FloorDiv(-a, b). The latter's FloorDiv is negative-valued, and torch's
+        # rules, made for positive divisors, misread it as one: (a // b) // c becomes a // (b*c),
+        # so CeilDiv(s0, 2) // CeilDiv(s0, 3) in that form read 0 at s0 = 1 instead of 1.
+        return T.FloorDiv(a + b - 1, b) if b.is_positive else -T.FloorDiv(-a, b)
 
     table: dict[type, Callable[..., sympy.Basic]] = dict(_SAME_ON_BOTH_SIDES)
     table.update(
@@ -252,7 +255,8 @@ def to_torch(
     real and every other name is integer only.
     ``Mod`` becomes torch's ``Mod`` when its divisor is nonnegative under those assumptions (then
     Python's ``%`` is nonnegative, as torch's ``Mod`` claims) and ``PythonMod`` otherwise;
-    ``CeilDiv(a, b)`` becomes ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved.
+    ``CeilDiv(a, b)`` becomes ``FloorDiv(a + b - 1, b)`` where ``b`` is positive under those
+    assumptions, else ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved.
     torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
     there (``s0 // (0 // s0)``) raises ``ZeroDivisionError``.
     """

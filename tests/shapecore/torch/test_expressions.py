@@ -10,14 +10,14 @@ import pytest
 import sympy
 import torch
 import torch.utils._sympy.functions as T
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic
 from torch.fx.experimental.symbolic_shapes import ShapeEnv as TorchShapeEnv
 from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity, int_oo
 
-from shapecore import evaluate, int_symbol
+from shapecore import evaluate, int_symbol, parse
 from shapecore import functions as F
 from shapecore.testing import claims
 from shapecore.torch import UnmappableExpressionError, map_expr, size_expr, to_symint, to_torch
@@ -59,10 +59,13 @@ def test_pow_by_natural_identity_and_ceil_div_keep_their_value():
     assert map_expr(T.Identity(S0 + 1)) == int_symbol("s0") + 1
     s0, s1 = int_symbol("s0"), int_symbol("s1")
     assert map_expr(sympy.Eq(T.Mod(S0 + 2 * S1, 8), 0)) == sympy.Eq(F.Mod(s0 + 2 * s1, 8), 0)
+    # exact wherever torch's symbols are what it assumes: a backed size (s1) is positive, an unbacked
+    # one (u1) of either sign; the numerator of either sign
     for a, b in [(7, 2), (-7, 2), (7, -2), (-7, -2), (6, 3)]:
-        torch_value = to_torch(F.CeilDiv(s0, s1)).xreplace({sympy.Symbol("s0", integer=True, positive=True): a,
-                                                             sympy.Symbol("s1", integer=True, positive=True): b})
-        assert torch_value == evaluate(F.CeilDiv(s0, s1), {"s0": a, "s1": b}) == -(-a // b)
+        divisor = s1 if b > 0 else int_symbol("u1")
+        torch_expr = to_torch(F.CeilDiv(s0, divisor))
+        torch_value = torch_expr.xreplace(dict(zip(sorted(torch_expr.free_symbols, key=str), (a, b))))
+        assert torch_value == evaluate(F.CeilDiv(s0, divisor), {"s0": a, divisor.name: b}) == -(-a // b)
 
 
 def test_float_arithmetic_maps_to_pythons_and_back():
@@ -105,6 +108,7 @@ def test_to_torch_uses_torch_symbols_from_a_shape_env():
 
 @given(claim=claims(max_leaves=4, constants=(0, 12), divisors=(1, 16), short_circuits=False),  # torch has no and/or
        values=st.fixed_dictionaries({n: st.integers(1, 40) for n in ("s0", "s1", "s2")}))
+@example(claim=parse("Eq(s0, CeilDiv(s0, 2) // CeilDiv(s0, 3))"), values={"s0": 1, "s1": 1, "s2": 1})
 def test_to_torch_then_back_keeps_the_value(claim, values):
     """Differential: torch's functions evaluate the converted claim like shapecore, where torch defines them."""
     try:
