@@ -256,8 +256,10 @@ def to_torch(
     ``Mod`` becomes torch's ``Mod`` when its divisor is nonnegative under those assumptions (then
     Python's ``%`` is nonnegative, as torch's ``Mod`` claims) and ``PythonMod`` otherwise;
     ``CeilDiv(a, b)`` becomes ``FloorDiv(a + b - 1, b)`` where ``b`` is positive under those
-    assumptions, else ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved.
-    torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
+    assumptions, else ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved where the
+    symbols are what torch assumes, but not yet where a ``//`` of a ``//`` divides by an expression
+    that may be negative: torch's rules, made for positive divisors, make ``(s1 // 2) // (s0 - 5)``
+    into ``s1 // (2*s0 - 10)`` (-2, not -1, at ``s0 = 2, s1 = 7``). torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
     there (``s0 // (0 // s0)``) raises ``ZeroDivisionError``.
     """
     known: dict[str, sympy.Symbol] | None = None
