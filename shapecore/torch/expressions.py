@@ -42,14 +42,19 @@ __all__ = ["UnmappableExpressionError", "map_expr", "to_torch", "torch_symbols",
 class UnmappableExpressionError(ShapecoreError, TypeError):
     """An expression node with no counterpart on the other side of the bridge."""
 
-    def __init__(self, node: sympy.Basic, expr: sympy.Basic, direction: str) -> None:
+    def __init__(self, node: sympy.Basic, expr: sympy.Basic, direction: str, reason: str | None = None) -> None:
         self.node_class = type(node).__name__
         self.expr = expr
         side = "torch's" if direction == "to torch" else "shapecore's"
+        reason = reason or f"{side} vocabulary has no {self.node_class}"
         super().__init__(
-            f"cannot map {self.node_class} ({node}) in {expr} {direction}: {side} vocabulary has no "
-            f"{self.node_class}; rewrite the model so the shape does not need it, or drop this guard"
+            f"cannot map {self.node_class} ({node}) in {expr} {direction}: {reason}; rewrite the model so "
+            "the shape does not need it, or drop this guard"
         )
+
+
+class _NotExactInTorch(Exception):
+    """Raised while rebuilding for torch: the node would not keep its value there (the reason)."""
 
 
 # -- torch -> shapecore -------------------------------------------------------------------------
@@ -151,7 +156,10 @@ def _rebuild(expr: sympy.Basic, table: Mapping[type, Callable[..., sympy.Basic]]
             build = table.get(type(node))
             if build is None:
                 raise UnmappableExpressionError(node, expr, direction)
-            result = build(*(visit(a) for a in _printed_args(node)))
+            try:
+                result = build(*(visit(a) for a in _printed_args(node)))
+            except _NotExactInTorch as refused:
+                raise UnmappableExpressionError(node, expr, direction, str(refused)) from None
         memo[node] = result
         return result
 
@@ -202,17 +210,25 @@ def _to_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
         # torch's Mod claims a nonnegative result: true of Python's % when the divisor is.
         return T.Mod(p, q) if q.is_nonnegative else T.PythonMod(p, q)
 
+    def floor_div(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+        # torch's rules assume a positive divisor: (x // y) // b becomes x // (y*b), a common factor
+        # (-1 too) cancels, so a // of a // by a b that may be negative would not keep its value
+        if not b.is_nonnegative and a.has(T.FloorDiv):
+            raise _NotExactInTorch(f"torch's FloorDiv assumes a positive divisor, and {b} may be negative "
+                                   f"while {a} holds a FloorDiv that torch would merge with it")
+        return T.FloorDiv(a, b)
+
     def ceil_div(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
         # torch's CeilDiv rewrites itself to FloorDiv(a + b - 1, b), exact only for b > 0: that form
         # where b > 0, else -FloorDiv(-a, b). The latter's FloorDiv is negative-valued, and torch's
         # rules, made for positive divisors, misread it as one: (a // b) // c becomes a // (b*c),
         # so CeilDiv(s0, 2) // CeilDiv(s0, 3) in that form read 0 at s0 = 1 instead of 1.
-        return T.FloorDiv(a + b - 1, b) if b.is_positive else -T.FloorDiv(-a, b)
+        return T.FloorDiv(a + b - 1, b) if b.is_positive else -floor_div(-a, b)
 
     table: dict[type, Callable[..., sympy.Basic]] = dict(_SAME_ON_BOTH_SIDES)
     table.update(
         {
-            F.FloorDiv: T.FloorDiv,
+            F.FloorDiv: floor_div,
             F.CleanDiv: T.CleanDiv,
             F.CeilDiv: ceil_div,
             F.Mod: mod,
@@ -257,9 +273,10 @@ def to_torch(
     Python's ``%`` is nonnegative, as torch's ``Mod`` claims) and ``PythonMod`` otherwise;
     ``CeilDiv(a, b)`` becomes ``FloorDiv(a + b - 1, b)`` where ``b`` is positive under those
     assumptions, else ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved where the
-    symbols are what torch assumes, but not yet where a ``//`` of a ``//`` divides by an expression
-    that may be negative: torch's rules, made for positive divisors, make ``(s1 // 2) // (s0 - 5)``
-    into ``s1 // (2*s0 - 10)`` (-2, not -1, at ``s0 = 2, s1 = 7``). torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
+    symbols are what torch assumes. A ``//`` of an expression holding a ``//``, by a divisor not
+    nonnegative under those assumptions, raises :class:`UnmappableExpressionError`: torch's rules, made
+    for positive divisors, would make ``(s1 // 2) // (s0 - 5)`` into ``s1 // (2*s0 - 10)`` (-2, not
+    -1, at ``s0 = 2, s1 = 7``). torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
     there (``s0 // (0 // s0)``) raises ``ZeroDivisionError``.
     """
     known: dict[str, sympy.Symbol] | None = None

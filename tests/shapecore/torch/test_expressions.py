@@ -2,9 +2,11 @@
 
 import glob
 import inspect
+import itertools
 import json
 import os
 import random
+import re
 
 import pytest
 import sympy
@@ -115,6 +117,9 @@ def test_to_torch_then_back_keeps_the_value(claim, values):
         torch_claim = to_torch(claim)
     except ZeroDivisionError:  # torch folds a divisor such as 0 // s0 to 0 (its s0 is positive)
         torch_claim = None
+    except UnmappableExpressionError as refused:  # a // of a // by a divisor that may be negative
+        assert "may be negative" in str(refused)
+        torch_claim = None
     assume(torch_claim is not None)
     try:
         torch_value = torch_claim.xreplace({s: sympy.Integer(values[s.name]) for s in torch_claim.free_symbols})
@@ -131,6 +136,23 @@ def test_to_torch_then_back_keeps_the_value(claim, values):
     assert bool(torch_value) == ours
     back = map_expr(torch_claim)
     assert evaluate(back, values) == ours
+
+
+def test_a_floor_division_of_one_by_a_divisor_that_may_be_negative_is_refused_not_merged():
+    """torch's rules merge ``(x // y) // b`` into ``x // (y*b)``, exact only for ``b >= 0``: where
+    ``b`` may be negative the conversion is refused (it read -2 for -1 at s0 = 2, s1 = 7)."""
+    s0, s1, u0 = int_symbol("s0"), int_symbol("s1"), int_symbol("u0")
+    for divisor in (s0 - 5, u0, -s0):
+        with pytest.raises(UnmappableExpressionError, match=f"{re.escape(str(divisor))} may be negative"):
+            to_torch(F.FloorDiv(F.FloorDiv(s1, 2), divisor))
+    for expr in (F.FloorDiv(F.FloorDiv(s1, 2), s0), F.FloorDiv(s1, s0 - 5), F.FloorDiv(F.FloorDiv(s1, 2), s0 + 3)):
+        converted = to_torch(expr)
+        for a, b in itertools.product(range(1, 9), range(1, 9)):
+            if a == 5 and expr.args[1] == s0 - 5:
+                continue  # a zero divisor
+            values = {"s0": a, "s1": b}
+            torch_value = converted.xreplace({s: sympy.Integer(values[s.name]) for s in converted.free_symbols})
+            assert torch_value == evaluate(expr, values), (expr, values)
 
 
 UNMAPPABLE = [
