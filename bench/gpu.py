@@ -4,7 +4,9 @@ On one GPU (``--device cuda``, the default) it runs two worlds: a NCCL world of 
 ranks sharing the GPU over ``cpu:gloo,cuda:gloo`` (NCCL refuses two ranks on one device; gloo
 moves the CUDA tensors, so the CUDA code paths run with collectives, not NCCL itself). In each
 world it measures the machine (:func:`planner.calibrate`, the figures the plans are priced
-with; where it fails, the error is recorded and the preset is used), then for each decoder (:class:`lowering.examples.Decoder`: the demo's, and one of about
+with; where it fails, the error is recorded and the preset is used) beside the rates of one
+large product and one large copy (``REFERENCE``), which calibrate's figures should come within
+2x of, then for each decoder (:class:`lowering.examples.Decoder`: the demo's, and one of about
 70M parameters, dim 1024, 4 layers, seq 256) on a ``(ranks,)`` mesh:
 
 * inference: ``lowering.parallelize`` with the batch dynamic, called at 6 batch sizes; each
@@ -62,6 +64,8 @@ WORLDS = {"cuda": {"nccl-1": ("nccl", 1), "gloo-shared-2": ("cpu:gloo,cuda:gloo"
           "cpu": {"gloo-1": ("gloo", 1), "gloo-2": ("gloo", 2)}}
 HARDWARE = {"cuda": "h100-nvlink", "cpu": "cpu-gloo"}  # the preset reported beside calibrate's figures (and used
 # for planning where calibrate failed)
+REFERENCE = {"cuda": (8192, 1 << 30), "cpu": (512, 1 << 24)}  # a large product's side and a large copy's bytes: the
+# rates calibrate's growing probes should come within 2x of (an H100: about 790e12 FLOP/s bf16, 3e12 B/s)
 
 
 def _device() -> Any:
@@ -209,12 +213,48 @@ def _rank(rank: int, config: dict[str, int], batch_sizes: list[int], hardware_js
     return report
 
 
-def _calibrate(rank: int) -> str:
+def _reference_rates(device: Any, side: int, nbytes: int) -> dict[str, float]:
+    """This device's rates at one large size: a ``side``-square product (FLOP/s, fp32 and bf16) and
+    a copy of ``nbytes`` (bytes read and written per second), each the mean of 10 calls after 3."""
+    import torch
+
+    def rate(call: Any, work: float) -> float:
+        for _ in range(3):
+            call()
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(10):
+            call()
+        _sync(device)
+        return 10 * work / (time.perf_counter() - start)
+
+    rates = {}
+    for dtype, name in ((torch.float32, "flops_fp32"), (torch.bfloat16, "flops_bf16")):
+        a = torch.randn(side, side, device=device, dtype=dtype)
+        rates[name] = rate(lambda: a @ a, 2.0 * side**3)
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    rates["copy_bytes_per_s"] = rate(lambda: target.copy_(source), 2.0 * nbytes)
+    return rates
+
+
+def _calibrate(rank: int, reference: tuple[int, int]) -> tuple[str, dict[str, float]]:
+    """calibrate's figures on this world's mesh, and this rank's rates at the large ``reference``
+    sizes (every rank measuring at once, as calibrate's probes do)."""
     import torch.distributed as dist
 
     import planner
 
-    return planner.calibrate((dist.get_world_size(),)).to_json()
+    hardware = planner.calibrate((dist.get_world_size(),))
+    dist.barrier()
+    return hardware.to_json(), _reference_rates(_device(), *reference)
+
+
+def _against_reference(hardware: dict[str, Any], reference: dict[str, float]) -> dict[str, float]:
+    """calibrate's figures over the rates at the large sizes (1.0: calibrate reads the large rate)."""
+    return {"flops": hardware["flops"] / reference["flops_bf16"],
+            "flops_fp32": hardware["flops_fp32"] / reference["flops_fp32"],
+            "memory_bandwidth": hardware["memory_bandwidth"] / reference["copy_bytes_per_s"]}
 
 
 def _checks(model: dict[str, Any]) -> dict[str, bool]:
@@ -273,8 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         report["worlds"][world_name] = entry
         print(f"{world_name}: calibrate on {ranks} rank(s) over {backend}", flush=True)
         try:
-            hardware_json = launch(_calibrate, ranks, backend=backend, timeout=args.timeout)[0]
+            measured = launch(functools.partial(_calibrate, reference=REFERENCE[args.device]), ranks,
+                              backend=backend, timeout=args.timeout)
+            hardware_json = measured[0][0]
             entry["calibrated"] = json.loads(hardware_json)
+            entry["reference_rates"] = [rates for _, rates in measured]
+            entry["calibrated_over_reference"] = _against_reference(entry["calibrated"], measured[0][1])
         except Exception as error:  # noqa: BLE001 - recorded in the report; the models are planned with the preset
             entry["calibrated"] = {"error": f"{type(error).__name__}: {error}"}
             hardware_json = HARDWARE_PRESETS[HARDWARE[args.device]].to_json()

@@ -53,6 +53,9 @@ def test_the_cpu_run_passes_every_check_and_writes_one_report(tmp_path):
     for world in report["worlds"].values():
         hardware = world["calibrated"]
         assert all(hardware[k] > 0 for k in ("flops", "flops_fp32", "memory_bandwidth", "launch"))
+        assert len(world["reference_rates"]) == world["ranks"]
+        assert set(world["calibrated_over_reference"]) == {"flops", "flops_fp32", "memory_bandwidth"}
+        assert all(ratio > 0 for ratio in world["calibrated_over_reference"].values())
         assert set(world["models"]) == {"demo"}  # the other model runs the same code at another size
         for model in world["models"].values():
             assert all(model["checks"].values()) and len(model["ranks"]) == world["ranks"]
