@@ -210,13 +210,18 @@ def _to_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
         # torch's Mod claims a nonnegative result: true of Python's % when the divisor is.
         return T.Mod(p, q) if q.is_nonnegative else T.PythonMod(p, q)
 
-    def floor_div(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
-        # torch's rules assume a positive divisor: (x // y) // b becomes x // (y*b), a common factor
-        # (-1 too) cancels, so a // of a // by a b that may be negative would not keep its value
-        if not b.is_nonnegative and a.has(T.FloorDiv):
-            raise _NotExactInTorch(f"torch's FloorDiv assumes a positive divisor, and {b} may be negative "
-                                   f"while {a} holds a FloorDiv that torch would merge with it")
-        return T.FloorDiv(a, b)
+    def unmerged(division: type) -> Callable[[sympy.Basic, sympy.Basic], sympy.Basic]:
+        # torch's FloorDiv rules (CleanDiv's too: a FloorDiv that divides exactly) assume a positive
+        # divisor: (x // y) // b becomes x // (y*b), a common factor (-1 too) cancels, so a // of a //
+        # by a b that may be negative would not keep its value
+        def convert(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
+            if not b.is_nonnegative and a.has(T.FloorDiv):
+                raise _NotExactInTorch(f"torch's {division.__name__} assumes a positive divisor, and {b} may be "
+                                       f"negative while {a} holds a FloorDiv that torch would merge with it")
+            return division(a, b)
+        return convert
+
+    floor_div = unmerged(T.FloorDiv)
 
     def ceil_div(a: sympy.Basic, b: sympy.Basic) -> sympy.Basic:
         # torch's CeilDiv rewrites itself to FloorDiv(a + b - 1, b), exact only for b > 0: that form
@@ -229,7 +234,7 @@ def _to_torch_table() -> dict[type, Callable[..., sympy.Basic]]:
     table.update(
         {
             F.FloorDiv: floor_div,
-            F.CleanDiv: T.CleanDiv,
+            F.CleanDiv: unmerged(T.CleanDiv),
             F.CeilDiv: ceil_div,
             F.Mod: mod,
             F.PythonMod: T.PythonMod,
@@ -273,10 +278,10 @@ def to_torch(
     Python's ``%`` is nonnegative, as torch's ``Mod`` claims) and ``PythonMod`` otherwise;
     ``CeilDiv(a, b)`` becomes ``FloorDiv(a + b - 1, b)`` where ``b`` is positive under those
     assumptions, else ``-FloorDiv(-a, b)``; ``Pow`` stays sympy's. Values are preserved where the
-    symbols are what torch assumes. A ``//`` of an expression holding a ``//``, by a divisor not
-    nonnegative under those assumptions, raises :class:`UnmappableExpressionError`: torch's rules,
-    made for positive divisors, would make ``(s1 // 2) // (s0 - 5)`` into ``s1 // (2*s0 - 10)``
-    (-2, not -1, at ``s0 = 2, s1 = 7``). torch simplifies as it builds, under its symbols'
+    symbols are what torch assumes. A ``//`` (``FloorDiv`` or ``CleanDiv``) of an expression
+    holding a ``//``, by a divisor not nonnegative under those assumptions, raises
+    :class:`UnmappableExpressionError`: torch's rules, made for positive divisors, would make
+    ``(s1 // 2) // (s0 - 5)`` into ``s1 // (2*s0 - 10)`` (-2, not -1, at ``s0 = 2, s1 = 7``). torch simplifies as it builds, under its symbols'
     assumptions: a divisor that folds to zero there (``s0 // (0 // s0)``) raises
     ``ZeroDivisionError``.
     """

@@ -138,14 +138,16 @@ def test_to_torch_then_back_keeps_the_value(claim, values):
     assert evaluate(back, values) == ours
 
 
-def test_a_floor_division_of_one_by_a_divisor_that_may_be_negative_is_refused_not_merged():
+@pytest.mark.parametrize("division", [F.FloorDiv, F.CleanDiv])
+def test_a_floor_division_of_one_by_a_divisor_that_may_be_negative_is_refused_not_merged(division):
     """torch's rules merge ``(x // y) // b`` into ``x // (y*b)``, exact only for ``b >= 0``: where
-    ``b`` may be negative the conversion is refused (it read -2 for -1 at s0 = 2, s1 = 7)."""
+    ``b`` may be negative the conversion is refused (it read -2 for -1 at s0 = 2, s1 = 7, where
+    s0 - 5 divides s1 // 2: a CleanDiv too)."""
     s0, s1, u0 = int_symbol("s0"), int_symbol("s1"), int_symbol("u0")
     for divisor in (s0 - 5, u0, -s0):
         with pytest.raises(UnmappableExpressionError, match=f"{re.escape(str(divisor))} may be negative"):
-            to_torch(F.FloorDiv(F.FloorDiv(s1, 2), divisor))
-    for expr in (F.FloorDiv(F.FloorDiv(s1, 2), s0), F.FloorDiv(s1, s0 - 5), F.FloorDiv(F.FloorDiv(s1, 2), s0 + 3)):
+            to_torch(division(F.FloorDiv(s1, 2), divisor))
+    for expr in (division(F.FloorDiv(s1, 2), s0), division(s1, s0 - 5), division(F.FloorDiv(s1, 2), s0 + 3)):
         converted = to_torch(expr)
         for a, b in itertools.product(range(1, 9), range(1, 9)):
             if a == 5 and expr.args[1] == s0 - 5:
