@@ -183,7 +183,7 @@ def _whole_size(size: Any, dim: int, axis: int, state: Placements, groups: MeshG
                             "held whole; only sizes born whole (nonzero, masking) can be split unevenly")
     for b in range(axis):
         if state[b] == Shard(dim):
-            index = coordinate[b] if coordinate is not None else groups.coordinate[b]
+            index = coordinate.select(0, b) if coordinate is not None else groups.coordinate[b]
             size = pieces_of.piece_length(size, groups.axis_size(b), pieces_of.rank_of(index, groups.axis_size(b)))
     return size
 
@@ -208,7 +208,7 @@ def apply_step(x: torch.Tensor, step: StepLike, state: Placements, groups: MeshG
         return x, new_state
     uneven = uneven or {}
     moved = {p.dim for p in (step.src, step.dst) if isinstance(p, Shard)} & uneven.keys()
-    index = coordinate[axis] if coordinate is not None else groups.coordinate[axis]
+    index = coordinate.select(0, axis) if coordinate is not None else groups.coordinate[axis]
     if moved and step.kind == "all_to_all":
         y, middle = apply_step(x, Step(axis, "all_gather", step.src, Replicate()), state, groups, where, coordinate, uneven)
         return apply_step(y, Step(axis, "chunk", Replicate(), step.dst), middle, groups, where, coordinate, uneven)

@@ -113,8 +113,8 @@ def _at(program: LocalProgram, values: Mapping[str, int], example: Sequence[Any]
         return int(expr.xreplace({s: values[names[s.name]] for s in expr.free_symbols}))
 
     with FakeTensorMode():
-        return [torch.empty_strided([number(n) for n in x.shape], [number(n) for n in x.stride()], dtype=x.dtype)
-                if isinstance(x, torch.Tensor) else number(x) for x in example]
+        return [torch.empty_strided([number(n) for n in x.shape], [number(n) for n in x.stride()], dtype=x.dtype,
+                                    device=x.device) if isinstance(x, torch.Tensor) else number(x) for x in example]
 
 
 def _saved_as_returned(partitioned: Partitioned, forward_strides: Sequence[Any]) -> list[Any]:

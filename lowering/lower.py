@@ -124,10 +124,11 @@ class LocalProgram:
     def symbols(self) -> tuple[LocalSymbol, ...]:
         return self.localizer.symbols
 
-    @property
+    @functools.cached_property
     def coordinate(self) -> torch.Tensor:
-        """This rank's mesh coordinate, the program's last input."""
-        return torch.tensor(self.groups.coordinate, dtype=torch.int64)
+        """This rank's mesh coordinate, the program's last input (on the mesh's device, made once:
+        a copy to an accelerator at every call would wait for it)."""
+        return torch.tensor(self.groups.coordinate, dtype=torch.int64, device=self.groups.device)
 
     def __call__(self, symbol_values: Sequence[int], tensors: Sequence[torch.Tensor]) -> list[Any]:
         """Run the local graph eagerly (no compile)."""
@@ -427,7 +428,7 @@ class _ShapeArguments:
             return _aten.arange.start_step, [start, start + length * step, step], _unchanged
         piece: Any = 0
         for a in offset:  # outer axis first
-            piece = piece * mesh.shape[a] + coordinate[a]
+            piece = piece * mesh.shape[a] + coordinate.select(0, a)
         return (_aten.arange.start_step, [start, start + length * step, step],
                 lambda local: local + (piece * length * step).to(local.dtype))
 
@@ -535,10 +536,11 @@ class _Replay:
 
         names = [s.name for s in self.localizer.symbols]
         example_symbols = [self.symbols.symints[n] for n in names]
+        device = self.groups.device  # the program runs there: Inductor compiles for the device it is traced on
         with self.symbols.fake_mode:
-            example_tensors = [torch.empty([to_symint(e, self.symbols.symints) for e in i.local_shape], dtype=i.dtype)
-                               for i in self.inputs]
-            example_tensors.append(torch.empty(self.plan.mesh.ndim, dtype=torch.int64))
+            example_tensors = [torch.empty([to_symint(e, self.symbols.symints) for e in i.local_shape], dtype=i.dtype,
+                                           device=device) for i in self.inputs]
+            example_tensors.append(torch.empty(self.plan.mesh.ndim, dtype=torch.int64, device=device))
 
         def local_program(*flat: Any) -> list[Any]:
             *tensors, coordinate = flat[len(names):]
@@ -594,7 +596,7 @@ class _Replay:
 
         args, kwargs = map_arg((node.args, node.kwargs), fetch)
         if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type == "meta":
-            kwargs = {**kwargs, "device": torch.device(self.groups.device_mesh.device_type)}  # traced on meta
+            kwargs = {**kwargs, "device": self.groups.device}  # traced on meta
         target, args, adjust = self.arguments.localize(node, list(args), symint, coordinate)
         if node.target in _WHOLE_DIM and operands:
             self.checks.whole_dims(node, args, kwargs, operands)
@@ -606,7 +608,8 @@ class _Replay:
         elif experts is not None:
             axis, run = experts
             # where each rank routes its own tokens, its sorted rows are all its own: the block at 0
-            block = coordinate[axis] * 0 if axis in _per_token_axes(self.plan, node.name) else coordinate[axis]
+            block = coordinate.select(0, axis)
+            block = block * 0 if axis in _per_token_axes(self.plan, node.name) else block
             result = run(args, self.groups.axis_size(axis), self.groups.group_name(axis), block)
         elif table is not None:
             axis, run = table

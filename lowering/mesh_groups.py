@@ -8,7 +8,9 @@ Lowered graphs refer to groups by that name, so all ranks compile the same graph
 share one compile cache entry.
 
 The ``DeviceMesh`` is on the device the default group's backend runs collectives on
-(:func:`device_type`: gloo → ``cpu``, nccl → ``cuda``), so the same code runs on gloo and NCCL.
+(:func:`device_type`: gloo → ``cpu``, nccl → ``cuda``), so the same code runs on gloo and NCCL;
+this rank's tensors are on that type's current device (:func:`rank_device`: ``cuda:1`` on rank 1
+of ``lowering.launch``), where the lowered program is traced and compiled too.
 
 Groups are created once per process and mesh; creating them is a collective over the default
 group (every rank must ask for the same meshes in the same order).
@@ -22,19 +24,23 @@ from typing import TYPE_CHECKING, Any
 from planner import Mesh
 
 if TYPE_CHECKING:
+    import torch
     from torch.distributed.device_mesh import DeviceMesh
 
-__all__ = ["MeshGroups", "device_type", "mesh_groups"]
+__all__ = ["MeshGroups", "device_type", "mesh_groups", "rank_device"]
 
 
 @dataclass(frozen=True)
 class MeshGroups:
-    """This rank's view of a mesh: its coordinate and the group name of each axis."""
+    """This rank's view of a mesh: its coordinate, the group name of each axis, and the device its
+    tensors are on (every tensor a program of the mesh creates or takes: its inputs, its factory
+    ops, the coordinate it reads)."""
 
     mesh: Mesh
     device_mesh: DeviceMesh
     coordinate: tuple[int, ...]
     group_names: tuple[str, ...]
+    device: torch.device
 
     def group_name(self, axis: int) -> str:
         return self.group_names[axis]
@@ -69,6 +75,16 @@ def device_type(backend: str) -> str:
     return (default_for or supported)[0]
 
 
+def rank_device(device_type: str) -> torch.device:
+    """This rank's device of ``device_type``: an accelerator's current device (``lowering.launch``
+    makes rank ``r``'s current before its group starts), else the device type itself (``cpu``)."""
+    import torch
+
+    if device_type in ("cpu", "meta"):
+        return torch.device(device_type)
+    return torch.device(device_type, torch.get_device_module(device_type).current_device())
+
+
 def mesh_groups(mesh: Mesh) -> MeshGroups:
     """The groups of ``mesh`` for this rank (created on first use; a collective).
 
@@ -99,5 +115,6 @@ def mesh_groups(mesh: Mesh) -> MeshGroups:
             names.append(name)
         coordinate = device_mesh.get_coordinate()
         assert coordinate is not None
-        _CACHE[key] = MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(names))
+        _CACHE[key] = MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(names),
+                                 rank_device(device_mesh.device_type))
     return _CACHE[key]

@@ -621,7 +621,7 @@ class ParallelModule(nn.Module):
             grad = grads[index]
             if grad is None:
                 shape = [int(evaluate(e, values)) for e in local_input.local_shape]
-                tangents.append(torch.zeros(shape, dtype=local_input.dtype))
+                tangents.append(torch.zeros(shape, dtype=local_input.dtype, device=self.groups.device))
                 continue
             if tuple(grad.placements) != tuple(local_input.placements):
                 grad = grad.redistribute(self.groups.device_mesh, local_input.placements)

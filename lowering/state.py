@@ -55,7 +55,7 @@ def _placed(tensor: torch.Tensor, placements: tuple[Any, ...], groups: MeshGroup
     tensor on a mesh of one device)."""
     with torch.no_grad():
         piece = local_shard(tensor.detach(), placements, groups)
-        piece = torch.empty_like(piece, device="cpu") if piece.is_meta else piece.clone()
+        piece = torch.empty_like(piece, device=groups.device) if piece.is_meta else piece.clone()
     if is_whole(groups):
         return piece
     return DTensor.from_local(piece, groups.device_mesh, placements, run_check=False, shape=tensor.shape,

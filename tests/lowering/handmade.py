@@ -44,14 +44,15 @@ def handmade_plan(gm, mesh: Mesh, placements: Mapping[str, str], *, redistributi
     )
 
 
-def rank_view(mesh: Mesh, coordinate: Sequence[int]) -> MeshGroups:
+def rank_view(mesh: Mesh, coordinate: Sequence[int], device: torch.device = torch.device("cpu")) -> MeshGroups:
     """The mesh as the rank at ``coordinate`` sees it, with no process group behind it: what
     needs no communication (sharding, registering DTensors, programs without collectives) runs
-    in this process as that rank."""
+    in this process as that rank, its tensors on ``device`` (another than the CPU: programs
+    lowered for it are traced on fake tensors there, never run)."""
     rank = sum(c * math.prod(mesh.shape[a + 1:]) for a, c in enumerate(coordinate))
     device_mesh = DeviceMesh("cpu", torch.arange(mesh.size).reshape(mesh.shape), mesh_dim_names=mesh.axis_names,
                              _init_backend=False, _rank=rank)
-    return MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(_group_name(name) for name in mesh.axis_names))
+    return MeshGroups(mesh, device_mesh, tuple(coordinate), tuple(_group_name(name) for name in mesh.axis_names), device)
 
 
 def _group_name(axis_name: str) -> str:

@@ -120,7 +120,7 @@ def test_functional_collectives_compile_once_with_dynamic_shapes_on_gloo():
 @pytest.mark.parametrize("shape, placements", [((9, 4), (S0, R)), ((6, 4), (S0, S0)), ((8, 3), (R, S1))])
 def test_a_size_the_mesh_does_not_divide_is_refused_instead_of_cut_short(shape, placements):
     # local_shard reads only this rank's coordinate: no process group needed
-    groups = MeshGroups(MESH, None, (1, 1), ("dp", "tp"))
+    groups = MeshGroups(MESH, None, (1, 1), ("dp", "tp"), torch.device("cpu"))
     with pytest.raises(ValueError, match="does not split into 2 equal pieces"):
         local_shard(torch.zeros(shape), placements, groups)
 
@@ -133,7 +133,7 @@ def test_a_step_over_a_mesh_axis_of_size_one_runs_nothing(step):
     # one rank's piece is the whole tensor and its partial the whole sum: no collective, no mask, no copy;
     # the group's name is not even looked up (no process group exists here). Traced as lower() traces it,
     # with the mesh coordinate an input of the program
-    groups = MeshGroups(Mesh((2, 1), ("dp", "one")), None, (1, 0), ("dp", "no group"))
+    groups = MeshGroups(Mesh((2, 1), ("dp", "one")), None, (1, 0), ("dp", "no group"), torch.device("cpu"))
     x, coordinate = torch.randn(4, 6), torch.tensor([1, 0])
     traced = make_fx(lambda t, c: apply_steps(t, [step], (S0, step.src), (S0, step.dst), groups, coordinate=c))(
         x, coordinate)
@@ -143,6 +143,6 @@ def test_a_step_over_a_mesh_axis_of_size_one_runs_nothing(step):
 
 def test_an_ops_own_all_reduce_over_a_mesh_axis_of_size_one_runs_nothing():
     # a batch norm's synced statistics on a hand-made plan that splits the batch on a size-1 axis
-    groups = MeshGroups(Mesh((2, 1), ("dp", "one")), None, (1, 0), ("dp", "no group"))
+    groups = MeshGroups(Mesh((2, 1), ("dp", "one")), None, (1, 0), ("dp", "no group"), torch.device("cpu"))
     x = torch.randn(3)
     assert all_reduce_over(x, [1], groups) is x

@@ -1,8 +1,10 @@
-"""The device a mesh's groups run on comes from the process group's backend, not a fixed "cpu"."""
+"""The device a mesh's groups run on comes from the process group's backend, not a fixed "cpu";
+a rank's tensors are on that type's current device."""
 
 import pytest
+import torch
 
-from lowering.mesh_groups import device_type
+from lowering.mesh_groups import device_type, rank_device
 
 
 @pytest.mark.parametrize("backend, device", [
@@ -19,3 +21,9 @@ def test_device_type_follows_the_backend(backend, device):
 def test_a_backend_torch_does_not_know_is_refused_by_name():
     with pytest.raises(ValueError, match="'no-such-backend' runs on no device"):
         device_type("no-such-backend")
+
+
+def test_a_ranks_device_is_the_accelerators_current_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # as lowering.launch makes it on rank 3
+    assert rank_device("cuda") == torch.device("cuda", 3)
+    assert rank_device("cpu") == torch.device("cpu")
