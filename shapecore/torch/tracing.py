@@ -74,6 +74,28 @@ def _is_model_code(filename: str) -> bool:
     return not any(under(root) for spec in packages if spec is not None for root in spec.submodule_search_locations or ())
 
 
+_LIBRARY_BRANCHES = {  # a library file whose data-dependent branch its own release fixed: what to do instead
+    ("transformers", "integrations", "moe.py"):
+        "transformers before 5.23 computes a mixture of experts' grouped product backward on the CPU "
+        "(grouped_mm_fallback) as a Python loop that branches on each expert's routed count: upgrade transformers to "
+        "5.23 or later, where that backward is one custom op",
+}
+_GENERIC_ADVICE = (
+    "Make the control flow independent of the data: a transformers mixture of experts takes "
+    "experts_implementation=\"grouped_mm\" or \"batched_mm\" in its config (not \"eager\"); in your own code, state "
+    "what always holds with torch._check(...) before the branch, or take it the same way for every size with "
+    "torch.fx.experimental.symbolic_shapes.guard_or_false(...) (or guard_or_true)")
+
+
+def _advice(filename: str) -> str:
+    """What to change for a data-dependent branch in ``filename``."""
+    import os
+
+    parts = tuple(os.path.normpath(filename).split(os.sep))
+    return next((advice for ending, advice in _LIBRARY_BRANCHES.items() if parts[-len(ending):] == ending),
+                _GENERIC_ADVICE)
+
+
 @contextlib.contextmanager
 def _branches_named() -> Iterator[None]:
     """Turn torch's error for a branch on data-dependent values into :class:`DataDependentBranchError`."""
@@ -92,11 +114,8 @@ def _branches_named() -> Iterator[None]:
         condition = str(error.cond) if hasattr(error, "cond") else str(error).splitlines()[0]
         raise DataDependentBranchError(
             f"the forward branches on {condition}, a value only the data decides (a count of routed tokens, say), at "
-            f"{where}" + (f": {line}" if line else "") + ". One trace cannot hold for every input there. Make the "
-            "control flow independent of the data: a transformers mixture of experts takes "
-            "experts_implementation=\"grouped_mm\" or \"batched_mm\" in its config (not \"eager\"); in your own code, state "
-            "what always holds with torch._check(...) before the branch, or take it the same way for every size with "
-            "torch.fx.experimental.symbolic_shapes.guard_or_false(...) (or guard_or_true)"
+            f"{where}" + (f": {line}" if line else "") + ". One trace cannot hold for every input there. "
+            + _advice(model[-1][0] if model else "")
         ) from error
 
 

@@ -231,6 +231,30 @@ def test_a_branch_on_a_data_dependent_count_is_an_error_naming_the_models_line_a
         trace_for_planning(_ExpertLoop(), (torch.randn(6, 8),), dynamic_shapes=({0: Dim("batch")},))
 
 
+def test_a_branch_in_transformers_own_grouped_product_before_5_23_says_to_upgrade_it(tmp_path):
+    """transformers before 5.23 ran grouped_mm_fallback's backward as a loop that skips an expert with
+    no rows (``if start == end: continue``): the file's branch gets that advice, not the generic one."""
+    import importlib.util
+
+    source = tmp_path / "transformers" / "integrations" / "moe.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def rows_per_expert(x, counts):\n    start, out = 0, []\n    for end in counts.cumsum(0).tolist():\n"
+                      "        if start == end:\n            continue\n        out.append(x[start:end].sum(0))\n"
+                      "        start = end\n    return sum(out)\n")
+    spec = importlib.util.spec_from_file_location("old_transformers_moe", source)
+    moe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(moe)
+
+    class Experts(torch.nn.Module):
+        def forward(self, x):
+            return moe.rows_per_expert(x, torch.bincount(x[:, 0].long().clamp(0, 3), minlength=4))
+
+    with pytest.raises(DataDependentBranchError, match=r"integrations/moe\.py:\d+: .*transformers before "
+                                                       r"5\.23 .*upgrade transformers to 5\.23 or later") as info:
+        trace_for_planning(Experts(), (torch.randn(6, 8),), dynamic_shapes=({0: Dim("batch")},))
+    assert "experts_implementation" not in str(info.value)
+
+
 def test_transformers_eager_expert_loop_is_an_error_naming_its_line():
     import transformers
 
