@@ -26,7 +26,7 @@ every rank gets the same ``Hardware`` back (each figure is the slowest rank's). 
   add issued back to back, what a local step of a redistribution costs before it moves a byte.
   A collective costs at least that much whatever its size, so the fitted fixed cost of each is
   never below it, and among plans moving the same bytes the one with fewer collectives wins;
-* the memory per device (the accelerator's, or this host's RAM shared by its ranks) and how
+* the memory per rank (the accelerator's, or this host's RAM, shared by the ranks on it) and how
   many ranks share a host (``devices_per_node``).
 
 It uses the public ``torch.distributed`` collectives, on the device the backend runs on
@@ -122,7 +122,9 @@ def calibrate(
                               for dtype in (torch.float32, torch.bfloat16))
     memory_bandwidth = _saturating(probe(functools.partial(_elementwise, device=device)), lambda size: 3.0 * size,
                                    elementwise_bytes, max_elementwise_bytes, tolerance, window)
-    ranks_per_host = _ranks_per_host()
+    host = socket.gethostname()
+    ranks_per_host = _most_sharing(host)
+    ranks_per_device = ranks_per_host if device.type == "cpu" else _most_sharing((host, device.index))
 
     links, k = [], 0
     for axis in range(planning.ndim):
@@ -141,7 +143,7 @@ def calibrate(
         flops=flops_bf16,
         flops_fp32=flops_fp32,
         memory_bandwidth=memory_bandwidth,
-        memory=_memory_per_device(device, ranks_per_host),
+        memory=_memory_per_device(device, ranks_per_device),
         intra_bandwidth=bandwidth,
         intra_latency=latency,
         inter_bandwidth=bandwidth,
@@ -342,19 +344,21 @@ def _fit(kind: str, n: int, sizes: Sequence[int], seconds: Sequence[float], laun
     return float(intercept / (_HOPS[kind] * (n - 1))), float(1.0 / slope)
 
 
-def _ranks_per_host() -> int:
-    """How many ranks of the default group run on this host."""
+def _most_sharing(key: Any) -> int:
+    """The most ranks of the default group that give the same ``key`` (a host; a host's device):
+    the same count on every rank."""
     import torch.distributed as dist
 
-    hosts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, socket.gethostname())
-    return max(hosts.count(h) for h in set(hosts))
+    keys: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(keys, key)
+    return max(keys.count(k) for k in keys)
 
 
-def _memory_per_device(device: Any, ranks_per_host: int) -> float:
-    """Bytes one device holds: the accelerator's memory, or this host's RAM shared by its ranks."""
+def _memory_per_device(device: Any, sharing: int) -> float:
+    """Bytes one rank's device holds: the accelerator's memory, or this host's RAM, shared by the
+    ``sharing`` ranks on it (2 ranks on one GPU over ``cpu:gloo,cuda:gloo`` hold half each)."""
     import torch
 
     if device.type == "cuda":
-        return float(torch.cuda.get_device_properties(device).total_memory)
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / ranks_per_host
+        return float(torch.cuda.get_device_properties(device).total_memory) / sharing
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / sharing

@@ -16,7 +16,7 @@ from torch.export import Dim
 import planner
 from lowering import launch
 from planner import HARDWARE_PRESETS, AlphaBetaCostModel, Hardware, LinkCost, Mesh
-from planner.calibrate import KINDS, _device_type, _fit, _mean_over, _saturating, _time_after
+from planner.calibrate import KINDS, _device_type, _fit, _mean_over, _memory_per_device, _saturating, _time_after
 from tests.planner.models import MLP, on_meta
 
 MEASURED = dataclasses.replace(
@@ -174,6 +174,15 @@ def test_the_fastest_probe_counts_when_a_larger_one_is_slower():
                                              ("cpu:gloo,cuda:gloo", "cuda")])
 def test_the_device_measured_is_the_one_the_backend_computes_on(backend, device):
     assert _device_type(backend) == device  # two ranks sharing a GPU over gloo measure the GPU
+
+
+def test_ranks_sharing_a_device_each_get_their_share_of_its_memory(monkeypatch):
+    """Two ranks on one GPU (``cpu:gloo,cuda:gloo``) each read the whole card's memory on an H200
+    (150e9 bytes): a plan for that budget on both would need the card twice."""
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("Props", (), {"total_memory": 150e9}))
+    assert _memory_per_device(torch.device("cuda", 0), 1) == 150e9
+    assert _memory_per_device(torch.device("cuda", 0), 2) == 75e9
+    assert _memory_per_device(torch.device("cpu"), 2) == _memory_per_device(torch.device("cpu"), 1) / 2
 
 
 def test_calibrate_needs_a_process_group():
