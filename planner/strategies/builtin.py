@@ -30,7 +30,7 @@ understood symbolically (the flattened dim may be split exactly where ``s0`` is)
   ``cat``, ``stack``, ``split``/``split_with_sizes``/``chunk``/``unbind``; the scaled-dot-product-attention family
   (batch and heads); ``convolution`` and its backward; pooling (``max_pool``/``avg_pool`` over 1, 2
   or 3 spatial dims, adaptive average pooling over 2 or 3, and the backwards of those over 2 or 3: the batch and the channels,
-  which DTensor covers only from torch 2.12); factory ops.
+  which DTensor covers only from torch 2.12); factory ops and ``fill`` (split as its operand).
 
 Batch norm (``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
 ``native_batch_norm_backward``) splits channels (statistics and affine parameters split with
@@ -211,6 +211,15 @@ def _copy_like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
 def _like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     out = node.output
     return [_replicate_all(node)] + [AxisRule((Shard(d),), (Shard(d),), f"S{d}") for d in range(out.ndim)]
+
+
+@_rule("fill")
+def _fill(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
+    """``fill(x, value)``: ``x``'s shape, every element ``value`` (a scalar, or a 0-d tensor taken
+    whole): split as ``x`` is, whose values it never reads."""
+    out = node.output
+    value = (R,) * (len(node.operands) - 1)
+    return [_replicate_all(node)] + [AxisRule((Shard(d),), (Shard(d), *value), f"S{d}") for d in range(out.ndim)]
 
 
 @_rule("zeros", "ones", "full", "empty", "new_zeros", "new_ones", "new_full", "new_empty", "empty_strided",

@@ -94,6 +94,7 @@ CASES = {
     "index_add": (lambda x, i, j, s: x.index_add(1, i, s, alpha=2.0) + x.index_add(1, i[:2], s[:, :2])
                   + x.index_add(-1, j, x[:, :, :2]),
                   (real(4, 8, 4), torch.randint(0, 8, (4,)), torch.randint(0, 4, (2,)), real(4, 4, 4))),
+    "fill": (lambda x, v: torch.ops.aten.fill(x, 2.0) * x + torch.ops.aten.fill(x, v), (real(4, 4, 8), real(()))),
     "reductions": (lambda x: x.sum((0, 2), keepdim=True) + x.mean(1, keepdim=True) + x.sum(), (real(4, 4, 8),)),
     "cat_split": (lambda x, y: torch.cat([x, y], 1).split([4, 8], dim=1)[1] + torch.chunk(y, 2, 2)[0].repeat(1, 1, 2), (real(4, 4, 8), real(4, 8, 8))),
     "stack_unbind": (lambda x, y: (torch.stack([x, y], 1).unbind(2)[1], torch.stack(x.unbind(0), 2)), (real(4, 4, 8), real(4, 4, 8))),

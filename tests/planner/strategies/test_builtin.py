@@ -33,6 +33,13 @@ def test_builtin_rules_compute_the_op(case):
     assert check_all(fn, args, BuiltinProvider()) > 0
 
 
+def test_fill_is_split_as_its_operand():
+    """``x.new_empty_strided(...).fill_(1.0)`` traces to ``fill`` in a training graph, which DTensor
+    keeps whole: a batch split met it as a conflict ("it may take only R")."""
+    fn, args = CASES["fill"]
+    assert check_all(fn, args, BuiltinProvider(), ops=["fill"]) >= 2 * 3  # per fill: its dims split, on (2,) and (2, 2)
+
+
 @pytest.mark.parametrize("case", ["linear", "norms", "embedding", "attention", "conv", "pooling", "softmax", "broadcast",
                                   "slicing", "index", "index_put", "scatter", "index_add"])
 def test_builtin_rules_compute_the_backward_ops(case):
