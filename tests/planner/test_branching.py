@@ -8,7 +8,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from planner import Mesh
@@ -43,18 +43,32 @@ def _mip_optimum(problem, budget: float) -> float:
 
 @settings(max_examples=10, deadline=None)
 @given(share=st.floats(0.0, 0.95), gap=st.sampled_from([0.0, 1e-4, 0.05, 0.3]))
+@example(share=0.2937443783534788, gap=0.0)  # the rounding leaves no plan: the MIP runs, and proves the same
 def test_a_budgeted_solve_searches_instead_of_the_mip_and_proves_what_the_mip_proves(training_mlp_2, share, gap):
     """Where the relaxation's bound does not prove the rounded plan, the search does (was: the MIP,
-    which ran out of time at the root on the LLaMA case): its bound is below the MIP's optimum, its
-    plan fits and is within ``gap`` of that optimum."""
+    which ran out of time at the root on the LLaMA case), and the MIP runs only where the rounding
+    found no plan: the bound is below the MIP's optimum, the plan fits and is within ``gap`` of it."""
     weights = training_mlp_2.points.weights
     budget = _budget(training_mlp_2, share)
     optimum = _mip_optimum(training_mlp_2, budget)
     model = IlpModel(training_mlp_2, memory_budget=budget, mip_gap=gap)
     relaxed = model.lower_bound(weights).value
     assert relaxed < optimum * (1 - 0.3)  # the relaxation alone proves nothing within these gaps
-    with mock.patch.object(IlpModel, "_optimize", side_effect=AssertionError("the MIP ran")):
+    rounded, mip_runs = [], []
+    relax_and_fix, optimize = IlpModel._relax_and_fix, IlpModel._optimize
+
+    def rounding(self, *args):
+        rounded.append(relax_and_fix(self, *args))
+        return rounded[-1]
+
+    def mip(self, *args):
+        mip_runs.append(args)
+        return optimize(self, *args)
+
+    with mock.patch.object(IlpModel, "_relax_and_fix", rounding), mock.patch.object(IlpModel, "_optimize", mip):
         solution = model.solve(weights)
+    # the MIP runs only where the rounding left no plan (share 0.2937, gap 0: from the basis lower_bound left)
+    assert rounded and (not mip_runs or rounded[-1] is None)
     assert solution.status == ("optimal" if solution.gap <= 1e-4 else "within mip_gap")
     assert relaxed * (1 - 1e-9) <= solution.bound <= optimum * (1 + 1e-9) <= solution.objective * (1 + 2e-9)
     assert solution.objective - optimum <= (gap + 1e-9) * solution.objective
