@@ -207,16 +207,9 @@ def _copy_like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
     return _pointwise(node, graph)
 
 
-@_rule("full_like", "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like")
+@_rule("full_like", "zeros_like", "ones_like", "empty_like", "rand_like", "randn_like", "fill")
 def _like(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
-    out = node.output
-    return [_replicate_all(node)] + [AxisRule((Shard(d),), (Shard(d),), f"S{d}") for d in range(out.ndim)]
-
-
-@_rule("fill")
-def _fill(node: GraphNode, graph: PlanGraph) -> list[AxisRule] | None:
-    """``fill(x, value)``: ``x``'s shape, every element ``value`` (a scalar, or a 0-d tensor taken
-    whole): split as ``x`` is, whose values it never reads."""
+    """``x``'s shape, values not read from ``x``: split as ``x`` is (``fill``'s 0-d value tensor whole)."""
     out = node.output
     value = (R,) * (len(node.operands) - 1)
     return [_replicate_all(node)] + [AxisRule((Shard(d),), (Shard(d), *value), f"S{d}") for d in range(out.ndim)]

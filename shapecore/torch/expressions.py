@@ -281,9 +281,9 @@ def to_torch(
     symbols are what torch assumes. A ``//`` (``FloorDiv`` or ``CleanDiv``) of an expression
     holding a ``//``, by a divisor not nonnegative under those assumptions, raises
     :class:`UnmappableExpressionError`: torch's rules, made for positive divisors, would make
-    ``(s1 // 2) // (s0 - 5)`` into ``s1 // (2*s0 - 10)`` (-2, not -1, at ``s0 = 2, s1 = 7``). torch simplifies as it builds, under its symbols'
-    assumptions: a divisor that folds to zero there (``s0 // (0 // s0)``) raises
-    ``ZeroDivisionError``.
+    ``(s1 // 2) // (s0 - 5)`` into ``s1 // (2*s0 - 10)`` (-2, not -1, at ``s0 = 2, s1 = 7``).
+    torch simplifies as it builds, under its symbols' assumptions: a divisor that folds to zero
+    there (``s0 // (0 // s0)``) raises ``ZeroDivisionError``.
     """
     known: dict[str, sympy.Symbol] | None = None
     if shape_env is not None or symbols is not None:
