@@ -432,18 +432,6 @@ class _Watched(MLP):
         return super().forward(x)
 
 
-@pytest.fixture
-def one_rank():
-    """A default process group of one gloo rank in this process."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 MISSPELT = r"ParallelModule\(\) got an unexpected keyword argument 'batch_size' \(did you mean 'batch_sizes'\?\); " \
            r"its options are the fields of planner.PlanOptions: hardware, batch_sizes, constraints"
 
