@@ -16,7 +16,8 @@ Both collectives are differentiable: the backward of each is the ``all_to_all`` 
 sizes swapped (``funcol.all_to_all_single_autograd``).
 
 Checked on every rank before any token moves: each rank's counts are non-negative and sum to
-its routed rows. A rank cannot raise alone (its peers would wait for it in the next collective),
+its routed rows (and, where a caller asks, that another condition of its own holds: ``agrees``).
+A rank cannot raise alone (its peers would wait for it in the next collective),
 so each rank sends its verdict along with its counts, and every rank checks all verdicts: a
 violation anywhere is the same ``ValueError`` on every rank, naming the ranks at fault. The
 check is an op of its own (``shapecore::all_counts_valid``: a runtime assert of a traced
@@ -34,18 +35,23 @@ import torch
 
 from lowering.collectives import waited
 
-__all__ = ["Dispatched", "combine", "dispatch", "serve"]
+__all__ = ["COUNTS_ERROR", "DISAGREE_ERROR", "Dispatched", "combine", "dispatch", "serve"]
 
 COUNTS_ERROR = ("expert dispatch: some rank's routed counts are negative or do not sum to its routed rows; "
                 "pass counts[e] = the number of rows routed to expert e, in the rows' (sorted) order")
+DISAGREE_ERROR = ("expert dispatch: some rank's per-expert table is indexed by expert ids that give its rows other "
+                  "experts than the grouped product's offsets do; the table's ids and the offsets must come from one routing")
+_VERDICTS = {0: (COUNTS_ERROR, "the counts"), 2: (DISAGREE_ERROR, "the ids")}  # verdict -> what failed (1: valid)
 
 
 @torch.library.custom_op("shapecore::all_counts_valid", mutates_args=())
 def _all_counts_valid(verdicts: torch.Tensor) -> torch.Tensor:
-    """1 (a 0-dim tensor of ``verdicts``' dtype) when every rank's verdict is 1; else a ValueError."""
-    failed = (verdicts != 1).nonzero().flatten().tolist()
+    """1 (a 0-dim tensor of ``verdicts``' dtype) when every rank's verdict is 1; else a ValueError
+    naming the ranks of each failed verdict (0: bad counts, 2: ``agrees`` false)."""
+    failed = {v: ranks for v in _VERDICTS if (ranks := (verdicts == v).nonzero().flatten().tolist())}
     if failed:
-        raise ValueError(f"{COUNTS_ERROR} (the counts of rank {', '.join(map(str, failed))} of the group)")
+        raise ValueError("; ".join(f"{_VERDICTS[v][0]} ({_VERDICTS[v][1]} of rank {', '.join(map(str, ranks))} of the group)"
+                                   for v, ranks in failed.items()))
     return verdicts.new_ones(())
 
 
@@ -72,31 +78,34 @@ class Dispatched:
     group: str
 
 
-def _exchange_counts(counts: torch.Tensor, rows: Any, ranks: int, group: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _exchange_counts(counts: torch.Tensor, rows: Any, ranks: int, group: str,
+                     agrees: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows this rank sends to each rank, counts received: ``[source rank, local expert]``),
-    both gated by every rank's verdict on its own counts (a ValueError on every rank if one fails)."""
+    both gated by every rank's verdict on its own counts and ``agrees`` (a ValueError on every rank if one fails)."""
     from shapecore.torch.private import functional_collectives as funcol
 
     local = counts.numel() // ranks
     sizes = counts.view(ranks, local)
-    verdict = ((counts >= 0).all() & (counts.sum() == rows)).to(counts.dtype)
+    counted = (counts >= 0).all() & (counts.sum() == rows)
+    verdict = (counted if agrees is None else torch.where(agrees, counted, 2)).to(counts.dtype)
     outgoing = torch.cat([sizes, verdict.expand(ranks, 1)], 1)
     incoming = waited(funcol.all_to_all_single(outgoing.flatten(), None, None, group)).view(ranks, local + 1)
     valid = _all_counts_valid(incoming[:, local])
     return sizes.sum(1) * valid, incoming[:, :local] * valid
 
 
-def _routes(counts: torch.Tensor, rows: Any, ranks: int, group: str) -> tuple[list[Any], list[Any], torch.Tensor]:
+def _routes(counts: torch.Tensor, rows: Any, ranks: int, group: str,
+            agrees: torch.Tensor | None = None) -> tuple[list[Any], list[Any], torch.Tensor]:
     """The rows this rank sends to each rank and receives from each (sizes), and the counts it
     receives (``[source rank, local expert]``), for ``rows`` rows sorted by expert (``counts[e]``
-    for expert ``e``) over the ``ranks`` ranks of ``group``."""
+    for expert ``e``) over the ``ranks`` ranks of ``group`` (``agrees``: see :func:`dispatch`)."""
     from shapecore.torch.private import check
 
     experts = counts.numel()
     if experts % ranks:
         raise ValueError(f"expert dispatch: {experts} experts do not split over {ranks} ranks; "
                          f"expert parallelism needs a number of experts divisible by the group size")
-    sending, incoming = _exchange_counts(counts, rows, ranks, group)
+    sending, incoming = _exchange_counts(counts, rows, ranks, group, agrees)
     sent, received = sending.tolist(), incoming.sum(1).tolist()
     check(sum(sent) == rows)
     # the last rank's rows as what the others leave (the same number, checked on every rank): the
@@ -112,13 +121,16 @@ def _received_experts(incoming: torch.Tensor, rows: Any) -> torch.Tensor:
     return torch.repeat_interleave(expert, incoming.flatten(), output_size=rows)
 
 
-def dispatch(tokens: torch.Tensor, counts: torch.Tensor, ranks: int, group: str) -> Dispatched:
+def dispatch(tokens: torch.Tensor, counts: torch.Tensor, ranks: int, group: str,
+             agrees: torch.Tensor | None = None) -> Dispatched:
     """Send each row of ``tokens`` (sorted by expert, ``counts[e]`` rows for expert ``e``) to the
-    rank of its expert, over the ``ranks`` ranks of ``group`` (a registered group name)."""
+    rank of its expert, over the ``ranks`` ranks of ``group`` (a registered group name); where
+    ``agrees`` (a boolean 0-dim tensor) is false on a rank, that rank's per-expert table disagrees
+    with the counts (:data:`DISAGREE_ERROR`, on every rank)."""
     from shapecore.torch.private import check
     from shapecore.torch.private import functional_collectives as funcol
 
-    sent, received, incoming = _routes(counts, tokens.size(0), ranks, group)
+    sent, received, incoming = _routes(counts, tokens.size(0), ranks, group, agrees)
     rows = waited(funcol.all_to_all_single_autograd(tokens.contiguous(), received, sent, group))
     # received by source rank, then local expert: group the rows by local expert, stably
     order = _received_experts(incoming, rows.size(0)).argsort(stable=True)

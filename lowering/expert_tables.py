@@ -30,10 +30,10 @@ import torch
 
 from lowering.expert_dispatch import dispatch, serve
 
-__all__ = ["EXPERT_TABLES"]
+__all__ = ["EXPERT_TABLES", "sorted_counts"]
 
 
-def _counts(ids: torch.Tensor, experts: int) -> torch.Tensor:
+def sorted_counts(ids: torch.Tensor, experts: int) -> torch.Tensor:
     """Rows per expert of ``ids`` sorted ascending: ``counts[e]`` of them equal ``e``."""
     bounds = torch.searchsorted(ids, torch.arange(experts + 1, device=ids.device, dtype=ids.dtype))
     return bounds[1:] - bounds[:-1]
@@ -42,14 +42,14 @@ def _counts(ids: torch.Tensor, experts: int) -> torch.Tensor:
 def _gather(args: list[Any], ranks: int, group: str) -> torch.Tensor:
     """``index(table [L, ...], [ids [S]])``: ``[S, ...]``, row ``i`` expert ``ids[i]``'s entry."""
     table, (ids,) = args[:2]
-    return serve(table, _counts(ids, table.size(0) * ranks), ids.size(0), ranks, group)
+    return serve(table, sorted_counts(ids, table.size(0) * ranks), ids.size(0), ranks, group)
 
 
 def _scatter(args: list[Any], ranks: int, group: str) -> torch.Tensor:
     """``index_put(base [L, ...], [ids [S]], rows [S, ...], accumulate=True)``: ``base`` plus, for each
     local expert, the sum of the rows routed to it from every rank of the group."""
     base, (ids,), rows = args[:3]
-    dispatched = dispatch(rows, _counts(ids, base.size(0) * ranks), ranks, group)
+    dispatched = dispatch(rows, sorted_counts(ids, base.size(0) * ranks), ranks, group)
     sums = [piece.sum(0) for piece in dispatched.tokens.split(dispatched.counts)]
     return base + torch.stack(sums).to(base.dtype)
 

@@ -27,7 +27,9 @@ node goes through these steps, one class each:
 5. **Batch statistics**: a training batch norm whose input the plan splits on the batch
    computes its statistics across the ranks (:mod:`lowering.sync_norm`); **expert
    parallelism**: a grouped product of experts whose stacked experts the plan splits by the
-   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`);
+   expert dim runs its rows through their expert's rank (:mod:`lowering.expert_parallel`),
+   a per-expert table split with it riding on that exchange where it can
+   (:mod:`lowering.expert_fusion`: the table op computes nothing then);
    **per-token regions**: on the mesh axes where the plan's rule for a node is
    :data:`planner.PER_TOKEN` (a mixture of experts' routing chain, each rank on its own tokens:
    :mod:`planner.problem.per_token`), its tensors are the rank's own program's, not pieces: no
@@ -61,7 +63,8 @@ from torch.distributed.tensor import Shard
 
 from lowering.collectives import all_reduce_over, apply_steps, local_shard
 from lowering.errors import LoweringError
-from lowering.expert_parallel import expert_parallel
+from lowering.expert_fusion import find_folds
+from lowering.expert_parallel import ExpertRun, FoldedTable, expert_parallel
 from lowering.expert_tables import EXPERT_TABLES
 from lowering.localize import LocalSymbol, Localizer, choose_multipliers, make_symbols
 from lowering.mesh_groups import MeshGroups, mesh_groups
@@ -519,6 +522,10 @@ class _Replay:
         self.arguments = _ShapeArguments(plan, shapes, self.local, localizer, self.data_dependent)
         self.checks = _Checks(plan, shapes, self.local, self.redistributor, self.symbols, localizer)
         self.inputs = self._inputs()
+        self.folds = find_folds(gm.graph, self._product_run, self._table_axis,
+                                lambda consumer, k: (consumer, k) in self.redistributor.redistributions,
+                                lambda name: plan.placements.get(name))
+        self._sums: dict[str, Any] = {}  # a folded scatter's name -> the sums its product computed, this replay
 
     def _inputs(self) -> tuple[LocalInput, ...]:
         inputs = []
@@ -570,6 +577,8 @@ class _Replay:
             elif node.op == "output":
                 return self._outputs(node, values)
             elif node.op == "call_function":
+                if node.name in self.folds.computed_elsewhere:
+                    continue
                 values[node] = self._call(node, values, symint, coordinate)
                 self._hold_sizes(node, values[node])
             else:
@@ -585,6 +594,10 @@ class _Replay:
                 # a data-dependent size of a whole dim: the local tensor's own
                 return node.target(values[node.args[0]], *node.args[1:])
             return self._global_scalar(node, value, symint)
+        folded = self._folded(node, values)
+        if folded is not None:
+            self.checks.shape(node, folded)
+            return folded
         operands: list[Node] = []
 
         def fetch(arg: Node) -> Any:
@@ -606,11 +619,14 @@ class _Replay:
         if axes:
             result = adjust(synced_batch_norm(target, args, kwargs, lambda t: all_reduce_over(t, axes, self.groups)))
         elif experts is not None:
-            axis, run = experts
+            axis, expert = experts
             # where each rank routes its own tokens, its sorted rows are all its own: the block at 0
             block = coordinate.select(0, axis)
             block = block * 0 if axis in _per_token_axes(self.plan, node.name) else block
-            result = run(args, self.groups.axis_size(axis), self.groups.group_name(axis), block)
+            result, sums = expert.run(args, self.groups.axis_size(axis), self.groups.group_name(axis), block,
+                                      self._folded_table(node, values))
+            if sums is not None:
+                self._sums[self.folds.scatters[node.name].name] = sums
         elif table is not None:
             axis, run = table
             result = run(args, self.groups.axis_size(axis), self.groups.group_name(axis))
@@ -663,7 +679,48 @@ class _Replay:
         placements = self.redistributor.placements(node.name, 0, operands[0]) or ()
         return tuple(a for a, p in enumerate(placements) if isinstance(p, Shard) and p.dim != 1)
 
-    def _expert_parallel(self, node: Node, operands: list[Node]) -> tuple[int, Callable[..., Any]] | None:
+    def _fetched(self, consumer: Node, k: int, values: dict[Node, Any]) -> Any:
+        """Operand ``k`` of ``consumer`` as it reads it: ``consumer.args[k]``, or its first element
+        (a list of indices), where each argument before it holds one tensor (a table op's)."""
+        arg = consumer.args[k] if not isinstance(consumer.args[k], (list, tuple)) else consumer.args[k][0]
+        return self.redistributor.operand(consumer.name, k, arg, values[arg], self._uneven(arg))
+
+    def _folded(self, node: Node, values: dict[Node, Any]) -> Any:
+        """The value of a node a table fold computed (:mod:`lowering.expert_fusion`): an add, its
+        product's result (the entries added); a gradient scatter, its base plus the sums per expert
+        its product sent; None for any other node."""
+        product = self.folds.sums.get(node.name)
+        if product is not None:
+            return values[product]
+        sums = self._sums.pop(node.name, None)
+        if sums is None:
+            return None
+        base = self._fetched(node, 0, values)
+        return base + sums.to(base.dtype)
+
+    def _folded_table(self, product: Node, values: dict[Node, Any]) -> FoldedTable | None:
+        """The table folded into ``product``'s exchange: a gather's ids and entries, or a scatter's ids; or None."""
+        gather = self.folds.gathers.get(product.name)
+        if gather is not None:
+            return FoldedTable(ids=self._fetched(gather, 1, values), entries=self._fetched(gather, 0, values))
+        scatter = self.folds.scatters.get(product.name)
+        return None if scatter is None else FoldedTable(ids=self._fetched(scatter, 1, values), entries=None)
+
+    def _product_run(self, node: Node) -> tuple[int, int] | None:
+        """The mesh axis a grouped product runs expert parallel over and the operand it sends; None: not one."""
+        from torch.fx import Node as FxNode
+
+        operands = [a for a in tree_flatten((node.args, node.kwargs))[0]
+                    if isinstance(a, FxNode) and _is_tensor(a.meta.get("val"))]
+        found = self._expert_parallel(node, operands) if node.op == "call_function" else None
+        return None if found is None else (found[0], found[1].sent)
+
+    def _table_axis(self, node: Node) -> int | None:
+        """The mesh axis a per-expert table op splits its table over by the expert dim; None: not one."""
+        found = self._expert_table(node) if node.op == "call_function" else None
+        return None if found is None else found[0]
+
+    def _expert_parallel(self, node: Node, operands: list[Node]) -> tuple[int, ExpertRun] | None:
         """The mesh axis a grouped product of experts splits its experts (operand 1) over by the
         expert dim (the weight gradient: its rows, operand 1, by the rows), its rows (operand 0, on
         the dim :func:`~lowering.expert_parallel.expert_parallel` names) split alike there only (the
@@ -680,12 +737,12 @@ class _Replay:
             return None
         rows = self.redistributor.placements(node.name, 0, operands[0]) or ()
         own = _per_token_axes(self.plan, node.name)  # the rows of each rank's own tokens there
-        split = [a for a, p in enumerate(rows) if p == Shard(found[1]) and a not in own]
+        split = [a for a, p in enumerate(rows) if p == Shard(found.rows_dim) and a not in own]
         if len(axes) > 1 or split != [a for a in axes if a not in own]:
             raise LoweringError(f"{node.name} ({node.target}) splits its experts by the expert dim over mesh axes {axes} "
                                 f"and its rows over {split}; expert parallelism dispatches the rows over the one axis "
                                 "that splits both, or over an axis where each rank routes its own tokens")
-        return axes[0], found[0]
+        return axes[0], found
 
     def _expert_table(self, node: Node) -> tuple[int, Callable[..., Any]] | None:
         """The mesh axis over which the plan splits the per-expert table ``node`` gathers by the sorted

@@ -188,8 +188,9 @@ def test_experts_biases_split_by_the_expert_dim_run_equal_to_one_device(training
     each rank holds its experts' biases only (``Shard(0)``), serves them to the rows routed to its
     experts (the counts sent to it, the biases back) and, in training, sums their gradient per
     expert from the rows sent to it, here where each rank routes its own tokens (the batch split
-    over the experts' axis). Runs and trains equal to one device from one compile, a routing that
-    sends one rank no row included. Was: the tables whole on every rank, their gradient a partial sum."""
+    over the experts' axis), the tables riding on their products' exchanges. Runs and trains equal
+    to one device from one compile, a routing that sends one rank no row included. Was: the tables
+    whole on every rank, their gradient a partial sum; then exchanges of their own."""
     mesh = Mesh((2,), ("ep",))
     run = functools.partial(_run, training=training, mesh=mesh, model=_Routed, experts="block.experts.down_proj_bias",
                             batches=((4, False), (8, True)), constraints=["Eq(Mod(batch, 2), 0)"],
@@ -198,10 +199,10 @@ def test_experts_biases_split_by_the_expert_dim_run_equal_to_one_device(training
         assert error <= 1e-5
         assert compiles == 1
         assert bias == (Shard(0),)
-        # both products (3 each: the counts, the rows, the results) and each bias gather (the
-        # counts, the biases); in training the products' backward too and each gradient scatter
-        # (the counts, the rows)
-        assert all_to_alls == (3 * 2 + 2 * 2) * (1 + training)
+        # both products (3 each: the counts, the rows, the results), each bias gather riding on its
+        # product's (was: 2 more each, the counts and the biases); in training the products'
+        # backward too, each gradient scatter summed from the rows its product's backward sends
+        assert all_to_alls == 3 * 2 * (1 + training)
         assert received == ([True, rank == 0] if training else [])  # batch 8's rows all went to experts 0 and 1
 
 
