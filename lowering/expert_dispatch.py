@@ -39,8 +39,9 @@ __all__ = ["COUNTS_ERROR", "DISAGREE_ERROR", "Dispatched", "combine", "dispatch"
 
 COUNTS_ERROR = ("expert dispatch: some rank's routed counts are negative or do not sum to its routed rows; "
                 "pass counts[e] = the number of rows routed to expert e, in the rows' (sorted) order")
-DISAGREE_ERROR = ("expert dispatch: some rank's per-expert table is indexed by expert ids that give its rows other "
-                  "experts than the grouped product's offsets do; the table's ids and the offsets must come from one routing")
+DISAGREE_ERROR = ("expert dispatch: some rank's per-expert table is indexed by expert ids that give its rows "
+                  "other experts than the grouped product's offsets do; the table's ids and the offsets must "
+                  "come from one routing")
 _VERDICTS = {0: (COUNTS_ERROR, "the counts"), 2: (DISAGREE_ERROR, "the ids")}  # verdict -> what failed (1: valid)
 
 
@@ -50,8 +51,8 @@ def _all_counts_valid(verdicts: torch.Tensor) -> torch.Tensor:
     naming the ranks of each failed verdict (0: bad counts, 2: ``agrees`` false)."""
     failed = {v: ranks for v in _VERDICTS if (ranks := (verdicts == v).nonzero().flatten().tolist())}
     if failed:
-        raise ValueError("; ".join(f"{_VERDICTS[v][0]} ({_VERDICTS[v][1]} of rank {', '.join(map(str, ranks))} of the group)"
-                                   for v, ranks in failed.items()))
+        raise ValueError("; ".join(f"{_VERDICTS[v][0]} ({_VERDICTS[v][1]} of rank {', '.join(map(str, ranks))} "
+                                   "of the group)" for v, ranks in failed.items()))
     return verdicts.new_ones(())
 
 

@@ -91,7 +91,8 @@ def _forward(args: list[Any], ranks: int, group: str, coordinate: torch.Tensor,
     rows, weight, offs = args[:3]
     dispatched, pieces = _dispatched(rows, offs, ranks, group, coordinate, table)
     entries = None if table is None else table.entries
-    results = [piece @ weight[e] if entries is None else piece @ weight[e] + entries[e] for e, piece in enumerate(pieces)]
+    results = [piece @ weight[e] if entries is None else piece @ weight[e] + entries[e]
+               for e, piece in enumerate(pieces)]
     return combine(torch.cat(results), dispatched), _sums(table, pieces)
 
 

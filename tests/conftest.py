@@ -65,6 +65,18 @@ def _busy():
 
 
 @pytest.fixture
+def one_rank():
+    """A default process group of one gloo rank in this process (its collectives send to itself)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
 def busy_machine():
     """A context manager: while it is open, every core (and one more) spins in another
     process, so the code under test runs several times slower than on an idle machine."""

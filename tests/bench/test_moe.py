@@ -8,8 +8,7 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,14 +24,6 @@ def _bench() -> object:
 BENCH = _bench()
 
 
-@pytest.fixture(scope="module")
-def one_rank():
-    """A gloo world of one rank in this process (the peer's all_to_alls then send to itself)."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def _routing(tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     hidden = torch.randn(tokens, 64, generator=generator)
@@ -41,7 +32,8 @@ def _routing(tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.
     return hidden, index, weights
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None,  # one process group serves every example
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tokens=st.integers(1, 40), seed=st.integers(0, 2**16))
 def test_the_padded_peer_with_room_for_every_row_computes_mixtrals_experts(one_rank, tokens, seed):
     experts = BENCH._model(1).m.model.layers[0].mlp.experts
@@ -59,7 +51,8 @@ def test_the_padded_peer_with_room_for_every_row_computes_mixtrals_experts(one_r
     assert dropped == [0, tokens * BENCH.TOP_K]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None,  # one process group serves every example
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tokens=st.integers(1, 40), seed=st.integers(0, 2**16), factor=st.sampled_from([0.5, 1.0, 1.25]))
 def test_the_padded_peer_drops_each_experts_rows_past_its_capacity(one_rank, tokens, seed, factor):
     experts = BENCH._model(1).m.model.layers[0].mlp.experts
