@@ -22,8 +22,10 @@ import sys
 import time
 import warnings
 
-# this directory holds a module named like the package it benchmarks: keep it off the import path
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+# this directory holds a module named like the package it benchmarks: keep it off the import path,
+# and import the model tests' cases through the repository root
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [os.path.dirname(_HERE)] + [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 from torch.export import Dim  # noqa: E402
 

@@ -14,15 +14,18 @@ static, derived or shared dims, a min above 0, a finite max); and the seconds ou
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the tests package holds the corpus
 
-from shapecore.torch.suggest import constraint_count, suggest_dynamic_shapes, torch_suggested_spec
-from shapecore.torch.tracing import trace_export
-from tests.shapecore.torch.suggest_models import CORPUS, SpecCase, program_runs
+import torch  # noqa: E402
+
+from shapecore.torch.suggest import constraint_count, suggest_dynamic_shapes, torch_suggested_spec  # noqa: E402
+from shapecore.torch.tracing import trace_export  # noqa: E402
+from tests.shapecore.torch.suggest_models import CORPUS, SpecCase, program_runs  # noqa: E402
 
 
 def _program(case: SpecCase, spec) -> tuple[bool, object]:
