@@ -22,7 +22,7 @@ every rank with the dispatch's verdict, before any row moves
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,10 +42,10 @@ class Folds:
     product → the scatter that takes the sums per expert of the gradient rows it sends;
     ``computed_elsewhere``: the gathers, computed by their product."""
 
-    gathers: Mapping[str, Node] = field(default_factory=dict)
-    sums: Mapping[str, Node] = field(default_factory=dict)
-    scatters: Mapping[str, Node] = field(default_factory=dict)
-    computed_elsewhere: frozenset[str] = frozenset()
+    gathers: Mapping[str, Node]
+    sums: Mapping[str, Node]
+    scatters: Mapping[str, Node]
+    computed_elsewhere: frozenset[str]
 
 
 def find_folds(graph: Graph, product_axis: Callable[[Node], tuple[int, int] | None],
@@ -67,7 +67,7 @@ def find_folds(graph: Graph, product_axis: Callable[[Node], tuple[int, int] | No
                 product, gather = found
                 gathers[product.name], sums[node.name] = gather, product
         elif str(node.target) == _SCATTER:
-            product = _scatter_fold(node, product_axis, table_axis, redistributed, order, scatters)
+            product = _scatter_fold(node, product_axis, table_axis, redistributed, order, {*gathers, *scatters})
             if product is not None:
                 scatters[product.name] = node
     return Folds(gathers, sums, scatters, frozenset(g.name for g in gathers.values()))
@@ -96,9 +96,9 @@ def _gather_fold(add: Node, product_axis: Callable[[Node], tuple[int, int] | Non
 
 def _scatter_fold(scatter: Node, product_axis: Callable[[Node], tuple[int, int] | None],
                   table_axis: Callable[[Node], int | None], redistributed: Callable[[str, int], bool],
-                  order: Mapping[Node, int], taken: Mapping[str, Node]) -> Node | None:
+                  order: Mapping[Node, int], taken: set[str]) -> Node | None:
     """The first product before ``scatter`` (a table's gradient scatter) that sends its gradient rows,
-    into which it can fold; None where there is none."""
+    into which it can fold (``taken``: products that fold a table already); None where there is none."""
     from torch.fx import Node
 
     args = scatter.args
