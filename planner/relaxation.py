@@ -25,8 +25,9 @@ through python-mip, 7 here, ``bench/planner.py --whole``):
   read back at that size.
 
 A solve may hold some columns at 0 (``zero``, :meth:`LpRelaxation.minimize`: the relaxation
-with some choices ruled out, as relax-and-fix asks, :meth:`~planner.ilp.IlpModel.solve`); such
-a solve's basis is no start for later ones. Rows and columns added to the :class:`LinearRows`
+with some choices ruled out, as relax-and-fix asks, :meth:`~planner.ilp.IlpModel.solve`), or drop
+some rows and price them into the objective at their duals (:meth:`LpRelaxation.priced_optimum`);
+such a solve's basis is no start for later ones. Rows and columns added to the :class:`LinearRows`
 after the relaxation was built join it by :meth:`LpRelaxation.extend` (memory constraints
 found on the way), HiGHS's basis growing with them.
 
@@ -120,6 +121,8 @@ class LpRelaxation:
         self.starts: list[tuple[np.ndarray, highspy.HighsBasis]] = []
         """Earlier optimal solutions and their bases, the most recent last, for :meth:`_start`."""
         self._held: int | None = None  # the start whose basis HiGHS holds
+        self.duals: np.ndarray | None = None
+        """The row duals of the last solve without ``zero`` that reached its optimum."""
         self.extend(rows, unit_columns=unit_columns)
 
     def extend(self, rows: LinearRows, *, unit_columns: np.ndarray | None = None) -> None:
@@ -142,7 +145,7 @@ class LpRelaxation:
             self.highs.addRows(len(row_lower), row_lower, row_upper, len(column), (starts[:-1] - starts[0]).astype(np.int32),
                                column.astype(np.int32), value)
         if first_column and (len(lower) or len(row_lower)):
-            self.starts, self._held = [], None
+            self.starts, self._held, self.duals = [], None, None
         self.columns = rows.columns
         self.lower, self.upper = np.append(self.lower, lower), np.append(self.upper, upper)
         self.row_lower, self.row_upper = np.append(self.row_lower, row_lower), np.append(self.row_upper, row_upper)
@@ -177,6 +180,7 @@ class LpRelaxation:
             bound = RelaxedBound(float(self.highs.getInfo().objective_function_value), True, values=values)
             if not restricted:
                 self.starts = [*self.starts[-(_STARTS - 1):], (values, self.highs.getBasis())]
+                self.duals = np.array(self.highs.getSolution().row_dual)
         elif status == highspy.HighsModelStatus.kInfeasible:
             bound = RelaxedBound(float("inf"), True, infeasible=True)
         elif restricted:  # a Lagrangian would bound the restricted problem, not this relaxation
@@ -187,6 +191,29 @@ class LpRelaxation:
         if restricted:  # changing the model clears HiGHS's solution: restored once it is read
             self._bound(zero, self.upper[zero])
         return bound
+
+    def priced_optimum(self, costs: np.ndarray, rows: np.ndarray, prices: np.ndarray, *,
+                       time_limit: float) -> np.ndarray | None:
+        """The column values minimizing ``costs·x + Σ prices[i]·(row i's activity)`` over the
+        relaxation without ``rows`` (a Lagrangian subproblem, ``prices`` one per row of ``rows``);
+        None when it finds no optimum within ``time_limit``. The rows' bounds are restored and
+        HiGHS holds the last optimum's basis again (or, where the model grew since, what it holds)."""
+        chosen = np.asarray(rows, dtype=np.int32)
+        row_prices = np.zeros(len(self.row_lower))
+        row_prices[chosen] = prices
+        priced = costs + np.bincount(self.entry_column, weights=self.entry_value * row_prices[self.entry_row],
+                                     minlength=self.columns)
+        self.highs.changeRowsBounds(len(chosen), chosen, np.full(len(chosen), -np.inf), np.full(len(chosen), np.inf))
+        self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), priced)
+        self.highs.setOptionValue("time_limit", self.highs.getRunTime() + float(time_limit))
+        self.highs.run()
+        optimal = self.highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        values = np.array(self.highs.getSolution().col_value) if optimal else None
+        self.highs.changeRowsBounds(len(chosen), chosen, self.row_lower[chosen], self.row_upper[chosen])
+        if self.starts:
+            self.highs.setBasis(self.starts[-1][1])
+        self._held = len(self.starts) - 1 if self.starts else None
+        return values
 
     def _bound(self, columns: np.ndarray, upper: np.ndarray) -> None:
         """Set the upper bounds of ``columns`` (distinct), their lower bounds as built."""

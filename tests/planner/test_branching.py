@@ -33,9 +33,10 @@ def _budget(problem, share: float) -> float:
 
 
 def _mip_optimum(problem, budget: float) -> float:
-    """The optimum under ``budget`` as the MIP proves it (no rounded plan: the MIP runs, from the greedy plan)."""
+    """The optimum under ``budget`` as the MIP proves it (no rounded or priced plan: the MIP runs, from the greedy plan)."""
     model = IlpModel(problem, memory_budget=budget, mip_gap=0.0)
-    with mock.patch.object(IlpModel, "_relax_and_fix", return_value=None):
+    with (mock.patch.object(IlpModel, "_relax_and_fix", return_value=None),
+          mock.patch.object(IlpModel, "_priced_plan", return_value=None)):
         solution = model.solve(problem.points.weights)
     assert solution.status == "optimal"
     return solution.objective
@@ -45,9 +46,9 @@ def _mip_optimum(problem, budget: float) -> float:
 @given(share=st.floats(0.0, 0.95), gap=st.sampled_from([0.0, 1e-4, 0.05, 0.3]))
 @example(share=0.2937443783534788, gap=0.0)  # the rounding leaves no plan: the MIP runs, and proves the same
 def test_a_budgeted_solve_searches_instead_of_the_mip_and_proves_what_the_mip_proves(training_mlp_2, share, gap):
-    """Where the relaxation's bound does not prove the rounded plan, the search does (was: the MIP,
-    which ran out of time at the root on the LLaMA case), and the MIP runs only where the rounding
-    found no plan: the bound is below the MIP's optimum, the plan fits and is within ``gap`` of it."""
+    """Where the relaxation's bound does not prove the rounded (or priced) plan, the search does
+    (was: the MIP, which ran out of time at the root on the LLaMA case), and the MIP runs only where
+    neither found a plan: the bound is below the MIP's optimum, the plan fits and is within ``gap`` of it."""
     weights = training_mlp_2.points.weights
     budget = _budget(training_mlp_2, share)
     optimum = _mip_optimum(training_mlp_2, budget)
@@ -55,20 +56,25 @@ def test_a_budgeted_solve_searches_instead_of_the_mip_and_proves_what_the_mip_pr
     relaxed = model.lower_bound(weights).value
     assert relaxed < optimum * (1 - 0.3)  # the relaxation alone proves nothing within these gaps
     rounded, mip_runs = [], []
-    relax_and_fix, optimize = IlpModel._relax_and_fix, IlpModel._optimize
+    relax_and_fix, priced_plan, optimize = IlpModel._relax_and_fix, IlpModel._priced_plan, IlpModel._optimize
 
     def rounding(self, *args):
         rounded.append(relax_and_fix(self, *args))
+        return rounded[-1]
+
+    def pricing(self, *args):
+        rounded.append(priced_plan(self, *args))
         return rounded[-1]
 
     def mip(self, *args):
         mip_runs.append(args)
         return optimize(self, *args)
 
-    with mock.patch.object(IlpModel, "_relax_and_fix", rounding), mock.patch.object(IlpModel, "_optimize", mip):
+    with (mock.patch.object(IlpModel, "_relax_and_fix", rounding), mock.patch.object(IlpModel, "_priced_plan", pricing),
+          mock.patch.object(IlpModel, "_optimize", mip)):
         solution = model.solve(weights)
-    # the MIP runs only where the rounding left no plan (share 0.2937, gap 0: from the basis lower_bound left)
-    assert rounded and (not mip_runs or rounded[-1] is None)
+    # the MIP runs only where neither left a plan (share 0.2937, gap 0: the rounding, from the basis lower_bound left)
+    assert len(rounded) == 2 and (not mip_runs or rounded == [None, None])
     assert solution.status == ("optimal" if solution.gap <= 1e-4 else "within mip_gap")
     assert relaxed * (1 - 1e-9) <= solution.bound <= optimum * (1 + 1e-9) <= solution.objective * (1 + 2e-9)
     assert solution.objective - optimum <= (gap + 1e-9) * solution.objective

@@ -123,7 +123,8 @@ def test_a_solve_out_of_time_under_a_budget_returns_the_greedy_plan_it_started_f
 def test_each_memory_round_starts_from_the_greedy_plan_with_every_variable_valued(training_mlp, monkeypatch):
     """A round's constraints add buffer variables; a start that leaves them out (0) may break the
     rows and is then no plan the solver can take (the LLaMA case on (2, 2) ended with no plan).
-    The greedy plan is the start when the relaxation's rounding finds none (here: made to)."""
+    The greedy plan is the start when neither the relaxation's rounding nor its pricing finds a
+    plan (here: made to)."""
     weights = training_mlp.points.weights
     budget = 0.5 * float(training_mlp.peak_memory(GreedyModel(training_mlp).solve(weights).choices).total.max())
     starts = []
@@ -135,6 +136,7 @@ def test_each_memory_round_starts_from_the_greedy_plan_with_every_variable_value
 
     monkeypatch.setattr(mip.Model, "optimize", spy)
     monkeypatch.setattr(IlpModel, "_relax_and_fix", lambda *args: None)
+    monkeypatch.setattr(IlpModel, "_priced_plan", lambda *args: None)
     solution = IlpModel(training_mlp, memory_budget=budget).solve(weights)
     assert len(starts) >= 2, "the budget takes more than one round"
     assert all(valued == columns for valued, columns in starts), starts
@@ -173,6 +175,27 @@ def test_a_budgeted_solve_starts_from_its_relaxation_rounded_to_a_plan_that_fits
     assert solution.choices == start and solution.status == "feasible (time limit)"
     relaxed = IlpModel(training_mlp, memory_budget=budget).lower_bound(weights).value
     assert relaxed * (1 - 1e-9) <= solution.bound <= solution.objective
+
+
+@settings(max_examples=10, deadline=None)
+@given(share=st.floats(0.0, 1.0))
+def test_a_priced_plan_fits_the_budget_and_leaves_the_relaxation_as_it_was(training_mlp, share):
+    """The relaxation without its memory rows, memory priced at their duals instead (a Lagrangian
+    heuristic), may find no plan that fits; a plan it returns fits and costs no less than the
+    relaxation's minimum, and the relaxation, its rows' bounds and its basis, is left as it was."""
+    weights = training_mlp.points.weights
+    model = IlpModel(training_mlp, memory_budget=_budget_between(training_mlp, share))
+    costs = model._objective(weights)[0]
+    relaxation = model._build_relaxation()
+    before = relaxation.minimize(costs, time_limit=60)
+    choices = model._priced_plan(weights, relaxation.duals, time.perf_counter() + 60)
+    if choices is not None:
+        assert float(training_mlp.peak_memory(choices).total.max()) <= model.memory_budget * (1 + 1e-6)
+        constant = model._objective(weights)[1]  # seconds; the relaxation's minimum is in microseconds
+        assert float(training_mlp.evaluate(choices, weights).total @ weights) >= (before.value / 1e6 + constant) * (1 - 1e-9)
+    after = relaxation.minimize(costs, time_limit=60)
+    assert after.value == pytest.approx(before.value, rel=1e-9)
+    assert relaxation.highs.getInfo().simplex_iteration_count == 0  # from the optimum's basis, held again
 
 
 @settings(max_examples=10, deadline=None)
