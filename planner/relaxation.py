@@ -203,17 +203,23 @@ class LpRelaxation:
         row_prices[chosen] = prices
         priced = costs + np.bincount(self.entry_column, weights=self.entry_value * row_prices[self.entry_row],
                                      minlength=self.columns)
-        self.highs.changeRowsBounds(len(chosen), chosen, np.full(len(chosen), -np.inf), np.full(len(chosen), np.inf))
+        self._row_bounds(chosen, np.full(len(chosen), -np.inf), np.full(len(chosen), np.inf))
         self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), priced)
         self.highs.setOptionValue("time_limit", self.highs.getRunTime() + float(time_limit))
         self.highs.run()
         optimal = self.highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
         values = np.array(self.highs.getSolution().col_value) if optimal else None
-        self.highs.changeRowsBounds(len(chosen), chosen, self.row_lower[chosen], self.row_upper[chosen])
+        self._row_bounds(chosen, self.row_lower[chosen], self.row_upper[chosen])
         if self.starts:
             self.highs.setBasis(self.starts[-1][1])
         self._held = len(self.starts) - 1 if self.starts else None
         return values
+
+    def _row_bounds(self, rows: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
+        """Set the bounds of ``rows`` (distinct)."""
+        status = self.highs.changeRowsBounds(len(rows), rows, lower, upper)
+        if status != highspy.HighsStatus.kOk:
+            raise RuntimeError(f"HiGHS refused the bounds of {len(rows)} rows ({status})")
 
     def _bound(self, columns: np.ndarray, upper: np.ndarray) -> None:
         """Set the upper bounds of ``columns`` (distinct), their lower bounds as built."""
