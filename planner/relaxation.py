@@ -121,8 +121,6 @@ class LpRelaxation:
         self.starts: list[tuple[np.ndarray, highspy.HighsBasis]] = []
         """Earlier optimal solutions and their bases, the most recent last, for :meth:`_start`."""
         self._held: int | None = None  # the start whose basis HiGHS holds
-        self.duals: np.ndarray | None = None
-        """The row duals of the last solve without ``zero`` that reached its optimum."""
         self.extend(rows, unit_columns=unit_columns)
 
     def extend(self, rows: LinearRows, *, unit_columns: np.ndarray | None = None) -> None:
@@ -145,7 +143,7 @@ class LpRelaxation:
             self.highs.addRows(len(row_lower), row_lower, row_upper, len(column), (starts[:-1] - starts[0]).astype(np.int32),
                                column.astype(np.int32), value)
         if first_column and (len(lower) or len(row_lower)):
-            self.starts, self._held, self.duals = [], None, None
+            self.starts, self._held = [], None
         self.columns = rows.columns
         self.lower, self.upper = np.append(self.lower, lower), np.append(self.upper, upper)
         self.row_lower, self.row_upper = np.append(self.row_lower, row_lower), np.append(self.row_upper, row_upper)
@@ -180,17 +178,21 @@ class LpRelaxation:
             bound = RelaxedBound(float(self.highs.getInfo().objective_function_value), True, values=values)
             if not restricted:
                 self.starts = [*self.starts[-(_STARTS - 1):], (values, self.highs.getBasis())]
-                self.duals = np.array(self.highs.getSolution().row_dual)
         elif status == highspy.HighsModelStatus.kInfeasible:
             bound = RelaxedBound(float("inf"), True, infeasible=True)
         elif restricted:  # a Lagrangian would bound the restricted problem, not this relaxation
             bound = RelaxedBound(float("-inf"), False)
         else:
-            bound = RelaxedBound(self.lagrangian(costs, np.array(self.highs.getSolution().row_dual)), False)
+            bound = RelaxedBound(self.lagrangian(costs, self.row_duals()), False)
         self._held = len(self.starts) - 1 if status == highspy.HighsModelStatus.kOptimal and not restricted else None
         if restricted:  # changing the model clears HiGHS's solution: restored once it is read
             self._bound(zero, self.upper[zero])
         return bound
+
+    def row_duals(self) -> np.ndarray:
+        """The row duals of the solution HiGHS holds: the last solve's (of its optimum, after an
+        unrestricted :meth:`minimize` that reached one)."""
+        return np.array(self.highs.getSolution().row_dual)
 
     def priced_optimum(self, costs: np.ndarray, rows: np.ndarray, prices: np.ndarray, *,
                        time_limit: float) -> np.ndarray | None:

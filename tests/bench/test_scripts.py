@@ -8,20 +8,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH = os.path.join(ROOT, "bench")
-READING_TESTS = sorted(name for name in os.listdir(BENCH) if name.endswith(".py")
-                       and "from tests" in open(os.path.join(BENCH, name), encoding="utf-8").read())
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+READING_TESTS = sorted(path.name for path in BENCH.glob("*.py") if "from tests" in path.read_text(encoding="utf-8"))
 
 
 @pytest.mark.slow  # another interpreter each
 @pytest.mark.parametrize("name", READING_TESTS)
 def test_a_benchmark_reading_the_tests_package_starts_from_anywhere(name, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, os.path.join(BENCH, name), "--help"], cwd=tmp_path, env=env,
+    done = subprocess.run([sys.executable, str(BENCH / name), "--help"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(f"usage: {name}")
