@@ -61,7 +61,7 @@ about 135 CPU s, ``bench/memory_budget.py``); the rounded plan lies 0.12% above 
 there. The relaxation's optimum there mixes real plans (the MLP's weights and activations split
 2 ways in one, 4 in the other): memory priced at the relaxation's duals, the MIP without a
 budget reaches the same 5.012 ms (no Lagrangian bound is stronger), and HiGHS's cuts reach
-5.038 ms in 60 s; the search proves the plan within 2.5% in 10 s (the MIP: 4.2%).
+5.038 ms in 60 s; the search proves the plan within 1.2% in 10 s (the MIP: 4.2%).
 
 Regret is measured against ``opt_k``, the optimum of point ``k`` alone or a lower bound on it
 (:meth:`IlpModel.lower_bound`). Under ``objective="regret"`` (:func:`solve_mean_regret`)
@@ -74,7 +74,9 @@ one-hot, so the transportation plan is the taken pair and the flow is a cheapest
 their LP relaxations coincide (a min-cost flow decomposes into cheapest paths). Costs are
 nonnegative, so a cheapest flow needs no cycle and no arc carries more than the one unit
 routed: bounding every ``y`` and ``f`` by 1, as :meth:`IlpModel.lower_bound`'s relaxation
-does, changes neither optimum. A class with
+does, changes neither optimum. Nor does bounding a buffer's ``v`` by 1 (it costs nothing, only
+loosens the memory rows as it falls, and ``Z[b] − X[b] ≤ 1``), which keeps the relaxation's
+Lagrangian finite at duals whose reduced cost of ``v`` is a rounding error below 0. A class with
 one row or one column needs neither: its cost folds into the other group's ``x``; groups
 with one choice are constants. Costs enter in microseconds. The model is built once;
 :meth:`IlpModel.solve` sets the objective for a weight vector (the per-point optima that
@@ -638,9 +640,11 @@ class IlpModel:
                        source="partial lp relaxation")
 
     def _unit_columns(self) -> np.ndarray:
-        """The routing columns (transportation and flow), which no optimum sets above 1 (see the module docstring)."""
+        """The routing columns (transportation and flow) and the buffers' ``v``, which no optimum
+        needs above 1 (see the module docstring)."""
         transport = np.array([v for _, ys in self.transport for row in ys for v in row], dtype=np.int64)
-        return np.concatenate([transport, self._flow_costs()[0]])
+        buffers = np.array([v for v, _, _ in self._buffer_rows], dtype=np.int64)
+        return np.concatenate([transport, self._flow_costs()[0], buffers])
 
     def _build_relaxation(self) -> LpRelaxation:
         """The LP relaxation of :attr:`lp` (built once; the rows added since join it)."""
@@ -648,7 +652,7 @@ class IlpModel:
             self._relaxation = LpRelaxation(self.lp, unit_columns=self._unit_columns(),
                                             barrier_first=self.memory_budget is not None)
         else:
-            self._relaxation.extend(self.lp)
+            self._relaxation.extend(self.lp, unit_columns=self._unit_columns())
         return self._relaxation
 
     def _priced_plan(self, weights: np.ndarray, duals: np.ndarray, deadline: float) -> list[int] | None:
@@ -657,9 +661,10 @@ class IlpModel:
         dual there (``duals``, one per row then; a Lagrangian heuristic): where that optimum mixes a
         plan over the budget with one within it, memory priced a little above its duals tips the
         balance to the one within. None where none fits or ``deadline`` (``time.perf_counter``)
-        passes. Under their budgets (``bench/memory_budget.py``, (2, 2)): Phi-3's 8.04 ms, where the
-        rounding finds no plan in 10 s (the greedy plan: 15.56); GPT-2's optimum (2.4249 ms, the
-        rounding's 2.9043), LLaMA's 5.4702 (the rounding's 5.2443).
+        passes. Under their budgets (``bench/memory_budget.py``, (2, 2)): Phi-3's 11.80 ms, where the
+        rounding finds no plan in 10 s (the greedy plan: 15.56; 8.04 ms at the duals of the
+        relaxation before it bounded the buffers' ``v`` by 1, another optimal vertex); GPT-2's
+        optimum (2.4249 ms, the rounding's 2.9043), LLaMA's 5.4702 (the rounding's 5.2443).
         """
         rows = np.array([r for r, name in enumerate(self._row_names[:len(duals)]) if name.startswith("memory")],
                         dtype=np.int64)

@@ -48,7 +48,7 @@ from typing import NamedTuple
 import highspy
 import numpy as np
 
-__all__ = ["INTEGRAL", "LinearRows", "LpRelaxation", "RelaxedBound", "fractional_groups"]
+__all__ = ["INTEGRAL", "Basis", "LinearRows", "LpRelaxation", "RelaxedBound", "fractional_groups"]
 
 INTEGRAL = 1e-6
 """An LP value this close to 0 or 1 counts as integral (HiGHS's feasibility tolerance is 1e-7)."""
@@ -63,14 +63,25 @@ def fractional_groups(values: np.ndarray, groups: Sequence[list[int] | None]) ->
     return [g for g, xs in enumerate(groups) if xs is not None and np.abs(values[xs] - np.round(values[xs])).max() > INTEGRAL]
 
 
+class Basis(NamedTuple):
+    """An optimal basis, as HiGHS gives it, and the size of the relaxation it is one of."""
+
+    status: highspy.HighsBasis
+    columns: int
+    rows: int
+
+
 class RelaxedBound(NamedTuple):
     """A lower bound on the relaxation's minimum: the minimum itself when ``finished``, reached
-    at the column values ``values`` (None when the solve stopped early or found no solution)."""
+    at the column values ``values`` with the row duals ``duals`` and the basis ``basis`` (all None
+    when the solve stopped early or found no solution)."""
 
     value: float
     finished: bool
     infeasible: bool = False
     values: np.ndarray | None = None
+    duals: np.ndarray | None = None
+    basis: Basis | None = None
 
 
 class LinearRows:
@@ -124,13 +135,14 @@ class LpRelaxation:
         self.extend(rows, unit_columns=unit_columns)
 
     def extend(self, rows: LinearRows, *, unit_columns: np.ndarray | None = None) -> None:
-        """Add the columns and rows of ``rows`` beyond those the relaxation holds (``unit_columns``
-        among the new columns bounded by 1). HiGHS keeps its basis, the new rows' slacks basic;
+        """Add the columns and rows of ``rows`` beyond those the relaxation holds (those of the new
+        columns among ``unit_columns`` bounded by 1). HiGHS keeps its basis, the new rows' slacks basic;
         the earlier solutions, shorter than the columns now, are dropped as starts."""
         first_column, first_row = self.columns, len(self.row_lower)
         lower, upper = np.array(rows.lower[first_column:]), np.array(rows.upper[first_column:])
         if unit_columns is not None:
             unit = np.asarray(unit_columns, dtype=np.int64) - first_column
+            unit = unit[unit >= 0]
             upper[unit] = np.minimum(upper[unit], 1.0)
         starts = np.array(rows.starts[first_row:], dtype=np.int64)
         row_lower, row_upper = np.array(rows.row_lower[first_row:]), np.array(rows.row_upper[first_row:])
@@ -150,18 +162,23 @@ class LpRelaxation:
         self.entry_row = np.append(self.entry_row, np.repeat(np.arange(first_row, first_row + len(row_lower)), np.diff(starts)))
         self.entry_column, self.entry_value = np.append(self.entry_column, column), np.append(self.entry_value, value)
 
-    def minimize(self, costs: np.ndarray, *, time_limit: float, zero: np.ndarray | None = None) -> RelaxedBound:
+    def minimize(self, costs: np.ndarray, *, time_limit: float, zero: np.ndarray | None = None,
+                 start: Basis | None = None) -> RelaxedBound:
         """A lower bound on ``min costs·x`` over the relaxation, the columns ``zero`` held at 0:
         its minimum if found within ``time_limit`` seconds, else the Lagrangian at the duals
         reached (see the module docstring). The solve starts from :meth:`_start`'s basis, or with
-        ``zero``, from the basis HiGHS holds (the previous solve's: relax-and-fix rules out a few
-        more choices each time); only solves without ``zero`` are kept as starts."""
+        ``zero``, from ``start`` (a basis of a solve with fewer columns held, where the relaxation
+        has not grown since: a branch's parent) or else the basis HiGHS holds (the previous solve's:
+        relax-and-fix rules out a few more choices each time); only solves without ``zero`` are
+        kept as starts."""
         if not self.columns:
             return RelaxedBound(0.0, True, values=np.zeros(0))
         restricted = zero is not None and len(zero) > 0
         if restricted:
             zero = np.unique(np.asarray(zero, dtype=np.int32))  # HiGHS refuses a set that names a column twice
             self._bound(zero, np.zeros(len(zero)))
+            if start is not None and (start.columns, start.rows) == (self.columns, len(self.row_lower)):
+                self.highs.setBasis(start.status)
         else:
             self._start(costs)
         self.highs.changeColsCost(self.columns, np.arange(self.columns, dtype=np.int32), costs)
@@ -174,10 +191,13 @@ class LpRelaxation:
             self._barrier = False
         status = self.highs.getModelStatus()
         if status == highspy.HighsModelStatus.kOptimal:
-            values = np.array(self.highs.getSolution().col_value)
-            bound = RelaxedBound(float(self.highs.getInfo().objective_function_value), True, values=values)
+            solution = self.highs.getSolution()
+            values = np.array(solution.col_value)
+            basis = self.highs.getBasis()
+            bound = RelaxedBound(float(self.highs.getInfo().objective_function_value), True, values=values,
+                                 duals=np.array(solution.row_dual), basis=Basis(basis, self.columns, len(self.row_lower)))
             if not restricted:
-                self.starts = [*self.starts[-(_STARTS - 1):], (values, self.highs.getBasis())]
+                self.starts = [*self.starts[-(_STARTS - 1):], (values, basis)]
         elif status == highspy.HighsModelStatus.kInfeasible:
             bound = RelaxedBound(float("inf"), True, infeasible=True)
         elif restricted:  # a Lagrangian would bound the restricted problem, not this relaxation
@@ -241,15 +261,26 @@ class LpRelaxation:
 
     def lagrangian(self, costs: np.ndarray, duals: np.ndarray) -> float:
         """The Lagrangian dual function at ``duals`` (one per row): a lower bound on the relaxation's minimum."""
+        return self.reduced_costs(costs, duals)[0]
+
+    def reduced_costs(self, costs: np.ndarray, duals: np.ndarray,
+                      zero: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """The Lagrangian dual function at ``duals`` (one per row) over the relaxation with the
+        columns ``zero`` held at 0, and the reduced costs ``d = costs - Aᵀ·duals``: every ``x`` of
+        that relaxation costs at least the Lagrangian plus ``Σ_j (d_j·x_j - min_{x ∈ [lo_j, up_j]} d_j·x)``,
+        each term at least 0 (what reduced-cost fixing reads)."""
+        upper = self.upper.copy()
+        if zero is not None:
+            upper[np.asarray(zero, dtype=np.int64)] = 0.0
         if len(duals) != len(self.row_lower):  # no duals at all (the solve stopped before it had any)
             duals = np.zeros(len(self.row_lower))
         # a dual whose sign meets a row's infinite side is replaced by 0 (any duals give a bound)
         duals = np.where(((duals > 0) & np.isneginf(self.row_lower)) | ((duals < 0) & np.isposinf(self.row_upper)), 0.0, duals)
+        reduced = costs - np.bincount(self.entry_column, weights=self.entry_value * duals[self.entry_row],
+                                      minlength=self.columns)
         with np.errstate(invalid="ignore"):  # 0·inf: a zero dual or reduced cost takes no bound
             rows = np.where(duals > 0, duals * self.row_lower, duals * self.row_upper)
             rows[duals == 0] = 0.0
-            reduced = costs - np.bincount(self.entry_column, weights=self.entry_value * duals[self.entry_row],
-                                          minlength=self.columns)
-            cols = np.where(reduced > 0, reduced * self.lower, reduced * self.upper)
+            cols = np.where(reduced > 0, reduced * self.lower, reduced * upper)
             cols[reduced == 0] = 0.0
-        return float(rows.sum() + cols.sum())
+        return float(rows.sum() + cols.sum()), reduced

@@ -168,3 +168,29 @@ def test_a_solve_with_columns_held_at_zero_is_the_relaxation_without_them_and_ch
     if not held.infeasible:
         assert held.value == pytest.approx(cold.value, rel=1e-9, abs=1e-9) and not held.values[zero].any()
     assert relaxation.minimize(costs, time_limit=60).value == pytest.approx(whole.value, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(share=st.floats(0.0, 1.0), seed=st.integers(0, 2**32 - 1))
+def test_under_a_budget_the_lagrangian_at_the_optimal_duals_is_the_minimum_and_bounds_a_node(model, share, seed):
+    """Under a memory budget (the buffers' ``v`` columns in its rows), the Lagrangian at the optimum's
+    duals is the minimum (was ``-inf``: a ``v`` unbounded above at a reduced cost a rounding error
+    below 0), and at a node's duals (some choices held at 0) it is that node's minimum, and a
+    column strictly between its bounds there has no reduced cost."""
+    problem = model.problem
+    least = float(problem.peak_memory(IlpModel(problem).least_memory_choices()).total.max())
+    free = float(problem.peak_memory(IlpModel(problem).solve(problem.points.weights).choices).total.max())
+    budgeted = IlpModel(problem, memory_budget=least + share * (free - least))
+    relaxation = budgeted._build_relaxation()
+    costs = budgeted._objective(problem.points.weights)[0]
+    root = relaxation.minimize(costs, time_limit=60)
+    assert budgeted._buffer_rows and root.finished
+    assert relaxation.lagrangian(costs, root.duals) == pytest.approx(root.value, rel=1e-6, abs=1e-9)
+    rng = np.random.default_rng(seed)
+    zero = np.array([v for xs in budgeted.x if xs is not None for v in rng.choice(xs, size=len(xs) - 1, replace=False)])
+    node = relaxation.minimize(costs, time_limit=60, zero=zero)
+    assume(not node.infeasible)
+    floor, reduced = relaxation.reduced_costs(costs, node.duals, zero)
+    assert floor == pytest.approx(node.value, rel=1e-6, abs=1e-9)
+    inside = (node.values > 1e-6) & (node.values < relaxation.upper - 1e-6)  # basic: no reduced cost
+    assert np.abs(reduced[inside]).max(initial=0.0) <= 1e-6 * (np.abs(costs).max() + 1)
