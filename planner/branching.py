@@ -6,8 +6,9 @@ partly of the other pays the redistributions where they meet, which the mixture 
 Cuts do not see that (:mod:`planner.ilp`'s docstring), and fixing one group's choice moves the
 bound little, since its neighbours mix around it; HiGHS's MIP spends its time at its root there
 (its cuts and heuristics). This search branches many times instead, each node a warm re-solve of
-:class:`~planner.relaxation.LpRelaxation` with some choice columns held at 0 (from the basis
-HiGHS holds, presolve off: tens to hundreds of dual simplex iterations, 0.02–0.2 s on that graph):
+:class:`~planner.relaxation.LpRelaxation` with some choice columns held at 0 (from its parent's
+optimal basis, presolve off: about 150 dual simplex iterations, 0.1–0.2 s on that graph, half
+the iterations of a start from the basis of whichever node was solved last):
 
 * a node whose optimum takes a fractional group ``g`` branches on ``c``, its largest choice there:
   ``x[g,c] = 1`` (its other choices held at 0) or ``x[g,c] = 0``. Every plan of the node is in
@@ -18,14 +19,16 @@ HiGHS holds, presolve off: tens to hundreds of dual simplex iterations, 0.02–0
   (and the incumbent) is a lower bound on every plan that fits the rows;
 * a node whose optimum is a plan (one-hot) is the caller's to check (:data:`Check`): a plan
   that fits closes the node and may become the incumbent; one over the budget adds the memory
-  rows of its steps (the relaxation grows, every node's bound stays a bound) and is solved again.
+  rows of its steps (the relaxation grows, every node's bound stays a bound) and is solved again;
+* a solved node holds at 0 below it the choices its reduced costs price out (:class:`_Settler`).
 
 The search stops when the least open bound proves the incumbent within ``gap`` (relative), when
 no node is left (the incumbent is optimal), or at ``deadline``. Costs are the relaxation's
 (:meth:`planner.ilp.IlpModel._objective`) plus ``offset``. On the 1-layer LLaMA training graph on
-(2, 2) under its budget (``bench/memory_budget.py``, 10 s, load 6–8), where the relaxation lies
+(2, 2) under its budget (``bench/memory_budget.py``, 10 s, load 1–2), where the relaxation lies
 4.3% below the optimum, the MIP's bound rose by 0.2% in its 8 s (a gap of 4.2%), this search's by
-2.1% (a gap of 2.5%); on GPT-2's it proves the optimum in 5.8 CPU s (the MIP: 0.89% in 10 s).
+3.3% (a gap of 1.19%; 1% in about 12 s); on GPT-2's it proves the optimum in 6 CPU s (the MIP:
+0.89% in 10 s).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.relaxation import LpRelaxation, fractional_groups
+from planner.relaxation import Basis, LpRelaxation, RelaxedBound, fractional_groups
 
 __all__ = ["Check", "Searched", "branch_and_bound"]
 
@@ -45,6 +48,11 @@ __all__ = ["Check", "Searched", "branch_and_bound"]
 Check = Callable[[list[int]], "np.ndarray | None"]
 """Called with the plan a node's optimum takes: None when it fits (every constraint holds), else the
 costs after the rows it breaks joined the relaxation (:meth:`LpRelaxation.extend`; the node is solved again)."""
+
+
+_SETTLE_MARGIN = 1e-9
+"""Reduced-cost fixing rules a choice out only where its bound clears the incumbent's cost by this
+much of it (the duals are HiGHS's, within its tolerances; the bound they give is exact arithmetic)."""
 
 
 class Searched(NamedTuple):
@@ -78,6 +86,37 @@ class _Pseudocosts:
         return float(np.mean(means)) if means else 1.0
 
 
+class _Settler:
+    """Reduced-cost fixing: the choice columns a node's subtree may hold at 0 besides its own.
+
+    At a node's optimum with row duals ``y`` and reduced costs ``d``, every ``x`` of the node
+    costs at least the Lagrangian ``L(y)`` plus ``d_j·x_j`` for each column at 0 with ``d_j > 0``
+    (plus ``-d_j·(1 - x_j)`` for each at 1 with ``d_j < 0``: :meth:`LpRelaxation.reduced_costs`).
+    A choice whose ``L + d_j`` reaches the incumbent's cost leaves no cheaper plan below the
+    node, and neither does leaving a choice whose ``L - d_j`` reaches it: the one is held at 0,
+    the other's group at that choice. Only plans costing at least the incumbent are ruled out,
+    so the search's bound (the least open node's, at most the incumbent's cost) stays one on
+    every plan."""
+
+    def __init__(self, relaxation: LpRelaxation, groups: Sequence[list[int] | None]) -> None:
+        self.relaxation = relaxation
+        chosen = [xs for xs in groups if xs is not None]
+        self.columns = np.array([v for xs in chosen for v in xs], dtype=np.int64)
+        self.group = np.repeat(np.arange(len(chosen)), [len(xs) for xs in chosen])
+
+    def __call__(self, costs: np.ndarray, solved: RelaxedBound, zero: np.ndarray, ceiling: float) -> np.ndarray:
+        """``zero`` and the choice columns no plan of the node costing under ``ceiling`` takes."""
+        if solved.duals is None or not len(self.columns):
+            return zero
+        floor, reduced = self.relaxation.reduced_costs(costs, solved.duals, zero)
+        slack = ceiling - floor + _SETTLE_MARGIN * abs(ceiling)
+        d = reduced[self.columns]
+        free = ~np.isin(self.columns, zero)
+        dear, kept = free & (d > slack), free & (-d > slack)
+        dear |= np.isin(self.group, self.group[kept]) & ~kept
+        return np.union1d(zero, self.columns[dear]) if dear.any() else zero
+
+
 def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
                      groups: Sequence[list[int] | None], incumbent: tuple[list[int], float], check: Check, *,
                      gap: float, deadline: float) -> Searched:
@@ -85,28 +124,35 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
 
     ``groups``: each group's choice columns (None: one choice); ``deadline``: ``time.perf_counter``."""
     best, best_cost = incumbent
+    settle = _Settler(relaxation, groups)
+    last: Basis | None = None  # the basis of the last node solved
     pseudocosts = _Pseudocosts()
     count = 0
     # open nodes: (bound, tie, columns held at 0, optimum (None: not solved with the rows there are now),
-    # rows it was solved with, how it was branched: (group, up, value moved, parent's bound) or None)
-    heap: list[tuple[float, int, np.ndarray, np.ndarray | None, int, tuple[int, bool, float, float] | None]] = [
-        (-np.inf, 0, np.zeros(0, np.int64), None, -1, None)]
+    # rows it was solved with, how it was branched: (group, up, value moved, parent's bound) or None,
+    # the basis to solve it from: its parent's optimum's, or None)
+    heap: list[tuple[float, int, np.ndarray, np.ndarray | None, int, tuple[int, bool, float, float] | None,
+                     Basis | None]] = [(-np.inf, 0, np.zeros(0, np.int64), None, -1, None, None)]
     while heap:
-        bound, _, zero, values, solved_rows, origin = heap[0]
+        bound, _, zero, values, solved_rows, origin, start = heap[0]
         if bound + offset >= (1 - gap) * best_cost or time.perf_counter() >= deadline:
             break
         heapq.heappop(heap)
         if values is None or solved_rows != len(relaxation.row_lower):
-            result = relaxation.minimize(costs, time_limit=deadline - time.perf_counter(), zero=zero)
+            result = relaxation.minimize(costs, time_limit=deadline - time.perf_counter(), zero=zero,
+                                         start=None if start is last else start)  # None: HiGHS holds it
+            last = result.basis
             if result.infeasible:
                 continue
             count += 1
             if result.values is None:  # out of time: the node stays open at its parent's bound
-                heapq.heappush(heap, (bound, count, zero, None, -1, origin))
+                heapq.heappush(heap, (bound, count, zero, None, -1, origin, start))
                 break
             if origin is not None:
                 pseudocosts.record(origin[0], origin[1], origin[2], result.value - origin[3])
-            heapq.heappush(heap, (max(bound, result.value), count, zero, result.values, len(relaxation.row_lower), None))
+            zero = settle(costs, result, zero, best_cost - offset)
+            heapq.heappush(heap, (max(bound, result.value), count, zero, result.values, len(relaxation.row_lower), None,
+                                  result.basis))
             continue
         fractional = fractional_groups(values, groups)
         if not fractional:
@@ -115,7 +161,7 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
             if updated is not None:  # over the budget: its rows joined; solved again
                 costs = updated
                 count += 1
-                heapq.heappush(heap, (bound, count, zero, None, -1, None))
+                heapq.heappush(heap, (bound, count, zero, None, -1, None, start))
             elif bound + offset < best_cost:
                 best, best_cost = choices, bound + offset
             continue
@@ -126,7 +172,7 @@ def branch_and_bound(relaxation: LpRelaxation, costs: np.ndarray, offset: float,
         largest = float(values[xs[c]])
         for up, held, moved in ((True, [v for i, v in enumerate(xs) if i != c], 1 - largest), (False, [xs[c]], largest)):
             count += 1
-            heapq.heappush(heap, (bound, count, np.union1d(zero, held), None, -1, (g, up, moved, bound)))
+            heapq.heappush(heap, (bound, count, np.union1d(zero, held), None, -1, (g, up, moved, bound), start))
     lowest = heap[0][0] + offset if heap else best_cost
     bound = min(lowest, best_cost)
     return Searched(bound, best, best_cost, best_cost - bound <= gap * best_cost)

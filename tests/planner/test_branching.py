@@ -12,7 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from planner import Mesh
-from planner.ilp import IlpModel
+from planner.branching import _Settler
+from planner.ilp import _SCALE, IlpModel
 from tests.planner.models import MLP, on_meta
 from tests.planner.problems import problem_of
 
@@ -96,3 +97,48 @@ def test_a_plan_the_search_finds_over_the_budget_adds_its_rows_and_the_search_go
     assert model.memory_steps, "no plan over the budget: nothing was tested"
     assert proved and objective == pytest.approx(optimum, rel=1e-9) and bound == pytest.approx(optimum, rel=1e-9)
     assert objective < cost and float(training_mlp_2.peak_memory(choices).total.max()) <= budget * (1 + 1e-6)
+
+
+def _node_optimum(problem, budget: float, zero: np.ndarray) -> list[int] | None:
+    """The cheapest plan under ``budget`` that takes none of the choice columns ``zero`` (the MIP's, proved), or None."""
+    model = IlpModel(problem, memory_budget=budget, mip_gap=0.0)
+    for column in zero.tolist():
+        model.model.vars[column].ub = 0.0
+    with (mock.patch.object(IlpModel, "_relax_and_fix", return_value=None),
+          mock.patch.object(IlpModel, "_priced_plan", return_value=None),
+          mock.patch.object(IlpModel, "_greedy_start", return_value=None)):  # greedy's plan may take a held column
+        try:
+            solution = model.solve(problem.points.weights)
+        except ValueError:  # no plan fits with those columns held
+            return None
+    assert solution.status == "optimal"
+    return solution.choices
+
+
+def test_reduced_cost_fixing_keeps_every_plan_of_a_node_cheaper_than_the_incumbent(training_mlp_2):
+    """At nodes of random held columns under budgets from loose to tight, the columns a node's
+    subtree holds at 0 by reduced costs (:class:`planner.branching._Settler`), with the incumbent
+    just above the node's best plan that fits (the MIP's), never include one of that plan's: the
+    tightest incumbent that leaves it a plan to find. And they rule out choices at most nodes."""
+    weights = training_mlp_2.points.weights
+    rng = np.random.default_rng(0)
+    settled_any = 0
+    for share in (0.2, 0.5, 0.9):
+        budget = _budget(training_mlp_2, share)
+        model = IlpModel(training_mlp_2, memory_budget=budget)
+        relaxation = model._build_relaxation()
+        costs, constant = model._objective(weights)
+        for _ in range(4):
+            zero = np.array([v for xs in model.x if xs is not None and len(xs) > 1
+                             for v in rng.choice(xs, size=rng.integers(0, len(xs)), replace=False)], dtype=np.int64)
+            node = relaxation.minimize(costs, time_limit=60, zero=zero)
+            plan = _node_optimum(training_mlp_2, budget, zero)
+            if node.infeasible or plan is None:
+                continue
+            cost = (float(training_mlp_2.evaluate(plan, weights).total @ weights) - constant) * _SCALE
+            assert node.value <= cost * (1 + 1e-9) + 1e-9
+            settled = _Settler(relaxation, model.x)(costs, node, zero, cost * (1 + 1e-7) + 1e-7)
+            taken = {xs[c] for xs, c in zip(model.x, plan) if xs is not None}
+            assert not taken & set(np.setdiff1d(settled, zero).tolist()), (share, sorted(taken & set(settled.tolist())))
+            settled_any += len(settled) > len(zero)
+    assert settled_any >= 3  # the property was tested where it rules something out
