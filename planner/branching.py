@@ -52,7 +52,8 @@ costs after the rows it breaks joined the relaxation (:meth:`LpRelaxation.extend
 
 _SETTLE_MARGIN = 1e-9
 """Reduced-cost fixing rules a choice out only where its bound clears the incumbent's cost by this
-much of it (the duals are HiGHS's, within its tolerances; the bound they give is exact arithmetic)."""
+much of it: the bound holds at any duals (HiGHS's are optimal only within its tolerances), and this
+covers the rounding of its floating-point sums."""
 
 
 class Searched(NamedTuple):
