@@ -27,7 +27,7 @@ no node is left (the incumbent is optimal), or at ``deadline``. Costs are the re
 (:meth:`planner.ilp.IlpModel._objective`) plus ``offset``. On the 1-layer LLaMA training graph on
 (2, 2) under its budget (``bench/memory_budget.py``, 10 s, load 1–2), where the relaxation lies
 4.3% below the optimum, the MIP's bound rose by 0.2% in its 8 s (a gap of 4.2%), this search's by
-3.3% (a gap of 1.19%; 1% in about 12 s); on GPT-2's it proves the optimum in 6 CPU s (the MIP:
+3.2% (a gap of 1.19%; 1% in about 12 s); on GPT-2's it proves the optimum in 6 CPU s (the MIP:
 0.89% in 10 s).
 """
 

@@ -551,8 +551,8 @@ class IlpModel:
                                 build_seconds=self.build_seconds, solve_seconds=time.perf_counter() - start)
             if self.memory_budget is not None and relaxed.values is not None:
                 deadline = start + time_limit * _ROUNDING_SHARE
-                duals = self._relaxation.row_duals()  # type: ignore[union-attr]  # those of the relaxation's optimum
-                seeds = [self._priced_plan(weights, duals, deadline), self._relax_and_fix(weights, relaxed.values, deadline)]
+                seeds = [self._priced_plan(weights, relaxed.duals, deadline),  # type: ignore[arg-type]  # set with values
+                         self._relax_and_fix(weights, relaxed.values, deadline)]
                 costs = self._objective(weights)[0]  # the rounding may have added buffers
                 found = {tuple(s): float(self.problem.evaluate(s, weights).total @ weights) for s in seeds if s is not None}
                 if found:

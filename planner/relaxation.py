@@ -203,16 +203,11 @@ class LpRelaxation:
         elif restricted:  # a Lagrangian would bound the restricted problem, not this relaxation
             bound = RelaxedBound(float("-inf"), False)
         else:
-            bound = RelaxedBound(self.lagrangian(costs, self.row_duals()), False)
+            bound = RelaxedBound(self.lagrangian(costs, np.array(self.highs.getSolution().row_dual)), False)
         self._held = len(self.starts) - 1 if status == highspy.HighsModelStatus.kOptimal and not restricted else None
         if restricted:  # changing the model clears HiGHS's solution: restored once it is read
             self._bound(zero, self.upper[zero])
         return bound
-
-    def row_duals(self) -> np.ndarray:
-        """The row duals of the solution HiGHS holds: the last solve's (of its optimum, after an
-        unrestricted :meth:`minimize` that reached one)."""
-        return np.array(self.highs.getSolution().row_dual)
 
     def priced_optimum(self, costs: np.ndarray, rows: np.ndarray, prices: np.ndarray, *,
                        time_limit: float) -> np.ndarray | None:

@@ -188,7 +188,7 @@ def test_a_priced_plan_fits_the_budget_and_leaves_the_relaxation_as_it_was(train
     costs = model._objective(weights)[0]
     relaxation = model._build_relaxation()
     before = relaxation.minimize(costs, time_limit=60)
-    choices = model._priced_plan(weights, relaxation.row_duals(), time.perf_counter() + 60)
+    choices = model._priced_plan(weights, before.duals, time.perf_counter() + 60)
     if choices is not None:
         assert float(training_mlp.peak_memory(choices).total.max()) <= model.memory_budget * (1 + 1e-6)
         constant = model._objective(weights)[1]  # seconds; the relaxation's minimum is in microseconds
