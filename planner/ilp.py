@@ -95,7 +95,7 @@ import highspy
 import mip
 import numpy as np
 
-from planner.branching import branch_and_bound
+from planner.branching import branch_and_bound, search_threads
 from planner.plan import MEMORY_PARTS, PART_NAMES, MemoryBreakdown, format_bytes
 from planner.problem import EdgeClass, Problem
 from planner.relaxation import INTEGRAL, LinearRows, LpRelaxation, RelaxedBound, fractional_groups
@@ -597,14 +597,19 @@ class IlpModel:
         :attr:`mip_gap`, after :func:`~planner.branching.branch_and_bound` from ``seed`` (a plan that
         fits, costing ``objective``; ``bound``: the relaxation's) until it proves a plan within
         :attr:`mip_gap` or ``deadline`` (``time.perf_counter``) passes."""
+        relaxation = self._build_relaxation()
+        relaxations = [relaxation, *(relaxation.copy() for _ in range(search_threads() - 1))]
+
         def check(choices: list[int]) -> np.ndarray | None:
             if not self._add_memory_cuts(choices):
                 return None
             self._build_relaxation()
+            for copy in relaxations[1:]:
+                copy.extend(self.lp, unit_columns=self._unit_columns())
             return self._objective(weights)[0]
 
         costs, constant = self._objective(weights)
-        searched = branch_and_bound(self._build_relaxation(), costs, constant * _SCALE, self.x, (seed, objective * _SCALE),
+        searched = branch_and_bound(relaxations, costs, constant * _SCALE, self.x, (seed, objective * _SCALE),
                                     check, gap=self.mip_gap, deadline=deadline)
         if searched.choices is not seed:
             seed, objective = searched.choices, float(self.problem.evaluate(searched.choices, weights).total @ weights)
@@ -1013,3 +1018,4 @@ def solve_mean_regret(model: IlpModel | Any, weights: np.ndarray, optima: np.nda
     ratio = weights / optima
     solution = model.solve(ratio / ratio.sum(), time_limit=time_limit)
     return replace(solution, objective=float(model.problem.evaluate(solution.choices, weights).total @ weights), bound=None)
+

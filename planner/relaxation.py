@@ -29,7 +29,9 @@ with some choices ruled out, as relax-and-fix asks, :meth:`~planner.ilp.IlpModel
 some rows and price them into the objective at their duals (:meth:`LpRelaxation.priced_optimum`);
 such a solve's basis is no start for later ones. Rows and columns added to the :class:`LinearRows`
 after the relaxation was built join it by :meth:`LpRelaxation.extend` (memory constraints
-found on the way), HiGHS's basis growing with them.
+found on the way), HiGHS's basis growing with them. :meth:`LpRelaxation.copy` holds the
+relaxation as it stands in a HiGHS instance of its own (the branch and bound solves nodes side by
+side on copies, each extended with the original).
 
 Columns the caller names in ``unit_columns`` are bounded above by 1 (a relaxation of the
 problem with that bound, which the caller vouches has the same optimum). When a solve stops
@@ -139,24 +141,38 @@ class LpRelaxation:
         columns among ``unit_columns`` bounded by 1). HiGHS keeps its basis, the new rows' slacks basic;
         the earlier solutions, shorter than the columns now, are dropped as starts."""
         first_column, first_row = self.columns, len(self.row_lower)
+        if not rows.columns:  # nothing to solve (minimize answers 0)
+            return
         lower, upper = np.array(rows.lower[first_column:]), np.array(rows.upper[first_column:])
         if unit_columns is not None:
             unit = np.asarray(unit_columns, dtype=np.int64) - first_column
             unit = unit[unit >= 0]
             upper[unit] = np.minimum(upper[unit], 1.0)
         starts = np.array(rows.starts[first_row:], dtype=np.int64)
-        row_lower, row_upper = np.array(rows.row_lower[first_row:]), np.array(rows.row_upper[first_row:])
-        column, value = np.array(rows.index[starts[0]:], dtype=np.int64), np.array(rows.value[starts[0]:])
-        if not rows.columns:  # nothing to solve (minimize answers 0)
-            return
+        self._add(lower, upper, np.array(rows.row_lower[first_row:]), np.array(rows.row_upper[first_row:]), starts - starts[0],
+                  np.array(rows.index[starts[0]:], dtype=np.int64), np.array(rows.value[starts[0]:]))
+
+    def copy(self) -> LpRelaxation:
+        """Another relaxation of the same columns and rows in a HiGHS instance of its own, holding no
+        basis (a start is given with each solve): for solving nodes side by side, each in its own thread."""
+        twin = LpRelaxation(LinearRows(), unit_columns=np.zeros(0, np.int64))
+        twin._add(self.lower, self.upper, self.row_lower, self.row_upper,
+                  np.searchsorted(self.entry_row, np.arange(len(self.row_lower) + 1)), self.entry_column, self.entry_value)
+        return twin
+
+    def _add(self, lower: np.ndarray, upper: np.ndarray, row_lower: np.ndarray, row_upper: np.ndarray,
+             starts: np.ndarray, column: np.ndarray, value: np.ndarray) -> None:
+        """Add columns (their bounds) and rows (their bounds; row ``i``'s entries ``starts[i]:starts[i + 1]``
+        of ``column`` and ``value``, numbered among the columns after these are added)."""
+        first_row = len(self.row_lower)
         if len(lower):
             self.highs.addVars(len(lower), lower, upper)
         if len(row_lower):
-            self.highs.addRows(len(row_lower), row_lower, row_upper, len(column), (starts[:-1] - starts[0]).astype(np.int32),
+            self.highs.addRows(len(row_lower), row_lower, row_upper, len(column), starts[:-1].astype(np.int32),
                                column.astype(np.int32), value)
-        if first_column and (len(lower) or len(row_lower)):
+        if self.columns and (len(lower) or len(row_lower)):
             self.starts, self._held = [], None
-        self.columns = rows.columns
+        self.columns += len(lower)
         self.lower, self.upper = np.append(self.lower, lower), np.append(self.upper, upper)
         self.row_lower, self.row_upper = np.append(self.row_lower, row_lower), np.append(self.row_upper, row_upper)
         self.entry_row = np.append(self.entry_row, np.repeat(np.arange(first_row, first_row + len(row_lower)), np.diff(starts)))

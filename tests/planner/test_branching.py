@@ -11,9 +11,11 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import planner.ilp
 from planner import Mesh
 from planner.branching import _Settler
 from planner.ilp import _SCALE, IlpModel
+from planner.relaxation import LpRelaxation
 from tests.planner.models import MLP, on_meta
 from tests.planner.problems import problem_of
 
@@ -97,6 +99,42 @@ def test_a_plan_the_search_finds_over_the_budget_adds_its_rows_and_the_search_go
     assert model.memory_steps, "no plan over the budget: nothing was tested"
     assert proved and objective == pytest.approx(optimum, rel=1e-9) and bound == pytest.approx(optimum, rel=1e-9)
     assert objective < cost and float(training_mlp_2.peak_memory(choices).total.max()) <= budget * (1 + 1e-6)
+
+
+def test_nodes_solved_side_by_side_give_the_same_search_however_the_threads_run(training_mlp):
+    """With two copies of the relaxation the search solves its two lowest open nodes at once, each
+    in a thread of its own, and takes their results in order: with each solve delayed at random,
+    so that either may end first, it solves the same nodes and ends with the same plan, cost and
+    bound, proving the MIP's optimum (the budget's rows found on the way joining both copies)."""
+    weights = training_mlp.points.weights
+    budget = _budget(training_mlp, 0.3)  # 37 LPs
+    optimum = _mip_optimum(training_mlp, budget)
+    minimize = LpRelaxation.minimize
+
+    def search(delays: np.random.Generator | None):
+        solved_on = []
+
+        def delayed(self, *args, **kwargs):
+            solved_on.append((self, tuple(np.asarray(kwargs.get("zero", ())).tolist())))
+            if delays is not None:
+                time.sleep(float(delays.uniform(0, 0.01)))
+            return minimize(self, *args, **kwargs)
+
+        model = IlpModel(training_mlp)  # no memory row: the search adds them
+        model.memory_budget = budget
+        least = model.least_memory_choices()
+        cost = float(training_mlp.evaluate(least, weights).total @ weights)
+        with (mock.patch.object(planner.ilp, "search_threads", return_value=2),
+              mock.patch.object(LpRelaxation, "minimize", delayed)):
+            found = model._search(weights, least, cost, -np.inf, time.perf_counter() + 60)
+        assert model.memory_steps and len({id(lp) for lp, _ in solved_on}) == 2  # rows joined; both copies solved nodes
+        return found, sorted(zero for _, zero in solved_on)
+
+    first = search(None)
+    choices, objective, bound, proved = first[0]
+    assert proved and objective == pytest.approx(optimum, rel=1e-9) and bound == pytest.approx(optimum, rel=1e-9)
+    for seed in (1, 2):
+        assert search(np.random.default_rng(seed)) == first
 
 
 def _node_optimum(problem, budget: float, zero: np.ndarray) -> list[int] | None:

@@ -194,3 +194,33 @@ def test_under_a_budget_the_lagrangian_at_the_optimal_duals_is_the_minimum_and_b
     assert floor == pytest.approx(node.value, rel=1e-6, abs=1e-9)
     inside = (node.values > 1e-6) & (node.values < relaxation.upper - 1e-6)  # basic: no reduced cost
     assert np.abs(reduced[inside]).max(initial=0.0) <= 1e-6 * (np.abs(costs).max() + 1)
+
+
+def test_a_copy_holds_the_same_relaxation_and_grows_with_it(tiny_mlp):
+    """A copy (the search solves nodes side by side on copies) is the relaxation as it stands, unit
+    bounds included: at any node it has the original's minimum, from the original's basis or its
+    own; and after a budget's rows join both, a relaxation built afresh's."""
+    free = IlpModel(tiny_mlp).solve(tiny_mlp.points.weights)
+    budgeted = IlpModel(tiny_mlp)  # no memory row yet
+    budgeted.memory_budget = 0.9 * float(tiny_mlp.peak_memory(free.choices).total.max())
+    costs = budgeted._objective(tiny_mlp.points.weights)[0]
+    original = budgeted._build_relaxation()
+    root = original.minimize(costs, time_limit=60)
+    twin = original.copy()
+    assert (twin.columns, len(twin.row_lower)) == (original.columns, len(original.row_lower))
+    assert np.array_equal(twin.upper, original.upper) and twin.starts == []
+    rng = np.random.default_rng(0)
+    choices = [v for xs in budgeted.x if xs is not None for v in xs]
+    for start in (root.basis, None):  # the original's optimal basis, then whatever the copy holds
+        zero = rng.choice(choices, size=len(choices) // 4, replace=False)
+        mine, theirs = original.minimize(costs, time_limit=60, zero=zero), twin.minimize(costs, time_limit=60, zero=zero, start=start)
+        assert mine.infeasible == theirs.infeasible
+        if not mine.infeasible:
+            assert theirs.value == pytest.approx(mine.value, rel=1e-9, abs=1e-9)
+    assert budgeted._add_memory_cuts(free.choices)  # rows (and the columns of their buffers) join the model
+    budgeted._build_relaxation()
+    twin.extend(budgeted.lp, unit_columns=budgeted._unit_columns())
+    costs = budgeted._objective(tiny_mlp.points.weights)[0]
+    fresh = LpRelaxation(budgeted.lp, unit_columns=budgeted._unit_columns()).minimize(costs, time_limit=60)
+    assert twin.minimize(costs, time_limit=60).value == pytest.approx(fresh.value, rel=1e-9, abs=1e-9)
+    assert original.minimize(costs, time_limit=60).value == pytest.approx(fresh.value, rel=1e-9, abs=1e-9)
