@@ -140,8 +140,8 @@ def test_nodes_solved_side_by_side_give_the_same_search_however_the_threads_run(
 def _node_optimum(problem, budget: float, zero: np.ndarray) -> list[int] | None:
     """The cheapest plan under ``budget`` that takes none of the choice columns ``zero`` (the MIP's, proved), or None."""
     model = IlpModel(problem, memory_budget=budget, mip_gap=0.0)
-    for column in zero.tolist():
-        model.model.vars[column].ub = 0.0
+    for column in zero.tolist():  # in the rows the relaxation is built from, and in the MIP
+        model.lp.upper[column] = model.model.vars[column].ub = 0.0
     with (mock.patch.object(IlpModel, "_relax_and_fix", return_value=None),
           mock.patch.object(IlpModel, "_priced_plan", return_value=None),
           mock.patch.object(IlpModel, "_greedy_start", return_value=None)):  # greedy's plan may take a held column
