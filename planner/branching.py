@@ -23,8 +23,8 @@ the iterations of a start from the basis of whichever node was solved last):
 * a solved node holds at 0 below it the choices its reduced costs price out (:class:`_Settler`);
 * the lowest open nodes that need an LP (most often the two children of the node just branched)
   are solved side by side, one per copy of the relaxation (:data:`SEARCH_THREADS`), and their
-  results taken in order: the same search as one at a time, in less time where there are CPUs
-  to run them on.
+  results taken in order, so the search does not depend on which solve ends first (it differs
+  from one node at a time: the second node is solved before the first's result is seen).
 
 The search stops when the least open bound proves the incumbent within ``gap`` (relative), when
 no node is left (the incumbent is optimal), or at ``deadline``. Costs are the relaxation's
@@ -232,8 +232,8 @@ def branch_and_bound(relaxations: Sequence[LpRelaxation], costs: np.ndarray, off
 
 
 def _assign(batch: list[_Node], held: list[Basis | None]) -> list[tuple[_Node, int]]:
-    """Each node of ``batch`` with a relaxation to solve it on, another for each: the one whose HiGHS
-    holds the node's start where there is one (no basis to set), else the first left."""
+    """Each node of ``batch`` paired with a relaxation of its own to solve it on: one whose HiGHS holds
+    the node's start where there is one (no basis to set), else the first not yet taken."""
     free = list(range(len(held)))
     solves = []
     for node in batch:
