@@ -608,8 +608,8 @@ class IlpModel:
             if not self._add_memory_cuts(choices):
                 return None
             self._build_relaxation()
-            for copy in relaxations[1:]:
-                copy.extend(self.lp, unit_columns=self._unit_columns())
+            for twin in relaxations[1:]:
+                twin.extend(self.lp, unit_columns=self._unit_columns())
             return self._objective(weights)[0]
 
         costs, constant = self._objective(weights)
@@ -1022,4 +1022,3 @@ def solve_mean_regret(model: IlpModel | Any, weights: np.ndarray, optima: np.nda
     ratio = weights / optima
     solution = model.solve(ratio / ratio.sum(), time_limit=time_limit)
     return replace(solution, objective=float(model.problem.evaluate(solution.choices, weights).total @ weights), bound=None)
-

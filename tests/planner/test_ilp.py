@@ -527,8 +527,7 @@ def _per_point_with_parameters_fixed(problem, optima):
     """min over the parameters' placements of the worst, over points, of the point's best ratio with them fixed
     (every placement of theirs tried; each point's optimum with the other choices barred: their columns
     bounded by 0 in the rows the relaxation is built from and in the MIP)."""
-    shape = IlpModel(problem)
-    state = [g for g, group in enumerate(problem.groups) if shape.x[g] is not None
+    state = [g for g, group in enumerate(problem.groups) if group.choices > 1
              and any(problem.graph.nodes[name].role == "param" for name in group.nodes)]
     best = math.inf
     for key in itertools.product(*(range(problem.groups[g].choices) for g in state)):

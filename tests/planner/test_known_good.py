@@ -32,8 +32,8 @@ def test_small_batch_large_hidden_is_column_then_row_parallel():
     assert plan.output_placements[0] == (R,)
 
 
-def _weights_replicated(plan) -> list[str]:
-    """The parameters not replicated, all biases: a weight is replicated (data parallel), and a bias
+def _split_biases(plan) -> list[str]:
+    """The parameters not replicated, which must all be biases: a weight is replicated (data parallel), and a bias
     may be split at the same cost (its gradient reduce-scattered and the bias gathered before use
     cost what the all-reduce does), which the relaxation's optimum may take (a little less memory)."""
     split = [name for name, p in plan.param_placements.items() if p != (R,)]
@@ -44,7 +44,7 @@ def _weights_replicated(plan) -> list[str]:
 def test_large_batch_small_hidden_is_data_parallel():
     plan = _mlp_plan(256, 512, 65536, Mesh((4,), ("dp",)))
     assert plan.input_placements == ((Shard(0),),)
-    split = _weights_replicated(plan)
+    split = _split_biases(plan)
     gradient_reductions = [r for r in plan.redistributions if r.consumer == "output" and r.collectives == ("all_reduce",)]
     assert len(gradient_reductions) == 4 - len(split)  # one per replicated parameter
 
@@ -138,7 +138,7 @@ def test_assume_keeps_unknown_shardings_and_guards_them():
 def test_memory_budget_sweep_moves_weights_from_replicated_to_sharded():
     mesh = Mesh((8,), ("dp",))
     free = _mlp_plan(4096, 16384, 65536, mesh)
-    _weights_replicated(free)
+    _split_biases(free)
     budgets = [free.cost.memory.total * f for f in (1.0, 0.8, 0.6)]  # activations (2.3 GB of 4.4) stay
     plans = [_mlp_plan(4096, 16384, 65536, mesh, memory_budget=b) for b in budgets]
     for p, budget in zip(plans, budgets):
