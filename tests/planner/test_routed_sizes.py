@@ -34,6 +34,13 @@ def test_counts_covering_the_routed_tokens_are_each_costed_at_their_even_share_a
     assert len(counts) == 4 and {f"0 <= {u}" for u in counts} <= set(plan.runtime_asserts)
 
 
+def test_expert_parallel_on_experts_computed_as_a_loop_over_slices_is_an_error_naming_what_to_write_instead():
+    with pytest.raises(ValueError, match=r"ExpertParallel\(axis=0\): the graph has no grouped product of experts") as info:
+        _plan(placement_constraints=[planner.ExpertParallel(0)])
+    assert "torch._grouped_mm(rows, weights, offs=counts.cumsum(0).to(torch.int32))" in str(info.value)
+    assert 'experts_implementation="grouped_mm"' in str(info.value)
+
+
 # The counts' names are torch's: u0..u3 on 2.13, others on 2.11 (whose trace has more unbacked symbols).
 
 
