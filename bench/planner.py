@@ -258,7 +258,7 @@ def _cpu() -> float:
 
 def _peer_seconds(path: str, layers: int, shape: tuple[int, ...], model: str = "8b") -> dict:
     """autoparallel (a checkout at ``path``) on its ``_testing.models.llama3`` with ``model``'s dims, traced,
-    built and solved on a fake process group of ``shape``: wall and CPU seconds per phase.
+    built and solved on a fake process group of ``shape``: wall and CPU seconds per phase, and its peak resident memory.
 
     CPU seconds include waited child processes (PuLP runs its CBC solver as one).
     Runs in a child process (:func:`_run_peer`): the fake process group, the patched CUDA queries
@@ -317,6 +317,7 @@ def _peer_seconds(path: str, layers: int, shape: tuple[int, ...], model: str = "
     clock["build_s"] = built[0] - start[0] - clock["trace_s"]
     clock["build_cpu_s"] = built[1] - start[1] - clock["trace_cpu_s"]
     clock["solve_s"], clock["solve_cpu_s"] = solved[0] - built[0], solved[1] - built[1]
+    clock["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # its process's own: PuLP's CBC apart
     return clock
 
 
@@ -503,14 +504,15 @@ def _main_whole(args, options: PlanOptions) -> int:
             whole_cpu = sum(peer[f"{p}_cpu_s"] for p in ("trace", "build", "solve"))
             cells = [f"{peer[f'{p}_s']:6.1f} ({peer[f'{p}_cpu_s']:4.1f})" for p in ("trace", "build")]
             cells += [f"{'-':>13}", f"{peer['solve_s']:6.1f} ({peer['solve_cpu_s']:4.1f})", f"{whole:6.1f} ({whole_cpu:4.1f})"]
-            print(f"{'autoparallel':12} {layers:>2} {text:6} {' '.join(cells)}", flush=True)
+            print(f"{'autoparallel':12} {layers:>2} {text:6} {' '.join(cells)} {'':>6} {'':>10} {peer['peak_rss_gib']:7.2f}",
+                  flush=True)
             print(f"# whole call, autoparallel / shapecore: {whole / row['whole_s']:.1f}x wall, "
                   f"{whole_cpu / row['whole_cpu_s']:.1f}x CPU", flush=True)
     print("columns: trace = the model to an FX graph; build = read it, decide divisibility, build the ILP (the peer: "
           "its sharding optimizer and constraints); bounds = each batch size's optimum bounded below (the regret "
           "objective's denominators); solve = the regret ILP (the peer: its ILP at its one batch size); whole = the "
           "call. CPU = this process's CPU seconds, steadier than wall time on a loaded machine. worst = the worst "
-          "regret the plan reports; RSS GiB = the process's peak resident memory so far")
+          "regret the plan reports; RSS GiB = the process's peak resident memory so far (the peer's: its own process's)")
     _write_json(args.json, rows)
     return 0
 
