@@ -171,6 +171,7 @@ class IlpModel:
         self._mip: mip.Model | None = None  # built from lp when first asked for (:attr:`model`)
         self._names: list[str] = []  # each column's name, for the python-mip model
         self._row_names: list[str] = []
+        self._memory_rows: list[int] = []  # the rows of lp that are memory constraints (:meth:`_add_memory_constraint`)
         self._binary: list[int] = []  # the columns that are binary in the MIP (the x)
         self.x: list[list[int] | None] = []  # columns, as every variable below
         self.folded: list[EdgeClass] = []  # one row or one column: priced on the other group's choices
@@ -376,6 +377,7 @@ class IlpModel:
                         terms[v] = terms.get(v, 0.0) + share
         if self._peak is not None:
             terms[self._peak] = -1.0
+        self._memory_rows.append(len(self.lp.row_lower))
         self._add_row(terms, fixed, "<", f"memory{k}_{step}")
 
     def _buffer(self, span: tuple[str, int, int, int, bool]) -> list[tuple[int | None, np.ndarray]]:
@@ -675,8 +677,7 @@ class IlpModel:
         relaxation before it bounded the buffers' ``v`` by 1, another optimal vertex); GPT-2's
         optimum (2.4249 ms, the rounding's 2.9043), LLaMA's 5.4702 (the rounding's 5.2443).
         """
-        rows = np.array([r for r, name in enumerate(self._row_names[:len(duals)]) if name.startswith("memory")],
-                        dtype=np.int64)
+        rows = np.array([r for r in self._memory_rows if r < len(duals)], dtype=np.int64)
         if not len(rows):
             return None
         relaxation = self._build_relaxation()
