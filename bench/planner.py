@@ -52,6 +52,7 @@ import signal
 import sys
 import time
 import warnings
+from multiprocessing.connection import Connection
 from typing import Any
 
 # this file is named like the package it benchmarks: keep its directory off the import path
@@ -342,12 +343,12 @@ def _run_peer(path: str, layers: int, shape: tuple[int, ...], model: str = "8b")
     child.join()
     if outcome is not None:
         return outcome
-    killed = -child.exitcode == signal.SIGKILL if child.exitcode is not None else False
-    return (f"autoparallel's process died ({'killed: out of memory?' if killed else f'exit code {child.exitcode}'}) "
+    how = "killed: out of memory?" if child.exitcode == -signal.SIGKILL else f"exit code {child.exitcode}"
+    return (f"autoparallel's process died ({how}) "
             f"after {time.perf_counter() - start[0]:.0f} s wall, {_cpu() - start[1]:.0f} CPU s")
 
 
-def _peer_child(sending: Any, *arguments: Any) -> None:
+def _peer_child(sending: Connection, *arguments: Any) -> None:
     """The peer's process: :func:`_peer_seconds`, or the error that stopped it, sent back."""
     try:
         outcome: dict | str = _peer_seconds(*arguments)

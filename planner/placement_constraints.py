@@ -410,8 +410,8 @@ def constrained_nodes(nodes: Sequence[GraphNode], constraints: Sequence[Placemen
                              f"{', '.join(sorted(EXPERT_PARALLEL_OPS))}); experts computed otherwise (a loop over "
                              "per-expert slices) are not split by expert yet: compute them as one grouped product, "
                              "torch._grouped_mm(rows, weights, offs=counts.cumsum(0).to(torch.int32)) in bfloat16 "
-                             "(transformers' MoE models, any dtype: experts_implementation=\"grouped_mm\"), or leave ExpertParallel out to plan "
-                             "them data parallel")
+                             "(transformers' MoE models, any dtype: experts_implementation=\"grouped_mm\"), or leave "
+                             "ExpertParallel out to plan them data parallel")
     found: dict[str, tuple[int, ...]] = {}
     for k, c in enumerate(constraints):
         matched = [node.name for node, info in infos if (_single(node) or not c.targeted) and c.applies_to(info)]
