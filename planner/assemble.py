@@ -144,7 +144,7 @@ def assemble_plan(
         input_placements=tuple(None if name is None else placements[name] for name in graph.inputs),
         output_placements=tuple(None if name is None else decode(problem.output_codes(choices, name)) for name in graph.outputs),
         trace_guards=tuple(guards),
-        runtime_asserts=tuple(runtime_asserts),
+        runtime_asserts=tuple(names.readable(a) for a in runtime_asserts),
         proofs=tuple(proofs.values()),
         pruned=pruned,
         decisions=decisions,

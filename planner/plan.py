@@ -556,8 +556,10 @@ class Plan:
     graph_outputs: tuple[GraphOutput | None, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     runtime_asserts: tuple[str, ...] = ()
-    """Conditions on data-dependent sizes (``u0 <= 1024``): no entry check can see them, so the
-    lowered program checks each where the size is computed, before any collective reads it."""
+    """Conditions on data-dependent sizes (``u0 <= 1024``, ``Eq(u0 + u1, 12*batch)``), over the
+    user's ``Dim`` names as :attr:`guards`: no entry check can see them, so the lowered program
+    checks each where the size is computed (from the trace's own asserts), before any collective
+    reads it."""
     shared_layers: str = ""
     """Which blocks of a run of repeated ones :func:`~planner.api.plan_module` copied rather than
     traced, or why none were (``Traced.shared_layers``); empty for a model with no such run, or a
