@@ -151,6 +151,12 @@ def _expectations(unbacked: Sequence[str], roots: Sequence[str], env: ShapeEnv, 
         if name not in env.symbols or env.symbols[name].kind != "unbacked":
             raise ValueError(f"unbacked_sizes names {name!r}, which is no data-dependent symbol of the trace "
                              f"(those are: {', '.join(unbacked) or 'none'})")
+        defined = env.replacements.get(sympy.Symbol(name, integer=True))
+        if defined is not None:  # costed through its definition: an expectation of its own would be ignored
+            others = sorted(s.name for s in defined.free_symbols if s.name in unbacked)
+            raise ValueError(f"unbacked_sizes names {name!r}, which the trace defines as "
+                             f"{python_str(names.to_names(defined))}: give "
+                             + (f"the expectation of {', '.join(others)} instead" if others else "no expectation for it"))
     routed = shares(env, unbacked)
     twins = _twins(unbacked, env)
     out: dict[str, sympy.Basic] = {}

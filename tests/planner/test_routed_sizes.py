@@ -50,6 +50,16 @@ def test_the_users_expectation_wins_over_the_share():
     assert others and costed[first] == "batch" and all(costed[u] == "3*batch" for u in others)
 
 
+def test_an_expectation_for_a_count_the_trace_defines_by_the_others_is_an_error_naming_them():
+    """split: the last count is the routed total less the others; an expectation of its own was ignored."""
+    costed = _plan(sliced=False).options["unbacked_sizes"]
+    derived = next(name for name in re.findall(r"\bu\d+\b", " ".join(_plan(sliced=False).runtime_asserts))
+                   if name not in costed)
+    with pytest.raises(ValueError, match=rf"unbacked_sizes names '{derived}', which the trace defines as "
+                                         r"12\*batch - (u\d+) - (u\d+) - (u\d+): give the expectation of "):
+        _plan(sliced=False, unbacked_sizes={derived: "batch"})
+
+
 def test_an_expectation_that_leaves_a_derived_count_negative_is_an_error_naming_it_and_the_expectations():
     first = sorted(_plan(sliced=False).options["unbacked_sizes"])[0]
     # split: the last count is the routed total less the others, here 12*4 - 80 - 12 - 12
