@@ -705,8 +705,8 @@ class IlpModel:
         either, its largest choice is ruled out instead: each solve holds more columns at 0, so
         the rounding ends (on Phi-3's training graph on (2, 2) under its budget, the half reaches a
         plan of 6.92 ms in about 2 s, where fixing one group at a time took 9 s to 6.88 ms and a
-        10 s solve ended at the priced plan's 11.80). A plan over the budget
-        adds its steps' constraints (:meth:`_add_memory_cuts`) and goes on from the fixes made,
+        10 s solve ended at the priced plan's 11.80). A plan over the budget adds its steps'
+        constraints (:meth:`_add_memory_cuts`) and goes on from the fixes made,
         or, when these leave no plan under the new rows, from the first half of its steps, a
         quarter, an eighth, none (rows are added finitely often, so the rounding ends: on Phi-3's
         training graph on (2, 2) the fixes first left none, ``bench/memory_budget.py``). None
@@ -726,8 +726,7 @@ class IlpModel:
                 def others(groups: list[int]) -> list[int]:
                     return [v for g in groups for c, v in enumerate(self.x[g]) if c != choices[g]]  # type: ignore[arg-type]
                 first = fractional[0]
-                halves = [fractional[:n] for n in (len(fractional), len(fractional) // 2) if n > 1]
-                tries = [zero + others(groups) for groups in dict.fromkeys(map(tuple, halves))]
+                tries = [zero + others(fractional[:n]) for n in (len(fractional), len(fractional) // 2) if n > 1]
                 tries += [zero + others([first]), zero + [self.x[first][choices[first]]]]  # type: ignore[index]
             elif self._add_memory_cuts(choices):  # a plan over the budget: solve again with its steps' rows
                 relaxation, costs = self._build_relaxation(), self._objective(weights)[0]
